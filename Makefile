@@ -1,0 +1,42 @@
+# cubinforge: `make kernels ARCH=sm90` builds the default SM90 set into the local registry;
+# `make test` runs the CPU test-suite (GPU tests skip where there is no GPU).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+ARCH ?= sm90
+SET ?= default
+JOBS ?= $(shell nproc)
+# Optional filters, passed through when set: DTYPE=bf16 HDIM=128 CAUSAL=1
+FILTERS := $(if $(DTYPE),--dtype $(DTYPE)) $(if $(HDIM),--head-dim $(HDIM)) $(if $(CAUSAL),--causal $(CAUSAL))
+
+.PHONY: kernels test device-test bench serve venv clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[runtime,build,server,dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(STAMP)
+
+kernels: $(STAMP)
+	$(VENV)/bin/cubinforge build --arch $(ARCH) --set $(SET) --jobs $(JOBS) $(FILTERS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -ra tests
+
+# On a machine with a Hopper GPU (the lent H200): every GPU test over the local registry.
+device-test:
+	$(PYTHON) -m pytest -q -ra -m gpu tests
+
+bench:
+	$(PYTHON) -m cubinforge.bench $(BENCH_ARGS)
+
+serve: $(STAMP)
+	$(VENV)/bin/cubinforge serve --host 127.0.0.1 --port 8000
+
+clean:
+	rm -rf .cubinforge build *.egg-info

@@ -1,0 +1,40 @@
+"""SM90 FlashAttention-3 forward: the kernel family the generator's templates import.
+
+`compile_variant(FwdConfig(...))` cross-compiles one variant (no GPU needed) and returns a
+KernelBuild: the cubin plus the launch-contract sections only the kernel knows.
+"""
+
+from __future__ import annotations
+
+from .config import DEFAULT_TILES, FwdConfig, default_tile
+
+__all__ = ["FwdConfig", "compile_variant", "default_tile", "DEFAULT_TILES"]
+
+
+def compile_variant(cfg: FwdConfig):
+    from cubinforge.generator.kernel_build import KernelBuild
+
+    from .compile import compile_cubin
+    from .contract import family_contract
+    from .layouts import swizzle_bytes
+
+    compiled, kernel, seconds = compile_cubin(cfg)
+    entries = list(compiled.kernel_info)
+    if len(entries) != 1:
+        raise RuntimeError(f"expected one kernel in the compiled module, found {entries}")
+    swizzle = swizzle_bytes(cfg.elem_bytes, cfg.head_dim)
+    return KernelBuild(
+        cubin=bytes(compiled.__cubin__),
+        entry=entries[0],
+        block=(cfg.threads, 1, 1),
+        cluster=(1, 1, 1),
+        dynamic_smem_bytes=int(kernel.dynamic_smem_bytes),
+        contract=family_contract(cfg, kernel.tma_boxes, swizzle),
+        compile_options=f"--gpu-arch {cfg.arch} --keep-cubin",
+        extra={
+            "tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages,
+            "consumer_warpgroups": cfg.consumer_warpgroups, "register_split": list(cfg.register_split),
+            "intra_wg_overlap": cfg.intra_wg_overlap, "pingpong": cfg.pingpong,
+            "dsl_compile_seconds": round(seconds, 3),
+        },
+    )

@@ -1,0 +1,474 @@
+"""The SM90 FlashAttention-3 forward kernel (CuTe DSL).
+
+One CTA computes one (tile_m query rows, head, batch) tile of O and LSE:
+- warpgroup 0 is the producer: after setmaxnreg lowers its registers, one warp issues TMA
+  loads (Q once, then K and V per block) into an mbarrier pipeline of `stages` slots;
+- warpgroups 1.. are consumers, 64 query rows each, with registers raised: S = Q K^T and
+  O += P V run on WGMMA, P stays in registers (RS WGMMA), the softmax of block j overlaps
+  the QK^T of block j+1 inside a warpgroup, and named barriers schedule the warpgroups in
+  ping-pong so one's softmax runs under the other's GEMMs;
+- the epilogue normalises O, writes it through shared memory with a TMA store (the TMA
+  clips rows past seqlen_q) and writes LSE directly.
+
+Blocks of keys are visited from the last to the first so that the blocks needing a mask
+(the key tail, the causal diagonal) come first; causal blocks wholly above the diagonal
+are never loaded.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as hopper
+from cutlass import Float32, Int32, const_expr
+from cutlass import pipeline
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from .barriers import Barrier
+from .config import FwdConfig
+from .layouts import (
+    acc_as_operand_a,
+    acc_as_rows_cols,
+    smem_layout,
+    smem_store_atom,
+    transpose_view,
+)
+from .mask import apply_mask
+from .softmax import OnlineSoftmax, rescale_rows
+
+DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+
+
+class FlashFwdSm90:
+    def __init__(self, cfg: FwdConfig):
+        self.cfg = cfg
+        self.dtype = DTYPES[cfg.dtype]
+        self.tile_m, self.tile_n, self.hdim = cfg.tile_m, cfg.tile_n, cfg.head_dim
+        self.stages = cfg.stages
+        self.causal = cfg.causal
+        self.num_wg = cfg.consumer_warpgroups
+        self.num_threads = cfg.threads
+        self.consumer_threads = 128 * self.num_wg
+        self.consumer_regs, self.producer_regs = cfg.register_split
+        # Ping-pong needs a partner warpgroup.
+        self.pingpong = cfg.pingpong and self.num_wg >= 2
+        self.overlap = cfg.intra_wg_overlap
+
+    # ------------------------------------------------------------------ host side
+    def _tiled_mmas(self):
+        qk = hopper.make_trivial_tiled_mma(
+            self.dtype, self.dtype,
+            warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K,
+            Float32, atom_layout_mnk=(self.num_wg, 1, 1), tiler_mn=(64, self.tile_n),
+        )
+        pv = hopper.make_trivial_tiled_mma(
+            self.dtype, self.dtype,
+            warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN,
+            Float32, atom_layout_mnk=(self.num_wg, 1, 1), tiler_mn=(64, self.hdim),
+            a_source=warpgroup.OperandSource.RMEM,
+        )
+        return qk, pv
+
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (batch, seqlen_q, heads_q, head_dim)
+        mK: cute.Tensor,  # (batch, seqlen_k, heads_kv, head_dim)
+        mV: cute.Tensor,
+        mO: cute.Tensor,  # like mQ
+        mLSE: cute.Tensor,  # (batch, heads_q, seqlen_q) float32
+        softmax_scale_log2: Float32,
+    ):
+        # Kernel view: (seqlen, head_dim, heads, batch) so a tile is a slice of modes 0 and 1.
+        bshd_to_sdhb = [1, 3, 2, 0]
+        mQ, mK, mV, mO = [
+            cute.make_tensor(t.iterator, cute.select(t.layout, mode=bshd_to_sdhb))
+            for t in (mQ, mK, mV, mO)
+        ]
+        mLSE = cute.make_tensor(mLSE.iterator, cute.select(mLSE.layout, mode=[2, 1, 0]))
+
+        tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
+        sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
+        sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
+        sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
+        sO_layout = sQ_layout
+
+        @cute.struct
+        class SharedStorage:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
+            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+
+        self.shared_storage = SharedStorage
+
+        load_op = cpasync.CopyBulkTensorTileG2SOp()
+        store_op = cpasync.CopyBulkTensorTileS2GOp()
+        tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_layout, (self.tile_m, self.hdim))
+        tma_k, tK = cpasync.make_tiled_tma_atom(
+            load_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.hdim)
+        )
+        tma_v, tV = cpasync.make_tiled_tma_atom(
+            load_op, mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.hdim)
+        )
+        tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_layout, (self.tile_m, self.hdim))
+        # Facts the launch contract needs and the cubin does not hold.
+        self.dynamic_smem_bytes = SharedStorage.size_in_bytes()
+        self.tma_boxes = {
+            name: (_inner_cols(layout), rows)
+            for name, layout, rows in (
+                ("q", sQ_layout, self.tile_m), ("k", sK_layout, self.tile_n),
+                ("v", sV_layout, self.tile_n), ("o", sO_layout, self.tile_m),
+            )
+        }
+
+        grid = (cute.ceil_div(cute.size(mQ.shape[0]), self.tile_m), cute.size(mQ.shape[2]), cute.size(mQ.shape[3]))
+        self.kernel(
+            tQ, tK, tV, tO, mLSE,
+            tma_q, tma_k, tma_v, tma_o,
+            softmax_scale_log2,
+            sQ_layout, sK_layout, sV_layout, sO_layout,
+            tiled_mma_qk, tiled_mma_pv,
+        ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
+
+    # ---------------------------------------------------------------- device side
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        tma_q: cute.CopyAtom,
+        tma_k: cute.CopyAtom,
+        tma_v: cute.CopyAtom,
+        tma_o: cute.CopyAtom,
+        softmax_scale_log2: Float32,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        sO_layout: cute.ComposedLayout,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+    ):
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        tidx, _, _ = cute.arch.thread_idx()
+        m_block, head, batch = cute.arch.block_idx()
+
+        if warp_idx == 0:
+            for atom in (tma_q, tma_k, tma_v, tma_o):
+                cpasync.prefetch_descriptor(atom)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
+        q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
+        kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
+            producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
+        )
+        pipe_k = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages,
+            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
+        )
+        pipe_v = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
+            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
+        )
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        # O goes out through Q's buffer: each warpgroup overwrites only the Q rows it read.
+        sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
+
+        seqlen_q = mQ.shape[0]
+        seqlen_k = mK.shape[0]
+        head_kv = head // (mQ.shape[2] // mK.shape[2])
+        n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
+        if const_expr(self.causal):
+            # Last key any row of this tile may see: (m_block+1)*tile_m - 1 + seqlen_k - seqlen_q.
+            # A tile whose rows see no key still visits block 0, fully masked: O = 0, LSE = -inf.
+            last_key = (m_block + 1) * self.tile_m + seqlen_k - seqlen_q
+            n_block_max = cutlass.max(
+                cutlass.min(n_block_max, (last_key + self.tile_n - 1) // self.tile_n), 1
+            )
+
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp_idx == 0:
+                self.produce(
+                    mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v,
+                    pipe_q, pipe_k, pipe_v, m_block, head, head_kv, batch, n_block_max,
+                )
+        else:
+            cute.arch.setmaxregister_increase(self.consumer_regs)
+            self.consume(
+                mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
+                pipe_q, pipe_k, pipe_v, softmax_scale_log2,
+                tidx - 128, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
+            )
+
+    @cute.jit
+    def produce(
+        self, mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v,
+        pipe_q, pipe_k, pipe_v, m_block, head, head_kv, batch, n_block_max,
+    ):
+        gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
+        gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
+        gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
+        one = cute.make_layout(1)
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_q, 0, one, cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+        )
+        tKsK, tKgK = cpasync.tma_partition(
+            tma_k, 0, one, cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2)
+        )
+        tVsV, tVgV = cpasync.tma_partition(
+            tma_v, 0, one, cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2)
+        )
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+
+        # K of the first block goes out before Q: both are needed for the first GEMM.
+        pipe_k.producer_acquire(kv_state)
+        cute.copy(tma_k, tKgK[None, n_block_max - 1], tKsK[None, kv_state.index],
+                  tma_bar_ptr=pipe_k.producer_get_barrier(kv_state))
+        pipe_q.producer_acquire(q_state)
+        cute.copy(tma_q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+
+        if const_expr(self.overlap):
+            # Consumers take K[j] then V[j+1]: load in that order.
+            for i in cutlass.range(n_block_max - 1, unroll=1):
+                n_block = n_block_max - 1 - i
+                v_state = kv_state.clone()
+                kv_state.advance()
+                pipe_k.producer_acquire(kv_state)
+                cute.copy(tma_k, tKgK[None, n_block - 1], tKsK[None, kv_state.index],
+                          tma_bar_ptr=pipe_k.producer_get_barrier(kv_state))
+                pipe_v.producer_acquire(v_state)
+                cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
+                          tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
+            pipe_v.producer_acquire(kv_state)
+            cute.copy(tma_v, tVgV[None, 0], tVsV[None, kv_state.index],
+                      tma_bar_ptr=pipe_v.producer_get_barrier(kv_state))
+            kv_state.advance()
+        else:
+            for i in cutlass.range(n_block_max, unroll=1):
+                n_block = n_block_max - 1 - i
+                if i > 0:
+                    pipe_k.producer_acquire(kv_state)
+                    cute.copy(tma_k, tKgK[None, n_block], tKsK[None, kv_state.index],
+                              tma_bar_ptr=pipe_k.producer_get_barrier(kv_state))
+                pipe_v.producer_acquire(kv_state)
+                cute.copy(tma_v, tVgV[None, n_block], tVsV[None, kv_state.index],
+                          tma_bar_ptr=pipe_v.producer_get_barrier(kv_state))
+                kv_state.advance()
+        # Keep the CTA alive until the consumers released every slot we filled.
+        pipe_v.producer_tail(kv_state)
+
+    # ------------------------------------------------------------------ consumers
+    @cute.jit
+    def consume(
+        self, mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
+        pipe_q, pipe_k, pipe_v, softmax_scale_log2,
+        tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
+    ):
+        wg = cute.arch.make_warp_uniform(tidx // 128)
+        wg_first_thread = cute.make_layout(self.num_wg, stride=128)
+        wg_mma_qk = tiled_mma_qk.get_slice(wg_first_thread(wg))
+        wg_mma_pv = tiled_mma_pv.get_slice(wg_first_thread(wg))
+        thr_mma_qk = tiled_mma_qk.get_slice(tidx)
+
+        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+        sVt = transpose_view(sV)
+        tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
+        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim)), Float32)
+        tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
+        s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
+
+        coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
+        softmax = OnlineSoftmax(softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]))
+
+        def gemm_qk(stage):
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True)
+            return acc_S
+
+        def gemm_pv(stage, zero_init):
+            self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
+
+        def mask(acc_S, n_block, causal):
+            apply_mask(acc_S, coords_rc, m_block, n_block, seqlen_q, seqlen_k,
+                       self.tile_m, self.tile_n, causal)
+
+        def to_p(acc_S):
+            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+
+        if const_expr(self.pingpong):
+            # Warpgroup 1 goes first: open its own schedule barrier once.
+            if wg == 0:
+                cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1), number_of_threads=2 * 128)
+
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        pipe_q.consumer_wait(q_state)
+
+        acc_O.fill(0.0)
+        # Blocks needing a causal mask: those reaching past the diagonal of the first row.
+        n_block_causal = n_block_max
+        if const_expr(self.causal):
+            n_block_causal = cutlass.max(
+                (m_block * self.tile_m + seqlen_k - seqlen_q) // self.tile_n, 0
+            )
+        # First block: S, mask (key tail and diagonal), softmax; no PV yet.
+        n_block = n_block_max - 1
+        pipe_k.consumer_wait(kv_state)
+        acc_S = gemm_qk(kv_state.index)
+        warpgroup.wait_group(0)
+        pipe_k.consumer_release(kv_state)
+        mask(acc_S, n_block, self.causal)
+        softmax.step(acc_S, is_first=True)
+        to_p(acc_S)
+
+        if const_expr(self.overlap):
+            n_masked = 0
+            if const_expr(self.causal):
+                n_masked = cutlass.max(cutlass.min(n_block_max - 1 - n_block_causal, n_block_max - 1), 0)
+            for i in cutlass.range(n_masked, unroll=1):
+                kv_state = self.overlapped_step(
+                    kv_state, n_block_max - 2 - i, gemm_qk, gemm_pv, mask, to_p, softmax,
+                    acc_O, pipe_k, pipe_v, wg, True,
+                )
+            for i in cutlass.range(n_block_max - 1 - n_masked, unroll=1):
+                kv_state = self.overlapped_step(
+                    kv_state, n_block_max - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
+                    softmax, acc_O, pipe_k, pipe_v, wg, False,
+                )
+            # Last PV.
+            pipe_v.consumer_wait(kv_state)
+            gemm_pv(kv_state.index, False)
+            warpgroup.wait_group(0)
+            pipe_v.consumer_release(kv_state)
+            kv_state.advance()
+        else:
+            pipe_v.consumer_wait(kv_state)
+            gemm_pv(kv_state.index, False)
+            warpgroup.wait_group(0)
+            pipe_v.consumer_release(kv_state)
+            kv_state.advance()
+            for i in cutlass.range(n_block_max - 1, unroll=1):
+                n_block = n_block_max - 2 - i
+                pipe_k.consumer_wait(kv_state)
+                acc_S = gemm_qk(kv_state.index)
+                warpgroup.wait_group(0)
+                pipe_k.consumer_release(kv_state)
+                if n_block >= n_block_causal:
+                    mask(acc_S, n_block, True)
+                row_scale = softmax.step(acc_S, is_first=False)
+                rescale_rows(acc_O, row_scale)
+                to_p(acc_S)
+                pipe_v.consumer_wait(kv_state)
+                gemm_pv(kv_state.index, False)
+                warpgroup.wait_group(0)
+                pipe_v.consumer_release(kv_state)
+                kv_state.advance()
+
+        inv_sum, lse = softmax.finish()
+        rescale_rows(acc_O, inv_sum)
+        self.epilogue(acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
+
+    @cute.jit
+    def overlapped_step(
+        self, kv_state, n_block, gemm_qk, gemm_pv, mask, to_p, softmax, acc_O,
+        pipe_k, pipe_v, wg, causal_mask: cutlass.Constexpr[bool],
+    ):
+        """QK^T of block n_block runs while PV of the previous block and this softmax do."""
+        v_state = kv_state.clone()
+        kv_state.advance()
+        pipe_k.consumer_wait(kv_state)
+        self.schedule_wait(wg)
+        acc_S = gemm_qk(kv_state.index)  # in flight
+        pipe_v.consumer_wait(v_state)
+        gemm_pv(v_state.index, False)  # in flight behind it
+        self.schedule_pass(wg)
+        warpgroup.wait_group(1)  # S is ready; PV still running
+        pipe_k.consumer_release(kv_state)
+        if const_expr(causal_mask):
+            mask(acc_S, n_block, True)
+        row_scale = softmax.step(acc_S, is_first=False)
+        warpgroup.wait_group(0)
+        pipe_v.consumer_release(v_state)
+        to_p(acc_S)
+        rescale_rows(acc_O, row_scale)
+        return kv_state
+
+    def schedule_wait(self, wg):
+        if const_expr(self.pingpong):
+            cute.arch.barrier(barrier_id=int(Barrier.SCHEDULE_WG1) + wg, number_of_threads=2 * 128)
+
+    def schedule_pass(self, wg):
+        if const_expr(self.pingpong):
+            nxt = wg + 1
+            if const_expr(self.num_wg == 2):
+                nxt = 1 - wg
+            else:
+                nxt = nxt % self.num_wg
+            cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1) + nxt, number_of_threads=2 * 128)
+
+    @cute.jit
+    def wgmma(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr[bool]):
+        """Issue one warpgroup GEMM over all K slices and commit it; the caller waits."""
+        warpgroup.fence()
+        atom = cute.make_mma_atom(tiled_mma.op)
+        atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+        for k in cutlass.range_constexpr(cute.size(tA.shape[2])):
+            cute.gemm(atom, acc, tA[None, None, k], tB[None, None, k], acc)
+            atom.set(warpgroup.Field.ACCUMULATE, True)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def epilogue(self, acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
+        rO = cute.make_rmem_tensor(acc_O.shape, self.dtype)
+        rO.store(acc_O.load().to(self.dtype))
+        # Every consumer warpgroup is past its last GEMM on Q before O overwrites the buffer.
+        cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
+        store_atom = smem_store_atom(self.dtype)
+        thr_store = cute.make_tiled_copy_C(store_atom, tiled_mma_pv).get_slice(tidx)
+        cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sO))
+
+        # LSE: the thread holding column 0 of a row writes that row.
+        thr_mma = tiled_mma_pv.get_slice(tidx)
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        if cO[0, 0][1] == 0:
+            for r in cutlass.range_constexpr(cute.size(lse)):
+                row = m_block * self.tile_m + cO[r, 0][0]
+                if row < seqlen_q:
+                    mLSE[row, head, batch] = lse[r]
+
+        # The TMA engine reads sO: make the stmatrix writes visible to the async proxy.
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
+        if tidx == 0:
+            gO = cute.local_tile(mO[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
+            tOsO, tOgO = cpasync.tma_partition(
+                tma_o, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2), cute.group_modes(gO, 0, 2)
+            )
+            cute.copy(tma_o, tOsO, tOgO)
+            cute.arch.cp_async_bulk_commit_group()
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+
+def _inner_cols(layout) -> int:
+    """Columns of one swizzle atom: the TMA box's innermost extent (one copy per atom column)."""
+    cols = layout.outer.shape[1]
+    return cols[0] if isinstance(cols, tuple) else cols

@@ -1,0 +1,76 @@
+"""Online softmax over one consumer warpgroup's S fragment, in the exp2 domain.
+
+Each thread holds two rows (r, r+8) of the 64-row slab; a row's columns are spread over
+the 4 threads of a quad, so row reductions finish with two butterfly shuffles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+
+from .layouts import acc_as_rows_cols
+
+LN2 = math.log(2.0)
+
+
+class OnlineSoftmax:
+    def __init__(self, scale_log2: Float32, rows: int):
+        self.scale_log2 = scale_log2
+        self.rows = rows
+        self.row_max = cute.make_rmem_tensor(rows, Float32)
+        self.row_sum = cute.make_rmem_tensor(rows, Float32)
+
+    @cute.jit
+    def step(self, acc_S: cute.Tensor, is_first: cutlass.Constexpr[bool]) -> cute.Tensor:
+        """Turn S into unnormalised P in place; return each row's factor for O."""
+        s_rc = acc_as_rows_cols(acc_S)
+        row_scale = cute.make_rmem_tensor(self.rows, Float32)
+        for r in cutlass.range_constexpr(self.rows):
+            row = s_rc[r, None].load()
+            m_local = row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)
+            if cutlass.const_expr(not is_first):
+                m_local = cute.arch.fmax(m_local, self.row_max[r])
+            m_new = cute.arch.warp_reduction_max(m_local, threads_in_group=4)
+            m_prev = self.row_max[r]
+            self.row_max[r] = m_new
+            # A row with every key masked so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
+            m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
+            p = cute.math.exp2(row * self.scale_log2 - m_safe * self.scale_log2, fastmath=True)
+            s_rc[r, None].store(p)
+            p_sum = p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+            if cutlass.const_expr(is_first):
+                row_scale[r] = Float32(1.0)
+                self.row_sum[r] = p_sum
+            else:
+                scale = cute.math.exp2((m_prev - m_safe) * self.scale_log2, fastmath=True)
+                row_scale[r] = scale
+                self.row_sum[r] = self.row_sum[r] * scale + p_sum
+        return row_scale
+
+    @cute.jit
+    def finish(self) -> tuple[cute.Tensor, cute.Tensor]:
+        """(1/row_sum per row, natural-log LSE per row); fully masked rows give O = 0, LSE = -inf."""
+        inv = cute.make_rmem_tensor(self.rows, Float32)
+        lse = cute.make_rmem_tensor(self.rows, Float32)
+        for r in cutlass.range_constexpr(self.rows):
+            total = cute.arch.warp_reduction_sum(self.row_sum[r], threads_in_group=4)
+            empty = total == Float32(0.0) or total != total
+            inv[r] = Float32(0.0) if empty else cute.arch.rcp_approx(total)
+            lse[r] = (
+                -Float32.inf
+                if empty
+                else (self.row_max[r] * self.scale_log2 + cute.math.log2(total, fastmath=True)) * LN2
+            )
+        return inv, lse
+
+
+@cute.jit
+def rescale_rows(acc_O: cute.Tensor, row_scale: cute.Tensor):
+    """Multiply each row of an accumulator fragment by its factor."""
+    o_rc = acc_as_rows_cols(acc_O)
+    for r in cutlass.range_constexpr(cute.size(row_scale)):
+        o_rc[r, None].store(o_rc[r, None].load() * row_scale[r])

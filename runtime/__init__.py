@@ -1,0 +1,25 @@
+"""cubinforge.runtime: launch registry cubins with the CUDA driver API, torch-free.
+
+Depends only on the standard library and ``cuda-bindings`` (imported on first GPU use).
+Arrays come in through DLPack, ``__cuda_array_interface__`` or raw pointers.
+
+    from cubinforge.runtime import flash_attn_func, last_launch
+    out, lse = flash_attn_func(q, k, v, causal=True)
+"""
+
+from .arrays import DeviceArray, OwnedDeviceArray, as_device_array
+from .attention import clear_cache, flash_attn_func, select_attention_variant
+from .contract import Contract, bind, evaluate, load_contract
+from .errors import (ContractError, CubinforgeError, CudaError, DriverUnavailable, InputError,
+                     IntegrityError, VariantNotFound)
+from .launcher import Kernel, LaunchRecord, last_launch
+from .registry_source import LocalSource, Manifest, Source, load_manifest, select
+
+__all__ = [
+    "flash_attn_func", "select_attention_variant", "last_launch", "clear_cache",
+    "Kernel", "LaunchRecord", "DeviceArray", "OwnedDeviceArray", "as_device_array",
+    "Contract", "load_contract", "bind", "evaluate",
+    "Manifest", "Source", "LocalSource", "load_manifest", "select",
+    "CubinforgeError", "ContractError", "InputError", "VariantNotFound", "IntegrityError",
+    "CudaError", "DriverUnavailable",
+]
