@@ -1,0 +1,49 @@
+"""Tables the service owns. Schema changes go through Alembic (service/migrations)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class PublishedVariant(Base):
+    """One published artifact: the manifest as uploaded plus indexed copies of its axes."""
+    __tablename__ = "service_variants"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    family: Mapped[str] = mapped_column(String(64), index=True)
+    arch: Mapped[str] = mapped_column(String(16), index=True)
+    dtype: Mapped[str] = mapped_column(String(16))
+    head_dim: Mapped[int] = mapped_column(Integer)
+    causal: Mapped[bool] = mapped_column(Boolean)
+    axes: Mapped[dict] = mapped_column(JSON)
+    sha256: Mapped[str] = mapped_column(String(64), index=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    # Text, not JSON: the bytes a signature covers must come back exactly as published.
+    manifest_json: Mapped[str] = mapped_column(Text)
+    signed_by: Mapped[str] = mapped_column(String(400), default="")
+    yanked: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    yank_reason: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    publisher: Mapped[str | None] = mapped_column(String(128), nullable=True)
+
+
+class ApiToken(Base):
+    """A write-API bearer token, stored as its sha256 (tokens are 256-bit random, so no KDF)."""
+    __tablename__ = "service_api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)

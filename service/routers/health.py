@@ -1,0 +1,38 @@
+"""GET /healthz (database and blob store reachable) and GET /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import APIRouter, Request, Response
+from sqlalchemy import text
+
+from ..metrics import render
+from ..schemas import Health
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+def healthz(request: Request, response: Response):
+    st = request.app.state
+    db, blobs, n = "ok", "ok", 0
+    try:
+        with st.db.sessions() as s:
+            s.execute(text("SELECT 1"))
+            n = st.store.count(s)
+    except Exception as e:  # health must report, not raise
+        db = f"error: {type(e).__name__}"
+    root = st.blobs.root
+    if not (root.is_dir() and os.access(root, os.W_OK)):
+        blobs = f"error: {root} is not a writable folder"
+    ok = db == "ok" and blobs == "ok"
+    if not ok:
+        response.status_code = 503
+    return {"status": "ok" if ok else "degraded", "database": db, "blobs": blobs, "variants": n}
+
+
+@router.get("/metrics", response_class=Response, summary="Prometheus metrics (text exposition format)")
+def metrics():
+    body, ctype = render()
+    return Response(body, media_type=ctype)

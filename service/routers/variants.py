@@ -1,0 +1,75 @@
+"""GET /v1/variants (filtered, paged) and GET /v1/variants/{name}; yank."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from sqlalchemy.orm import Session
+
+from ..auth import require_writer, session_dep
+from ..errors import APIError
+from ..schemas import (ARCH_PATTERN, FAMILY_PATTERN, NAME_PATTERN, ErrorResponse, VariantDetail, VariantPage,
+                       YankRequest, YankResponse)
+
+router = APIRouter(prefix="/v1/variants", tags=["variants"])
+NameParam = Path(pattern=NAME_PATTERN, max_length=128, description="the variant's canonical name")
+
+
+def _not_found(name: str) -> APIError:
+    return APIError(404, "variant_not_found", f"no variant named {name!r}; list them with GET /v1/variants")
+
+
+@router.get("", response_model=VariantPage, summary="List variants, filtered by axes, paged")
+def list_variants(
+    request: Request,
+    family: str | None = Query(None, pattern=FAMILY_PATTERN),
+    arch: str | None = Query(None, pattern=ARCH_PATTERN),
+    dtype: str | None = Query(None, max_length=16),
+    head_dim: int | None = Query(None, ge=1, le=4096),
+    causal: bool | None = None,
+    varlen: bool | None = None,
+    paged_kv: bool | None = None,
+    pack_gqa: bool | None = None,
+    split_kv: bool | None = None,
+    include_yanked: bool = Query(False, description="also list yanked variants"),
+    limit: int = Query(100, ge=1, le=1000),
+    offset: int = Query(0, ge=0, le=2**31 - 1),
+    s: Session = Depends(session_dep),
+):
+    filters = dict(family=family, arch=arch, dtype=dtype, head_dim=head_dim, causal=causal, varlen=varlen,
+                   paged_kv=paged_kv, pack_gqa=pack_gqa, split_kv=split_kv)
+    recs, total = request.app.state.store.list(s, filters, include_yanked, limit, offset)
+    nxt = offset + len(recs) if offset + len(recs) < total else None
+    return {"items": [r.summary() for r in recs], "total": total, "limit": limit, "offset": offset,
+            "next_offset": nxt}
+
+
+@router.get("/{name}", response_model=VariantDetail, summary="One variant: manifest, launch contract, status",
+            responses={404: {"model": ErrorResponse}, 304: {"description": "unchanged since the ETag given"}})
+def get_variant(request: Request, response: Response, name: str = NameParam, s: Session = Depends(session_dep)):
+    rec = request.app.state.store.get(s, name)
+    if rec is None:
+        raise _not_found(name)
+    body = {"variant": rec.name, "yanked": rec.yanked, "yank_reason": rec.yank_reason,
+            "published_at": rec.published_at.isoformat() if rec.published_at else None,
+            "blob_url": f"/v1/blobs/{rec.sha256}", "manifest": rec.manifest}
+    raw = json.dumps(body, sort_keys=True).encode()
+    # Weak validator over the whole answer: it changes when the variant is yanked or re-signed.
+    etag = f'W/"{hashlib.sha256(raw).hexdigest()[:32]}"'
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    inm = request.headers.get("if-none-match")
+    if inm and any(t.strip() in (etag, etag[2:], "*") for t in inm.split(",")):
+        return Response(status_code=304, headers=headers)
+    return Response(raw, media_type="application/json", headers=headers)
+
+
+@router.post("/{name}/yank", response_model=YankResponse, summary="Hide a variant from select (kept, downloadable)",
+             responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+def yank_variant(request: Request, name: str = NameParam, body: YankRequest | None = Body(None),
+                 who: str = Depends(require_writer), s: Session = Depends(session_dep)):
+    rec = request.app.state.store.yank(s, name, body.reason if body else None)
+    if rec is None:
+        raise _not_found(name)
+    return {"variant": rec.name, "yanked": True, "reason": rec.yank_reason}
