@@ -23,14 +23,14 @@ def _i32_struct(name: str, ordinal: int, values: list[str]) -> dict:
 
 
 def _tensormap(name: str, ordinal: int, tensor: str, dtype: str, box: tuple[int, int], swizzle: int) -> dict:
+    # align 16: offsets are relative to the parameter block, whose base the driver places so
+    # that the map itself lands 64-byte aligned (the cubin puts tma_q at offset 112).
     return {
-        "name": name, "ordinal": ordinal, "kind": "tensormap", "size": 128, "align": 64,
-        "tensormap": {
-            "tensor": tensor, "dtype": dtype, "dims": TMA_DIM_ORDER,
-            "box": [box[0], box[1], 1, 1], "element_strides": [1, 1, 1, 1],
-            "interleave": "none", "swizzle": SWIZZLE_NAMES[swizzle],
-            "l2_promotion": "128B", "oob_fill": "none",
-        },
+        "name": name, "ordinal": ordinal, "kind": "tensormap", "size": 128, "align": 16,
+        "tensor": tensor, "dtype": dtype, "dims": TMA_DIM_ORDER,
+        "box": [box[0], box[1], 1, 1], "element_strides": [1, 1, 1, 1],
+        "interleave": "none", "swizzle": SWIZZLE_NAMES[swizzle],
+        "l2_promotion": "128B", "oob_fill": "none",
     }
 
 

@@ -1,0 +1,133 @@
+// Choosing a variant on the same axes, with the same rules, as the Python runtime
+// (runtime/registry_source.py `select`): the family, then every requested axis equal, with
+// varlen/paged_kv/pack_gqa/split_kv false unless asked; among several matches the first by
+// name (the bundle is sorted by name). A miss says which requested value no variant has and
+// which variants are nearest, so a caller sees at once what to build.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cubinforge/contract.h"
+#include "cubinforge/status.h"
+
+namespace cubinforge {
+
+// Requested axis values, in canonical form ("128", "true", "bf16"); axes not set match any.
+class Query {
+ public:
+  // The family plus the runtime's default axes (runtime/registry_source.py DEFAULT_AXES).
+  explicit Query(std::string family = "fa3_fwd") : family_(std::move(family)) {
+    set("varlen", false).set("paged_kv", false).set("pack_gqa", false).set("split_kv", false);
+  }
+
+  Query& set(const std::string& key, const std::string& value) {
+    for (auto& kv : items_)
+      if (kv.first == key) { kv.second = value; return *this; }
+    items_.emplace_back(key, value);
+    return *this;
+  }
+  Query& set(const std::string& key, const char* value) { return set(key, std::string(value)); }
+  Query& set(const std::string& key, bool value) { return set(key, std::string(value ? "true" : "false")); }
+  Query& set(const std::string& key, int value) { return set(key, std::to_string(value)); }
+  Query& set(const std::string& key, long long value) { return set(key, std::to_string(value)); }
+
+  const std::string& family() const { return family_; }
+  const std::vector<std::pair<std::string, std::string>>& items() const { return items_; }
+
+  std::string to_string() const {
+    std::string s;
+    for (const auto& kv : items_) s += (s.empty() ? "" : ", ") + kv.first + "=" + kv.second;
+    return s;
+  }
+
+ private:
+  std::string family_;
+  std::vector<std::pair<std::string, std::string>> items_;
+};
+
+// The usual attention query: the device's arch, dtype, head_dim, causal.
+inline Query attention_query(const std::string& arch, const std::string& dtype, int head_dim, bool causal) {
+  Query q;
+  q.set("arch", arch).set("dtype", dtype).set("head_dim", head_dim).set("causal", causal);
+  return q;
+}
+
+namespace detail {
+
+inline bool axis_matches(const Variant& v, const std::string& key, const std::string& value) {
+  const char* have = axis_value(v, key.c_str());
+  return have != nullptr && value == have;
+}
+
+inline int count_differences(const Variant& v, const Query& q) {
+  int n = 0;
+  for (const auto& kv : q.items()) n += !axis_matches(v, kv.first, kv.second);
+  return n;
+}
+
+}  // namespace detail
+
+constexpr int kNearestShown = 8;
+
+inline Status select(const Bundle& bundle, const Query& q, const Variant** out) {
+  *out = nullptr;
+  std::vector<const Variant*> family;
+  for (int i = 0; i < bundle.count; ++i)
+    if (q.family().empty() || q.family() == bundle.variants[i].family) family.push_back(&bundle.variants[i]);
+  for (const Variant* v : family)
+    if (detail::count_differences(*v, q) == 0) { *out = v; return Status::Ok(); }
+
+  std::string msg = "no " + q.family() + " variant with " + q.to_string() + " in this bundle.";
+  if (family.empty()) {
+    msg += " The bundle holds no " + q.family() + " variants at all (" + std::to_string(bundle.count) +
+           " variants of other families).";
+    return Status(CUDA_ERROR_NOT_FOUND, msg);
+  }
+  // What is missing: a requested value that no variant has, with the values there are.
+  for (const auto& kv : q.items()) {
+    std::vector<std::string> have;
+    bool found = false;
+    for (const Variant* v : family) {
+      const char* value = axis_value(*v, kv.first.c_str());
+      const std::string s = value ? value : "(none)";
+      found = found || s == kv.second;
+      if (std::find(have.begin(), have.end(), s) == have.end()) have.push_back(s);
+    }
+    if (found) continue;
+    std::sort(have.begin(), have.end());
+    std::string list;
+    for (const auto& s : have) list += (list.empty() ? "" : ", ") + s;
+    msg += " No " + q.family() + " variant has " + kv.first + "=" + kv.second + " (available: " + list + ").";
+  }
+  // The nearest: the variants with the fewest differing axes, each with what differs.
+  std::stable_sort(family.begin(), family.end(), [&](const Variant* a, const Variant* b) {
+    return detail::count_differences(*a, q) < detail::count_differences(*b, q);
+  });
+  const int best = detail::count_differences(*family.front(), q);
+  msg += " Nearest:";
+  for (size_t n = 0; n < family.size() && n < static_cast<size_t>(kNearestShown); ++n) {
+    const Variant& v = *family[n];
+    if (detail::count_differences(v, q) != best) break;
+    std::string diff;
+    for (const auto& kv : q.items()) {
+      if (detail::axis_matches(v, kv.first, kv.second)) continue;
+      const char* have = axis_value(v, kv.first.c_str());
+      diff += (diff.empty() ? "" : ", ") + kv.first + "=" + (have ? have : "(none)");
+    }
+    msg += std::string(n ? ";" : "") + " " + v.name + " (differs in " + diff + ")";
+  }
+  return Status(CUDA_ERROR_NOT_FOUND, msg);
+}
+
+// A variant by its canonical name.
+inline Status find_variant(const Bundle& bundle, const char* name, const Variant** out) {
+  for (int i = 0; i < bundle.count; ++i)
+    if (names_equal(bundle.variants[i].name, name)) { *out = &bundle.variants[i]; return Status::Ok(); }
+  *out = nullptr;
+  return Status(CUDA_ERROR_NOT_FOUND, "no variant named " + std::string(name) + " in the bundle");
+}
+
+}  // namespace cubinforge
