@@ -1,0 +1,143 @@
+"""``flash_attn_func``: FlashAttention forward over the registry's ``fa3_fwd`` variants.
+
+Layout as FlashAttention's: q (batch, seqlen_q, heads_q, head_dim), k and v (batch, seqlen_k,
+heads_kv, head_dim); o like q; lse float32 (batch, heads_q, seqlen_q), natural log. The
+inputs are checked here, before any variant is chosen, so errors speak of attention, not of
+kernel parameters; the chosen variant's contract then checks what it alone requires.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from . import driver
+from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, as_device_array
+from .errors import InputError
+from .launcher import Kernel, resolve_devices
+from .registry_source import Manifest, Source, default_source, select
+
+FAMILY = "fa3_fwd"
+_kernels: dict[tuple, Kernel] = {}
+_kernels_lock = threading.Lock()
+
+
+def select_attention_variant(dtype: str, head_dim: int, causal: bool = False, *, arch: str | None = None,
+                             device: int = 0, source: Source | None = None) -> Manifest:
+    """The manifest ``flash_attn_func`` would launch for these inputs (no launch, no GPU needed
+    when ``arch`` is given)."""
+    arch = arch or driver.device_arch(device)
+    return select(FAMILY, {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal)},
+                  source=source)
+
+
+def _kernel(arch: str, dtype: str, head_dim: int, causal: bool, source: Source | None) -> Kernel:
+    key = (id(source) if source is not None else None, arch, dtype, head_dim, causal)
+    k = _kernels.get(key)
+    if k is None:
+        with _kernels_lock:
+            k = _kernels.get(key)
+            if k is None:
+                m = select_attention_variant(dtype, head_dim, causal, arch=arch, source=source)
+                k = _kernels[key] = Kernel.from_manifest(m, source or default_source())
+    return k
+
+
+def clear_cache() -> None:
+    """Forget chosen variants (e.g. after the registry changed)."""
+    with _kernels_lock:
+        _kernels.clear()
+
+
+def _check_layout(name: str, a: DeviceArray, inner_contiguous: bool = True, align: int = 16) -> None:
+    if inner_contiguous and a.strides[-1] != 1 and a.shape[-1] != 1:
+        raise InputError(f"{name}: the last dimension (head_dim) must be contiguous (stride 1); "
+                         f"strides are {a.strides} elements - call .contiguous() on it")
+    if a.ptr % align:
+        raise InputError(f"{name}: base pointer 0x{a.ptr:x} is not {align}-byte aligned "
+                         f"(offset {a.ptr % align}); slice at a {align}-byte boundary or copy it")
+    for i, s in enumerate(a.strides[:-1]):
+        if (s * a.itemsize) % align:
+            raise InputError(f"{name}: stride[{i}] is {s} elements = {s * a.itemsize} B, not a multiple "
+                             f"of {align} B; pad that dimension or copy the tensor")
+
+
+def _check_inputs(q: DeviceArray, k: DeviceArray, v: DeviceArray) -> None:
+    for n, a in (("q", q), ("k", k), ("v", v)):
+        if a.ndim != 4:
+            raise InputError(f"{n} must be (batch, seqlen, heads, head_dim); got {a.ndim} dims {a.shape}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise InputError(f"q, k, v must share one dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if k.shape != v.shape:
+        raise InputError(f"k and v must have the same shape; got k {k.shape}, v {v.shape}")
+    if q.shape[0] != k.shape[0]:
+        raise InputError(f"batch differs: q.shape[0] = {q.shape[0]}, k.shape[0] = {k.shape[0]}")
+    if q.shape[3] != k.shape[3]:
+        raise InputError(f"head_dim differs: q.shape[3] = {q.shape[3]}, k.shape[3] = {k.shape[3]}")
+    hq, hkv = q.shape[2], k.shape[2]
+    if hkv == 0 or hq % hkv:
+        raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv}) (GQA/MQA)")
+    for n, a in (("q", q), ("k", k), ("v", v)):
+        _check_layout(n, a)
+
+
+def _padded_strides(shape, row_align_elems: int) -> tuple:
+    """Row-major strides whose non-innermost entries are multiples of ``row_align_elems``."""
+    strides, acc = [], 1
+    for i, n in enumerate(reversed(shape)):
+        if i > 0:
+            acc = -(-acc // row_align_elems) * row_align_elems
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
+                    out: Any = None, lse: Any = None, stream: Any = None, *, source: Source | None = None):
+    """Attention forward: returns (out, lse).
+
+    Arrays may be anything exporting ``__dlpack__`` or ``__cuda_array_interface__``, or
+    DeviceArrays. Without ``out``/``lse``, they are allocated stream-ordered on ``stream`` and
+    returned as arrays exporting both protocols; with them given, nothing is allocated and
+    nothing synchronises (the call can be captured in a CUDA graph). ``causal`` masks are
+    aligned bottom-right when seqlen_q != seqlen_k."""
+    handle, _keep = driver.resolve_stream(stream)
+    arrays = {"q": q, "k": k, "v": v}
+    if out is not None:
+        arrays["o"] = out
+    if lse is not None:
+        arrays["lse"] = lse
+    arrays = {n: as_device_array(a, stream=handle, what=n) for n, a in arrays.items()}
+    qa, ka, va = arrays["q"], arrays["k"], arrays["v"]
+    _check_inputs(qa, ka, va)
+    b, sq, hq, d = qa.shape
+    if "o" in arrays:
+        o = arrays["o"]
+        if o.shape != qa.shape or o.dtype != qa.dtype:
+            raise InputError(f"out must be {qa.shape} {qa.dtype} like q; got {o.shape} {o.dtype}")
+        _check_layout("out", o)
+    if "lse" in arrays:
+        la = arrays["lse"]
+        if la.shape != (b, hq, sq) or la.dtype != "f32":
+            raise InputError(f"lse must be float32 (batch, heads_q, seqlen_q) = {(b, hq, sq)}; "
+                             f"got {la.dtype} {la.shape}")
+    arrays, device = resolve_devices(arrays)
+
+    kernel = _kernel(driver.device_arch(device), qa.dtype, d, bool(causal), source)
+    specs = kernel.contract.tensors
+    if "o" not in arrays:
+        align = specs["o"].align_bytes if "o" in specs else 16
+        arrays["o"] = OwnedDeviceArray.empty(qa.shape, qa.dtype, device, stream,
+                                             _padded_strides(qa.shape, max(1, align // qa.itemsize)))
+        out = arrays["o"]
+    if "lse" not in arrays and "lse" in specs:
+        align = specs["lse"].align_bytes
+        arrays["lse"] = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream,
+                                               _padded_strides((b, hq, sq), max(1, align // DTYPE_BYTES["f32"])))
+        lse = arrays["lse"]
+    if "lse" in arrays and "lse" not in specs:
+        raise InputError(f"{kernel.variant} does not write lse; call without lse=")
+    arrays = {n: a for n, a in arrays.items() if n in specs}
+    scalars = {} if softmax_scale is None else {"softmax_scale": float(softmax_scale)}
+    kernel.launch(arrays, scalars, stream)
+    return out, lse

@@ -1,0 +1,210 @@
+"""Finding variants: manifests and cubin blobs from a registry, read with the stdlib only.
+
+A ``Source`` lists manifest names, returns a manifest dict and returns blob bytes.
+``LocalSource`` reads ``$CUBINFORGE_HOME`` (default ``./.cubinforge``):
+``manifests/<variant>.json`` and ``blobs/sha256/<first 2 hex>/<sha256>``. An HTTP source can
+implement the same three methods later. ``select`` picks the one variant whose axes match
+what was asked; when none does, ``VariantNotFound`` says which values do not exist and
+which variants come nearest. Blobs are checked against their sha256 before use, whatever
+the source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
+
+from .contract import Contract, load_contract
+from .errors import ContractError, IntegrityError, VariantNotFound
+
+MANIFEST_VERSION = 1
+# Axes a caller may leave out: they mean "the plain kernel", never "whatever exists".
+DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False}
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+@runtime_checkable
+class Source(Protocol):
+    def list(self) -> Iterable[str]: ...
+    def get(self, name: str) -> Mapping[str, Any]: ...
+    def blob(self, sha256: str) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Manifest:
+    variant: str
+    family: str
+    axes: Mapping[str, Any]
+    cubin_sha256: str
+    cubin_size: int
+    contract: Contract
+    metadata: Mapping[str, Any]
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+
+def load_manifest(raw: Mapping[str, Any]) -> Manifest:
+    """Validate a manifest and cross-check its contract against the cubin metadata."""
+    if not isinstance(raw, Mapping):
+        raise ContractError(f"a manifest is a JSON object, got {type(raw).__name__}")
+    if raw.get("manifest_version") != MANIFEST_VERSION:
+        raise ContractError(f"manifest_version {raw.get('manifest_version')!r} is not supported "
+                            f"(this runtime reads {MANIFEST_VERSION})")
+    name = raw.get("variant")
+    where = f"manifest {name!r}"
+    for key, typ in (("variant", str), ("family", str), ("axes", Mapping), ("cubin", Mapping),
+                     ("contract", Mapping)):
+        if not isinstance(raw.get(key), typ):
+            raise ContractError(f"{where}: '{key}' is missing or not a {typ.__name__}")
+    sha = str(raw["cubin"].get("sha256", "")).lower()
+    if not _SHA_RE.match(sha):
+        raise ContractError(f"{where}: cubin.sha256 {sha!r} is not 64 hex digits")
+    contract = load_contract(raw["contract"])
+    meta = raw.get("metadata") or {}
+    # The contract is what we launch from; where the metadata also says it, they must agree.
+    for key, cval in (("entry", contract.entry), ("block", list(contract.block)),
+                      ("cluster", list(contract.cluster)), ("dynamic_smem_bytes", contract.dynamic_smem_bytes)):
+        if key in meta and meta[key] != cval:
+            raise ContractError(f"{where}: metadata.{key} = {meta[key]!r} but contract.{key} = {cval!r}")
+    if "param_table" in meta:
+        table = sorted((e["ordinal"], e["offset"], e["size"]) for e in meta["param_table"])
+        mine = [(p.ordinal, p.offset, p.size) for p in contract.params]
+        if table != mine:
+            raise ContractError(f"{where}: contract params (ordinal, offset, size) {mine} differ from the "
+                                f"cubin's parameter table {table}")
+    arch = raw["axes"].get("arch")
+    if arch is not None and arch != contract.arch:
+        raise ContractError(f"{where}: axes.arch {arch!r} but contract.arch {contract.arch!r}")
+    return Manifest(raw["variant"], raw["family"], dict(raw["axes"]), sha,
+                    int(raw["cubin"].get("size", -1)), contract, meta, raw)
+
+
+def fetch_cubin(manifest: Manifest, source: Source) -> bytes:
+    """The manifest's cubin, verified against its sha256 and size."""
+    data = source.blob(manifest.cubin_sha256)
+    got = hashlib.sha256(data).hexdigest()
+    if got != manifest.cubin_sha256:
+        raise IntegrityError(f"cubin of {manifest.variant}: sha256 is {got}, the manifest says "
+                             f"{manifest.cubin_sha256}; the blob is corrupt or was replaced - rebuild it")
+    if manifest.cubin_size >= 0 and len(data) != manifest.cubin_size:
+        raise IntegrityError(f"cubin of {manifest.variant}: {len(data)} bytes, the manifest says "
+                             f"{manifest.cubin_size}")
+    return data
+
+
+class LocalSource:
+    """The on-disk registry under ``home`` (default ``$CUBINFORGE_HOME`` or ``./.cubinforge``)."""
+
+    def __init__(self, home: str | os.PathLike | None = None):
+        self.home = Path(home or os.environ.get("CUBINFORGE_HOME") or ".cubinforge")
+        self._cache: dict[Path, tuple[int, int, dict]] = {}
+
+    def __repr__(self) -> str:
+        return f"LocalSource({str(self.home)!r})"
+
+    def list(self) -> list[str]:
+        d = self.home / "manifests"
+        if not d.is_dir():
+            return []
+        return sorted(p.stem for p in d.iterdir() if p.suffix == ".json")
+
+    def get(self, name: str) -> dict:
+        if not _NAME_RE.match(name):
+            raise VariantNotFound(f"{name!r} is not a variant name")
+        path = self.home / "manifests" / f"{name}.json"
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            raise VariantNotFound(f"no manifest {path}") from None
+        hit = self._cache.get(path)
+        if hit and hit[:2] == (st.st_mtime_ns, st.st_size):
+            return hit[2]
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ContractError(f"{path}: not valid JSON ({e})") from e
+        self._cache[path] = (st.st_mtime_ns, st.st_size, raw)
+        return raw
+
+    def blob(self, sha256: str) -> bytes:
+        if not _SHA_RE.match(sha256):
+            raise IntegrityError(f"{sha256!r} is not a sha256 hex digest")
+        path = self.home / "blobs" / "sha256" / sha256[:2] / sha256
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise IntegrityError(f"cubin blob {path} is missing from the registry") from None
+
+
+def default_source() -> LocalSource:
+    return LocalSource()
+
+
+def manifests(source: Source | None = None, family: str | None = None) -> tuple[list[Manifest], list[str]]:
+    """Every readable manifest (optionally of one family), and a note per unreadable one."""
+    source = source or default_source()
+    found, broken = [], []
+    for name in source.list():
+        try:
+            m = load_manifest(source.get(name))
+        except (ContractError, VariantNotFound) as e:
+            broken.append(f"{name}: {e}")
+            continue
+        if m.variant != name:
+            broken.append(f"{name}: its 'variant' field says {m.variant!r}")
+            continue
+        if family is None or m.family == family:
+            found.append(m)
+    return found, broken
+
+
+def _same(a, b) -> bool:
+    # JSON true == 1 in Python; an axis value must match in kind as well as value.
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
+def _fmt(axes: Mapping) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in axes.items())
+
+
+def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | None = None,
+           **more) -> Manifest:
+    """The variant of ``family`` whose axes equal ``axes`` (plus DEFAULT_AXES for those not
+    given). Axes not asked for (scheduler, tiles) may take any value; among several such
+    matches the first by name is taken, so the choice is stable. Nothing else is substituted."""
+    want = dict(DEFAULT_AXES)
+    want.update(axes or {})
+    want.update(more)
+    source = source or default_source()
+    found, broken = manifests(source, family)
+
+    def differs(m: Manifest) -> list[str]:
+        return [k for k, v in want.items() if not _same(m.axes.get(k, DEFAULT_AXES.get(k)), v)]
+
+    matches = sorted((m for m in found if not differs(m)), key=lambda m: m.variant)
+    if matches:
+        return matches[0]
+
+    lines = [f"no {family} variant with {_fmt(want)} in {source!r}."]
+    if not found:
+        lines.append(f"The registry holds no {family} variants at all"
+                     + (" (build some: make kernels)." if not broken else "."))
+    else:
+        for k, v in want.items():
+            have = sorted({repr(m.axes.get(k, DEFAULT_AXES.get(k))) for m in found})
+            if not any(_same(m.axes.get(k, DEFAULT_AXES.get(k)), v) for m in found):
+                lines.append(f"No {family} variant has {k}={v!r} (available: {', '.join(have)}).")
+        ranked = sorted(found, key=lambda m: (len(differs(m)), m.variant))
+        best = len(differs(ranked[0]))
+        near = [m for m in ranked if len(differs(m)) == best][:8]
+        lines.append("Nearest: " + "; ".join(
+            f"{m.variant} (differs in {', '.join(f'{k}={m.axes.get(k, DEFAULT_AXES.get(k))!r}' for k in differs(m))})"
+            for m in near))
+    if broken:
+        lines.append(f"{len(broken)} manifest(s) could not be read: " + "; ".join(broken[:5]))
+    raise VariantNotFound(" ".join(lines))

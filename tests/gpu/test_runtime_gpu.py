@@ -1,0 +1,579 @@
+"""GPU tests of cubinforge.runtime against a float64 numpy reference.
+
+Every fa3_fwd variant in the local registry ($CUBINFORGE_HOME, default ./.cubinforge) that
+the device can run is launched on fresh random inputs with NaN-poisoned outputs. Inputs
+come from CuPy when it is importable, else torch. Skipped where there is no GPU or no
+variant for the device's arch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import zlib
+
+import numpy as np
+import pytest
+
+from cubinforge.runtime import (DeviceArray, InputError, Kernel, OwnedDeviceArray, as_device_array,
+                                bind, driver, flash_attn_func, last_launch, load_contract,
+                                select_attention_variant)
+from cubinforge.runtime.params import build_params
+from cubinforge.runtime.registry_source import default_source, load_manifest, manifests
+
+
+def _probe():
+    """(skip reason for any GPU test, arch, runnable fa3_fwd manifests, skip reason for those)."""
+    try:
+        n = driver.device_count()
+    except Exception as e:          # no cuda-bindings, no libcuda, cuInit failed
+        return f"no usable CUDA driver ({type(e).__name__}: {e})", None, [], "no GPU"
+    if n == 0:
+        return "no CUDA device", None, [], "no GPU"
+    arch = driver.device_arch(0)
+    found, _broken = manifests(default_source(), "fa3_fwd")
+    plain = [m for m in found if m.contract.arch == arch
+             and not any(m.axes.get(a) for a in ("varlen", "paged_kv", "split_kv"))
+             and set(m.contract.tensors) <= {"q", "k", "v", "o", "lse"}]
+    if not plain:
+        return None, arch, [], f"the local registry ({default_source().home}) has no fa3_fwd variant for {arch}"
+    return None, arch, sorted(plain, key=lambda m: m.variant), None
+
+
+NO_GPU, ARCH, VARIANTS, NO_VARIANTS = _probe()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
+needs_variants = pytest.mark.skipif(NO_VARIANTS is not None, reason=NO_VARIANTS or "")
+needs_sm90 = pytest.mark.skipif(ARCH not in ("sm_90a", "sm_100a"), reason="TMA/cluster PTX needs sm_90a+")
+
+RTOL_O = 2.5e-3      # ||O - ref|| / ||ref||, bf16 and fp16
+ATOL_LSE = 1e-3      # natural log
+
+
+# --------------------------------------------------------------------------- host <-> device
+
+def _backend():
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+        return "cupy", cupy
+    except Exception:
+        import torch
+        return "torch", torch
+
+
+BACKEND, XP = _backend() if NO_GPU is None else (None, None)
+_NAN_BITS = {"bf16": (np.uint16, 0x7FC0), "fp16": (np.uint16, 0x7E00), "f32": (np.uint32, 0x7FC00000)}
+
+
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns, round to nearest even."""
+    b = x.astype(np.float32).view(np.uint32)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bits(bits: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if dtype == "fp16":
+        return bits.view(np.float16).astype(np.float64)
+    return bits.view(np.float32).astype(np.float64)
+
+
+def host_bits(x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":
+        return to_bf16_bits(x)
+    if dtype == "fp16":
+        return x.astype(np.float16).view(np.uint16)
+    return x.astype(np.float32).view(np.uint32)
+
+
+def upload(bits: np.ndarray, dtype: str):
+    """A framework array holding ``bits`` (bf16 travels as uint16 in CuPy, which lacks bf16)."""
+    if BACKEND == "cupy":
+        if dtype == "fp16":
+            return XP.asarray(bits.view(np.float16))
+        if dtype == "f32":
+            return XP.asarray(bits.view(np.float32))
+        return XP.asarray(bits)
+    t = XP.from_numpy(bits.view({"bf16": np.int16, "fp16": np.float16, "f32": np.float32}[dtype]).copy()).cuda()
+    return t.view(XP.bfloat16) if dtype == "bf16" else t
+
+
+def wrap(x, dtype: str):
+    """What the caller passes: the framework array itself, except CuPy's bf16 bits (dtype= view)."""
+    if BACKEND == "cupy" and dtype == "bf16":
+        return as_device_array(x, dtype="bf16")
+    return x
+
+
+def poisoned(shape, dtype: str):
+    np_t, nan = _NAN_BITS[dtype]
+    return upload(np.full(shape, nan, np_t), dtype)
+
+
+def download(a) -> np.ndarray:
+    """Device -> host float64 through the driver alone (independent of the framework)."""
+    a = as_device_array(a)
+    with driver.device_context(0):
+        driver.call("cuCtxSynchronize")
+        raw = np.empty(a.span_bytes, np.uint8)
+        if a.span_bytes:
+            driver.call("cuMemcpyDtoH", raw.ctypes.data, a.ptr, a.span_bytes)
+    np_t = {"bf16": np.uint16, "fp16": np.uint16, "f32": np.uint32}[a.dtype]
+    flat = raw.view(np_t)
+    view = np.lib.stride_tricks.as_strided(flat, a.shape, tuple(s * a.itemsize for s in a.strides))
+    return from_bits(np.ascontiguousarray(view), a.dtype)
+
+
+# --------------------------------------------------------------------------- reference
+
+def reference(q, k, v, scale, causal):
+    """float64 attention; q (b, sq, hq, d), k/v (b, sk, hkv, d). Causal is bottom-right aligned:
+    query i sees keys j <= i + sk - sq; a row with no key gives O = 0, LSE = -inf."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
+    kk = np.repeat(k, g, axis=2).transpose(0, 2, 3, 1)      # (b, hq, d, sk)
+    vv = np.repeat(v, g, axis=2).transpose(0, 2, 1, 3)      # (b, hq, sk, d)
+    s = np.matmul(q.transpose(0, 2, 1, 3), kk) * scale      # (b, hq, sq, sk)
+    if causal:
+        i = np.arange(sq)[:, None]
+        j = np.arange(sk)[None, :]
+        s = np.where(j <= i + sk - sq, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    empty = ~np.isfinite(m)
+    m = np.where(empty, 0.0, m)
+    p = np.exp(s - m)
+    l = p.sum(-1, keepdims=True)
+    o = np.matmul(p / np.where(l == 0, 1.0, l), vv).transpose(0, 2, 1, 3)
+    lse = np.where(empty[..., 0], -np.inf, (m + np.log(np.where(l == 0, 1.0, l)))[..., 0])
+    return o, lse
+
+
+def compare(o, lse, ref_o, ref_lse, what) -> list[str]:
+    errs = []
+    if np.isnan(o).any():
+        errs.append(f"{what}: {int(np.isnan(o).sum())} O elements never written (NaN)")
+    if np.isnan(lse).any():
+        errs.append(f"{what}: {int(np.isnan(lse).sum())} LSE elements never written (NaN)")
+    if errs:
+        return errs
+    rel = np.linalg.norm(o - ref_o) / max(np.linalg.norm(ref_o), 1e-30)
+    if not rel <= RTOL_O:
+        errs.append(f"{what}: O rel err {rel:.2e} > {RTOL_O}")
+    inf_ref = np.isinf(ref_lse)
+    if (lse[inf_ref] != ref_lse[inf_ref]).any():
+        errs.append(f"{what}: LSE of rows with no key should be -inf")
+    fin = ~inf_ref
+    if fin.any():
+        lerr = np.abs(lse[fin] - ref_lse[fin]).max()
+        if not lerr <= ATOL_LSE:
+            errs.append(f"{what}: LSE abs err {lerr:.2e} > {ATOL_LSE}")
+    return errs
+
+
+def make_inputs(rng, b, sq, sk, hq, hkv, d, dtype, packed=False):
+    """Random q, k, v (host float64 of the rounded values, device arrays). ``packed`` slices
+    q/k/v out of one (b, s, 3, h, d) tensor, so they are strided, not contiguous."""
+    if packed:
+        assert sq == sk and hq == hkv
+        bits = host_bits(rng.standard_normal((b, sq, 3, hq, d)), dtype)
+        dev = upload(bits, dtype)
+        host = from_bits(bits, dtype)
+        return [host[:, :, i] for i in range(3)], [dev[:, :, i] for i in range(3)]
+    hosts, devs = [], []
+    for shape in ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)):
+        bits = host_bits(rng.standard_normal(shape), dtype)
+        hosts.append(from_bits(bits, dtype))
+        devs.append(upload(bits, dtype))
+    return hosts, devs
+
+
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv): seqlen 1 / 17 / 1000, sq != sk both ways,
+# GQA ratios 1, 2, 4, 8, batch 1-3.
+CASES = [
+    (1, 1, 1, 4, 4),
+    (2, 17, 17, 4, 2),
+    (1, 1000, 1000, 8, 1),
+    (3, 100, 1000, 4, 1),
+    (1, 1000, 100, 2, 2),
+    (2, 128, 257, 8, 4),
+]
+
+
+@needs_variants
+@pytest.mark.parametrize("variant", [m.variant for m in VARIANTS] or ["none"])
+def test_every_variant_matches_reference(variant):
+    m = next(m for m in VARIANTS if m.variant == variant)
+    kernel = Kernel.from_manifest(m, default_source())
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    rng = np.random.default_rng(zlib.crc32(variant.encode()))
+    errs = []
+    for n, (b, sq, sk, hq, hkv) in enumerate(CASES):
+        (qh, kh, vh), (q, k, v) = make_inputs(rng, b, sq, sk, hq, hkv, d, dtype)
+        o, lse = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
+        scale = None if n % 2 else 0.7 / math.sqrt(d)
+        kernel.launch({"q": wrap(q, dtype), "k": wrap(k, dtype), "v": wrap(v, dtype),
+                       "o": wrap(o, dtype), "lse": lse},
+                      {} if scale is None else {"softmax_scale": scale})
+        ref_o, ref_lse = reference(qh, kh, vh, scale or 1 / math.sqrt(d), causal)
+        errs += compare(download(wrap(o, dtype)), download(lse), ref_o, ref_lse,
+                        f"b={b} sq={sq} sk={sk} hq={hq} hkv={hkv}")
+    assert not errs, f"{variant}:\n" + "\n".join(errs)
+
+
+def _first(dtype=None, causal=None):
+    for m in VARIANTS:
+        if (dtype is None or m.axes["dtype"] == dtype) and (causal is None or m.axes["causal"] == causal):
+            return m
+    return VARIANTS[0]
+
+
+@needs_variants
+def test_flash_attn_func_allocates_and_reports_variant():
+    m = _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    chosen = select_attention_variant(dtype, d, causal)
+    rng = np.random.default_rng(1)
+    (qh, kh, vh), (q, k, v) = make_inputs(rng, 2, 333, 333, 4, 2, d, dtype)
+    out, lse = flash_attn_func(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype), causal=causal)
+    rec = last_launch()
+    assert rec.variant == chosen.variant
+    assert len(rec.grid) == 3 and all(g >= 1 for g in rec.grid)
+    assert rec.block == tuple(chosen.contract.block)
+    assert rec.dynamic_smem_bytes == chosen.contract.dynamic_smem_bytes
+    assert out.shape == (2, 333, 4, d) and lse.shape == (2, 4, 333) and lse.dtype == "f32"
+    assert hasattr(out, "__dlpack__") and hasattr(out, "__cuda_array_interface__")
+    ref_o, ref_lse = reference(qh, kh, vh, 1 / math.sqrt(d), causal)
+    errs = compare(download(out), download(lse), ref_o, ref_lse, "allocated outputs")
+    assert not errs, "\n".join(errs)
+
+
+@needs_variants
+def test_outputs_flow_back_through_dlpack_and_cai():
+    m = _first()
+    dtype, d = m.axes["dtype"], int(m.axes["head_dim"])
+    rng = np.random.default_rng(2)
+    _, (q, k, v) = make_inputs(rng, 1, 64, 64, 2, 2, d, dtype)
+    out, lse = flash_attn_func(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype))
+    want_lse = download(lse)
+    if BACKEND == "cupy":
+        via_cai = XP.asarray(lse)                      # __cuda_array_interface__ (f32)
+        via_dlpack = XP.from_dlpack(lse)
+        np.testing.assert_array_equal(XP.asnumpy(via_cai), want_lse.astype(np.float32))
+        np.testing.assert_array_equal(XP.asnumpy(via_dlpack), want_lse.astype(np.float32))
+    else:
+        t_lse = XP.from_dlpack(lse)
+        t_out = XP.from_dlpack(out)                    # bf16/fp16 via DLPack
+        np.testing.assert_array_equal(t_lse.cpu().numpy(), want_lse.astype(np.float32))
+        np.testing.assert_array_equal(t_out.float().cpu().numpy().astype(np.float64), download(out))
+    del out, lse                                       # frees stream-ordered; must not crash
+    driver.call("cuCtxSynchronize")
+
+
+@needs_variants
+def test_given_outputs_strided_inputs_and_stream():
+    m = _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    rng = np.random.default_rng(3)
+    (qh, kh, vh), (q, k, v) = make_inputs(rng, 2, 200, 200, 4, 4, d, dtype, packed=True)
+    assert as_device_array(wrap(q, dtype)).strides[1] == 3 * 4 * d     # really strided
+    o, lse = poisoned((2, 200, 4, d), dtype), poisoned((2, 4, 200), "f32")
+    stream = XP.cuda.Stream(non_blocking=True) if BACKEND == "cupy" else XP.cuda.Stream()
+    got = flash_attn_func(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype), causal=causal,
+                          out=wrap(o, dtype), lse=lse, stream=stream)
+    assert got[1] is lse                                 # the caller's arrays come back
+    assert last_launch().stream == driver.resolve_stream(stream)[0] != 0
+    stream.synchronize()
+    ref_o, ref_lse = reference(qh, kh, vh, 1 / math.sqrt(d), causal)
+    errs = compare(download(wrap(o, dtype)), download(lse), ref_o, ref_lse, "packed qkv on a stream")
+    assert not errs, "\n".join(errs)
+
+
+@needs_variants
+def test_raw_pointer_entry():
+    m = _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    rng = np.random.default_rng(4)
+    (qh, kh, vh), devs = make_inputs(rng, 1, 77, 130, 8, 2, d, dtype)
+    o, lse = poisoned((1, 77, 8, d), dtype), poisoned((1, 8, 77), "f32")
+
+    def raw(x, dt):
+        a = as_device_array(wrap(x, dt))
+        return DeviceArray.from_pointer(a.ptr, a.shape, a.strides, dt)   # no device: asked of the driver
+    flash_attn_func(raw(devs[0], dtype), raw(devs[1], dtype), raw(devs[2], dtype), causal=causal,
+                    out=raw(o, dtype), lse=raw(lse, "f32"))
+    ref_o, ref_lse = reference(qh, kh, vh, 1 / math.sqrt(d), causal)
+    errs = compare(download(wrap(o, dtype)), download(lse), ref_o, ref_lse, "raw pointers")
+    assert not errs, "\n".join(errs)
+
+
+@needs_variants
+def test_graph_capture_with_given_outputs():
+    if BACKEND != "cupy":
+        pytest.skip("capture test written against CuPy's stream capture API")
+    m = _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    rng = np.random.default_rng(5)
+    (qh, kh, vh), (q, k, v) = make_inputs(rng, 1, 150, 150, 2, 2, d, dtype)
+    args = [wrap(x, dtype) for x in (q, k, v)]
+    o, lse = poisoned((1, 150, 2, d), dtype), poisoned((1, 2, 150), "f32")
+    flash_attn_func(*args, causal=causal, out=wrap(o, dtype), lse=lse)   # warm: module loaded
+    driver.call("cuCtxSynchronize")
+    o2, lse2 = poisoned((1, 150, 2, d), dtype), poisoned((1, 2, 150), "f32")
+    # Wrap before capturing: wrapping without a stream orders the producer against the legacy
+    # stream, which a capturing stream forbids. Inside, everything is given `stream=s`.
+    o2w = wrap(o2, dtype)
+    s = XP.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        try:
+            flash_attn_func(*args, causal=causal, out=o2w, lse=lse2, stream=s)
+        finally:
+            graph = s.end_capture()       # never leave the stream capturing for later tests
+    graph.launch(s)
+    s.synchronize()
+    ref_o, ref_lse = reference(qh, kh, vh, 1 / math.sqrt(d), causal)
+    errs = compare(download(wrap(o2, dtype)), download(lse2), ref_o, ref_lse, "graph replay")
+    assert not errs, "\n".join(errs)
+
+
+@needs_variants
+def test_errors_before_launch_on_device():
+    m = _first()
+    dtype, d = m.axes["dtype"], int(m.axes["head_dim"])
+    rng = np.random.default_rng(6)
+    _, (q, k, v) = make_inputs(rng, 1, 16, 16, 6, 4, d, dtype)
+    with pytest.raises(InputError, match=r"heads_q \(6\) must be a multiple of heads_kv \(4\)"):
+        flash_attn_func(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype))
+
+
+# --------------------------------------------------------------------------- launch machinery
+# Hand-written PTX kernels with hand-written contracts: they check, with no registry, that
+# parameters arrive byte for byte, that grid/block/cluster/smem are what the contract says,
+# and that the driver-encoded tensor map loads the box the contract's recipe describes.
+
+def _kernel_from_ptx(ptx: str, contract: dict) -> Kernel:
+    image = ptx.encode() + b"\0"
+    sha = hashlib.sha256(image).hexdigest()
+    m = load_manifest({"manifest_version": 1, "variant": contract["variant"], "family": "test",
+                       "axes": {"arch": contract["arch"]}, "cubin": {"sha256": sha, "size": len(image)},
+                       "contract": contract, "metadata": {}})
+    return Kernel(m, image)
+
+
+def upload_bits(bits: np.ndarray, dtype: str) -> OwnedDeviceArray:
+    """A stream-ordered allocation filled from host bits (driver only, no framework)."""
+    a = OwnedDeviceArray.empty(bits.shape, dtype, 0)
+    with driver.device_context(0):
+        driver.call("cuMemcpyHtoD", a.ptr, np.ascontiguousarray(bits).ctypes.data, bits.nbytes)
+    return a
+
+
+def download_bits(a: DeviceArray, np_t) -> np.ndarray:
+    with driver.device_context(0):
+        driver.call("cuCtxSynchronize")
+        out = np.empty(a.span_bytes // np.dtype(np_t).itemsize, np_t)
+        driver.call("cuMemcpyDtoH", out.ctypes.data, a.ptr, a.span_bytes)
+    return out
+
+
+_DUMP_WORDS = 10 + 32 + 1 + 1     # p0 40 B, p1 128 B, p2 4 B, p3 4 B
+
+
+def _dump_ptx(arch: str) -> str:
+    lines = [".version 8.0", f".target {arch}", ".address_size 64", "",
+             ".visible .entry dump(.param .align 8 .b8 p0[40], .param .align 64 .b8 p1[128],",
+             "                     .param .f32 p2, .param .u32 p3)",
+             "{", "  .reg .b32 %r<8>;", "  .reg .b64 %rd<4>;", "  .reg .pred %p<2>;",
+             "  mov.u32 %r1, %tid.x;", "  mov.u32 %r2, %ctaid.x;", "  or.b32 %r3, %r1, %r2;",
+             "  setp.ne.u32 %p1, %r3, 0;", "  @%p1 bra DONE;",
+             "  ld.param.u64 %rd1, [p0];", "  cvta.to.global.u64 %rd1, %rd1;"]
+    w = 0
+    for name, nbytes in (("p0", 40), ("p1", 128), ("p2", 4), ("p3", 4)):
+        for off in range(0, nbytes, 4):
+            lines += [f"  ld.param.b32 %r4, [{name}+{off}];", f"  st.global.b32 [%rd1+{4 * w}], %r4;"]
+            w += 1
+    for reg in ("%nctaid.x", "%ntid.x", "%cluster_nctarank", "%dynamic_smem_size"):
+        lines += [f"  mov.u32 %r4, {reg};", f"  st.global.b32 [%rd1+{4 * w}], %r4;"]
+        w += 1
+    lines += ["DONE:", "  ret;", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _dump_contract(arch: str) -> dict:
+    return {
+        "contract_version": 1, "variant": "test-dump", "arch": arch, "entry": "dump",
+        "block": [128, 1, 1], "cluster": [2, 1, 1], "dynamic_smem_bytes": 100000, "static_smem_bytes": 0,
+        "grid": [["n", 16, "ceil_div"], [1], [1]],
+        "symbols": {"n": {"tensor": "x", "dim": 0, "min": 1}, "m": {"tensor": "x", "dim": 1}},
+        "tensors": {"x": {"role": "input", "dtype": "f32", "dims": ["n", "m"], "contiguous_dim": 1, "align_bytes": 16},
+                    "out": {"role": "output", "dtype": "f32", "dims": [_DUMP_WORDS + 4], "contiguous_dim": 0,
+                            "align_bytes": 16}},
+        "scalars": {"scale": {"type": "f32", "default": [0.125]}},
+        "checks": [{"expr": ["m", 8, "%", 0, "=="], "message": "m must be a multiple of 8"}],
+        "params": [
+            {"ordinal": 0, "offset": 0, "size": 40, "align": 8, "name": "s", "kind": "struct",
+             "fields": [{"offset": 0, "type": "ptr", "value": ["out.ptr"]},
+                        {"offset": 8, "type": "i32", "value": ["n"]},
+                        {"offset": 12, "type": "i32", "value": ["m"]},
+                        {"offset": 16, "type": "i32", "value": [-7]},
+                        {"offset": 24, "type": "i64", "value": ["x.stride.0"]},
+                        {"offset": 32, "type": "i64", "value": ["n", "m", "*", -1, "*"]}]},
+            {"ordinal": 1, "offset": 64, "size": 128, "align": 64, "name": "tma_x", "kind": "tensormap",
+             "tensor": "x", "dtype": "f32", "dims": [1, 0], "box": [16, 8], "element_strides": [1, 1],
+             "interleave": "none", "swizzle": "none", "l2_promotion": "128B", "oob_fill": "none"},
+            {"ordinal": 2, "offset": 192, "size": 4, "align": 4, "name": "scale_log2", "kind": "scalar",
+             "type": "f32", "value": ["scale", "log2e_mul"]},
+            {"ordinal": 3, "offset": 196, "size": 4, "align": 4, "name": "nm", "kind": "scalar",
+             "type": "i32", "value": ["n", "m", "+"]},
+        ]}
+
+
+@needs_sm90
+def test_params_grid_cluster_and_smem_arrive_as_the_contract_says():
+    kernel = _kernel_from_ptx(_dump_ptx(ARCH), _dump_contract(ARCH))
+    x = upload_bits(np.arange(64 * 40, dtype=np.float32).reshape(64, 40).view(np.uint32), "f32")
+    out = upload_bits(np.zeros(_DUMP_WORDS + 4, np.uint32), "f32")
+    rec = kernel.launch({"x": x, "out": out}, {"scale": 0.5})
+    assert rec.grid == (4, 1, 1) and rec.cluster == (2, 1, 1)
+    got = download_bits(out, np.uint32)
+    with driver.device_context(0):
+        want = b"".join(bytes(b) for b in build_params(bind(kernel.contract, {"x": x, "out": out}, {"scale": 0.5})))
+    assert len(want) == 4 * _DUMP_WORDS and got[:_DUMP_WORDS].tobytes() == want
+    assert got[0:2].view(np.uint64)[0] == out.ptr
+    assert got[_DUMP_WORDS:].tolist() == [4, 128, 2, 100000]   # grid.x, block.x, cluster size, dyn smem
+    with pytest.raises(InputError, match=r"m must be a multiple of 8 \(m=36\)"):
+        kernel.launch({"x": upload_bits(np.zeros((64, 36), np.uint32), "f32"), "out": out})
+
+
+def _tma_ptx(arch: str, box_bytes: int) -> str:
+    return f""".version 8.0
+.target {arch}
+.address_size 64
+.extern .shared .align 1024 .b8 smem[];
+.shared .align 8 .b64 mbar;
+
+.visible .entry tma_box(.param .align 64 .b8 tmap[128], .param .u64 out,
+                        .param .u32 c1, .param .u32 c2, .param .u32 c3)
+{{
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<8>;
+  .reg .pred %p<4>;
+  mov.u32 %r1, %tid.x;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra DONE;
+  mov.u64 %rd1, tmap;
+  cvta.param.u64 %rd2, %rd1;
+  mov.u32 %r2, smem;
+  mov.u32 %r3, mbar;
+  mbarrier.init.shared::cta.b64 [%r3], 1;
+  fence.mbarrier_init.release.cluster;
+  fence.proxy.async.shared::cta;
+  mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r3], {box_bytes};
+  ld.param.u32 %r5, [c1];
+  ld.param.u32 %r6, [c2];
+  ld.param.u32 %r7, [c3];
+  mov.u32 %r4, 0;
+  cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r2], [%rd2, {{%r4, %r5, %r6, %r7}}], [%r3];
+WAIT:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r3], 0;
+  @!%p2 bra WAIT;
+  ld.param.u64 %rd3, [out];
+  cvta.to.global.u64 %rd3, %rd3;
+  mov.u32 %r8, 0;
+LOOP:
+  add.u32 %r9, %r2, %r8;
+  ld.shared.u32 %r10, [%r9];
+  cvt.u64.u32 %rd4, %r8;
+  add.u64 %rd5, %rd3, %rd4;
+  st.global.u32 [%rd5], %r10;
+  add.u32 %r8, %r8, 4;
+  setp.lt.u32 %p3, %r8, {box_bytes};
+  @%p3 bra LOOP;
+DONE:
+  ret;
+}}
+"""
+
+
+@needs_sm90
+def test_tensormap_loads_the_box_of_a_strided_tensor():
+    # q is a slice of a packed (b, s, 12, d) tensor: heads 4..7, so strides are not compact
+    # and the base is offset; the map is the FA recipe's (head_dim, seqlen, heads, batch).
+    b, s, H, d = 2, 40, 12, 64
+    full_bits = np.random.default_rng(7).integers(0, 0x7F00, (b, s, H, d), dtype=np.uint16)
+    full = upload_bits(full_bits, "bf16")
+    q = DeviceArray.from_pointer(full.ptr + 4 * d * 2, (b, s, 4, d), (s * H * d, H * d, d, 1), "bf16",
+                                 device=0, owner=full)
+    box = (64, 16, 1, 1)
+    nbytes = 64 * 16 * 2
+    contract = {
+        "contract_version": 1, "variant": "test-tma", "arch": ARCH, "entry": "tma_box",
+        "block": [32, 1, 1], "cluster": [1, 1, 1], "dynamic_smem_bytes": 4096, "static_smem_bytes": 0,
+        "grid": [[1], [1], [1]],
+        "symbols": {"batch": {"tensor": "q", "dim": 0}, "seqlen": {"tensor": "q", "dim": 1},
+                    "heads": {"tensor": "q", "dim": 2}, "head_dim": {"tensor": "q", "dim": 3, "fixed": 64}},
+        "tensors": {"q": {"role": "input", "dtype": "bf16", "dims": ["batch", "seqlen", "heads", "head_dim"],
+                          "contiguous_dim": 3, "align_bytes": 16},
+                    "out": {"role": "output", "dtype": "bf16", "dims": [16, 64], "contiguous_dim": 1,
+                            "align_bytes": 16}},
+        "scalars": {"s0": {"type": "i32", "default": [0]}, "h0": {"type": "i32", "default": [0]},
+                    "b0": {"type": "i32", "default": [0]}},
+        "checks": [],
+        "params": [
+            {"ordinal": 0, "offset": 0, "size": 128, "align": 64, "name": "tma_q", "kind": "tensormap",
+             "tensor": "q", "dtype": "bf16", "dims": [3, 1, 2, 0], "box": list(box),
+             "element_strides": [1, 1, 1, 1], "interleave": "none", "swizzle": "none",
+             "l2_promotion": "128B", "oob_fill": "none"},
+            {"ordinal": 1, "offset": 128, "size": 8, "align": 8, "name": "out", "kind": "scalar",
+             "type": "i64", "value": ["out.ptr"]},
+            {"ordinal": 2, "offset": 136, "size": 4, "align": 4, "name": "c1", "kind": "scalar", "type": "i32", "value": ["s0"]},
+            {"ordinal": 3, "offset": 140, "size": 4, "align": 4, "name": "c2", "kind": "scalar", "type": "i32", "value": ["h0"]},
+            {"ordinal": 4, "offset": 144, "size": 4, "align": 4, "name": "c3", "kind": "scalar", "type": "i32", "value": ["b0"]},
+        ]}
+    kernel = _kernel_from_ptx(_tma_ptx(ARCH, nbytes), contract)
+    q_host = full_bits[:, :, 4:8]
+    for s0, h0, b0 in ((20, 2, 1), (30, 3, 0)):       # the second box runs past seqlen: zero fill
+        out = upload_bits(np.full((16, 64), 0xFFFF, np.uint16), "bf16")
+        kernel.launch({"q": q, "out": out}, {"s0": s0, "h0": h0, "b0": b0})
+        got = download_bits(out, np.uint16).reshape(16, 64)
+        want = np.zeros((16, 64), np.uint16)
+        rows = q_host[b0, s0:s0 + 16, h0]
+        want[:len(rows)] = rows
+        np.testing.assert_array_equal(got, want)
+
+
+def test_owned_arrays_and_framework_round_trip():
+    # Allocate stream-ordered, hand to the framework by DLPack and CAI, free: no crash, same bits.
+    bits = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8)
+    a = upload_bits(bits.view(np.uint32), "f32")
+    if BACKEND == "cupy":
+        np.testing.assert_array_equal(XP.asnumpy(XP.from_dlpack(a)), bits)
+        np.testing.assert_array_equal(XP.asnumpy(XP.asarray(a)), bits)
+        cai_only = type("CAIOnly", (), {"__cuda_array_interface__": XP.asarray(a).__cuda_array_interface__})()
+        back = as_device_array(cai_only)
+        assert back.ptr == a.ptr and back.device is None     # CAI carries no device ordinal...
+        assert driver.pointer_device(back.ptr) == 0          # ...so the driver is asked
+        via = as_device_array(XP.from_dlpack(a))
+        assert (via.ptr, via.device, via.strides, via.dtype) == (a.ptr, 0, a.strides, "f32")
+    else:
+        t = XP.from_dlpack(a)
+        np.testing.assert_array_equal(t.cpu().numpy(), bits)
+        via = as_device_array(t)
+        assert (via.ptr, via.device, via.strides, via.dtype) == (a.ptr, 0, a.strides, "f32")
+        bf = upload_bits(np.array([0x3F80, 0x4000], np.uint16), "bf16")    # 1.0, 2.0
+        assert XP.from_dlpack(bf).float().cpu().tolist() == [1.0, 2.0]
+    del a
+    driver.call("cuCtxSynchronize")
+
+
+def test_stream_handles_resolve():
+    if BACKEND == "cupy":
+        s = XP.cuda.Stream(non_blocking=True)
+        assert driver.resolve_stream(s)[0] == s.ptr
+    else:
+        s = XP.cuda.Stream()
+        assert driver.resolve_stream(s)[0] == s.cuda_stream
+    h = driver.resolve_stream(s)[0]
+    assert driver.resolve_stream(driver.drv().CUstream(h))[0] == h != 0
