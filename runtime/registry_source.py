@@ -141,8 +141,11 @@ class LocalSource:
             raise IntegrityError(f"cubin blob {path} is missing from the registry") from None
 
 
-def default_source() -> LocalSource:
-    return LocalSource()
+def default_source() -> Source:
+    """The remote registry when CUBINFORGE_REGISTRY_URL is set, else the local one."""
+    from .remote import source_from_env
+
+    return source_from_env() or LocalSource()
 
 
 def manifests(source: Source | None = None, family: str | None = None) -> tuple[list[Manifest], list[str]]:

@@ -1,0 +1,186 @@
+"""Build variants into the registry: render, skip what is current, compile in parallel, store.
+
+Each variant's rendered module is written to the build folder and compiled in a spawned
+worker (one pool per arch, CUTE_DSL_ARCH set before cutlass is imported). A variant whose
+content key is already in the registry is skipped without importing cutlass. A failing
+variant is reported with its traceback and the others still build.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+import time
+import traceback
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from cubinforge.registry import ArtifactInput
+
+from .compile_worker import CompileJob, CompileResult, compile_job, init_worker
+from .content_key import content_key, dsl_version
+from .families import get_family
+from .render import RenderedSource, render
+from .spec import Variant
+
+
+@dataclass
+class Outcome:
+    variant: str
+    status: str  # built | skipped | failed
+    seconds: float = 0.0
+    registers: int | None = None
+    smem_bytes: int | None = None  # dynamic + static
+    error: str | None = None
+
+
+@dataclass
+class _Pending:
+    variant: Variant
+    rendered: RenderedSource
+    key: str
+    job: CompileJob
+
+
+def _outcome_from_record(name: str, status: str, seconds: float, metadata: dict) -> Outcome:
+    smem = (metadata.get("dynamic_smem_bytes") or 0) + (metadata.get("static_smem_bytes") or 0)
+    return Outcome(name, status, seconds, metadata.get("registers"), smem)
+
+
+def plan(variants: Iterable[Variant], registry, build_dir: Path, force: bool = False):
+    """Split variants into (pending compile jobs, outcomes already known: skipped or failed)."""
+    current = registry.content_keys()
+    pending: list[_Pending] = []
+    done: list[Outcome] = []
+    for v in variants:
+        fam = get_family(v.family)
+        try:
+            rendered = render(v)
+            key = content_key(rendered.text, fam.package, fam.options_for(v.arch), v.arch)
+        except Exception as exc:  # e.g. the kernel package is not written yet
+            done.append(Outcome(v.name, "failed", error=f"{type(exc).__name__}: {exc}"))
+            continue
+        have = current.get(v.name)
+        if not force and have and have[0] == key and registry.blobs.has(have[1]):
+            done.append(Outcome(v.name, "skipped"))
+            continue
+        path = build_dir / f"{rendered.module_name}.py"
+        if not path.is_file() or path.read_text() != rendered.text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(rendered.text)
+        pending.append(_Pending(v, rendered, key, CompileJob(v.name, v.arch, str(path), rendered.module_name)))
+    return pending, done
+
+
+def _run_pool(arch: str, jobs: list[CompileJob], workers: int, isolate: bool, on_result: Callable,
+              dump_dir: Path) -> list[CompileJob]:
+    """Compile jobs in a spawn pool; return the jobs lost to a crashed worker."""
+    ctx = multiprocessing.get_context("spawn")
+    extra = {"max_tasks_per_child": 1} if isolate else {}
+    lost: list[CompileJob] = []
+    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=ctx,
+                             initializer=init_worker, initargs=(arch, str(dump_dir)), **extra) as pool:
+        futures = {pool.submit(compile_job, j): j for j in jobs}
+        for fut in as_completed(futures):
+            job = futures[fut]
+            try:
+                result = fut.result()
+            except BrokenProcessPool:
+                lost.append(job)
+                continue
+            except Exception:  # e.g. a result that could not be sent back
+                result = CompileResult(job.variant, ok=False, error=traceback.format_exc())
+            on_result(result)
+    return lost
+
+
+def build(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
+          build_dir: Path | None = None, progress: bool | None = None) -> list[Outcome]:
+    """Build every variant not current in the registry; return one Outcome per variant, in order."""
+    from tqdm import tqdm
+
+    build_dir = Path(build_dir) if build_dir else registry.home / "build"
+    pending, done = plan(variants, registry, build_dir, force)
+    by_name = {p.variant.name: p for p in pending}
+    outcomes = {o.variant: o for o in done}
+    bar = tqdm(total=len(pending), unit="variant", desc="compile", disable=(None if progress is None else not progress))
+
+    def store(result: CompileResult) -> None:
+        p = by_name[result.variant]
+        if result.ok:
+            try:
+                registry.put_artifact(ArtifactInput(
+                    name=p.variant.name, family=p.variant.family, axes=p.variant.axes, cubin=result.cubin,
+                    metadata=result.metadata, contract=result.contract, source=p.rendered.text,
+                    template=p.rendered.template, dsl_version=dsl_version(), ptxas_version=result.ptxas_version,
+                    compile_options=result.compile_options, content_key=p.key, build_seconds=result.seconds,
+                ))
+                outcomes[result.variant] = _outcome_from_record(result.variant, "built", result.seconds, result.metadata)
+            except Exception as exc:
+                outcomes[result.variant] = Outcome(result.variant, "failed", result.seconds,
+                                                   error=f"storing failed: {type(exc).__name__}: {exc}")
+        else:
+            outcomes[result.variant] = Outcome(result.variant, "failed", result.seconds, error=result.error)
+        bar.set_postfix_str(result.variant[-40:], refresh=False)
+        bar.update(1)
+
+    by_arch: dict[str, list[CompileJob]] = defaultdict(list)
+    for p in pending:
+        by_arch[p.variant.arch].append(p.job)
+    for arch, arch_jobs in by_arch.items():
+        dump_dir = build_dir / "dsl-dump"
+        lost = _run_pool(arch, arch_jobs, jobs, isolate=False, on_result=store, dump_dir=dump_dir)
+        if lost:  # a worker died (not an exception): retry each alone to find the culprit
+            lost = _run_pool(arch, lost, jobs, isolate=True, on_result=store, dump_dir=dump_dir)
+        for job in lost:
+            store(CompileResult(job.variant, ok=False, error="the compile worker process died (crash or out of memory)"))
+    bar.close()
+    shutil.rmtree(build_dir / "dsl-dump", ignore_errors=True)  # the DSL's --keep-cubin copies; the registry has them
+    return [outcomes[v.name] for v in variants]
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def _error_tail(error: str | None, lines: int = 40) -> str:
+    """The end of a traceback: the exception and its message, whole if it is not too long."""
+    text = (error or "").rstrip().splitlines()
+    start = max((i for i, line in enumerate(text) if line and not line[0].isspace() and i > 0), default=0)
+    keep = text[max(0, min(start - 4, len(text) - lines)):]  # the exception plus the frame that raised it
+    return "\n".join(keep[-lines:] if len(keep) > lines else keep)
+
+
+def summary(outcomes: list[Outcome], elapsed: float | None = None) -> str:
+    """A table (variant, status, seconds, registers, smem), then each failure's traceback tail."""
+    width = max([len("variant")] + [len(o.variant) for o in outcomes])
+    head = f"{'variant':<{width}}  {'status':<7}  {'seconds':>7}  {'regs':>4}  {'smem':>7}"
+    rows = [head, "-" * len(head)]
+    for o in outcomes:
+        secs = f"{o.seconds:.1f}" if o.status != "skipped" else "-"
+        regs = "-" if o.registers is None else str(o.registers)
+        smem = "-" if o.smem_bytes is None else str(o.smem_bytes)
+        rows.append(f"{o.variant:<{width}}  {o.status:<7}  {secs:>7}  {regs:>4}  {smem:>7}")
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("built", "skipped", "failed")}
+    tail = ", ".join(f"{n} {s}" for s, n in counts.items())
+    rows.append(f"{tail}" + (f" in {elapsed:.1f} s" if elapsed is not None else ""))
+    shown: dict[str, list[str]] = {}  # one traceback per distinct error, with every variant it hit
+    for o in outcomes:
+        if o.status == "failed":
+            shown.setdefault(_error_tail(o.error).replace(o.variant, "<variant>"), []).append(o.variant)
+    for tail, names in shown.items():
+        more = f" (and {len(names) - 1} more with the same error: {', '.join(names[1:])})" if len(names) > 1 else ""
+        rows += ["", f"FAILED {names[0]}{more}:", tail.replace("<variant>", names[0])]
+    return "\n".join(rows)
+
+
+def run(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
+        build_dir: Path | None = None, progress: bool | None = None, echo: Callable[[str], None] = print) -> int:
+    """Build, print the summary, and return the exit code (1 if any variant failed)."""
+    start = time.perf_counter()
+    outcomes = build(variants, registry, jobs=jobs, force=force, build_dir=build_dir, progress=progress)
+    echo(summary(outcomes, time.perf_counter() - start))
+    return 1 if any(o.status == "failed" for o in outcomes) else 0

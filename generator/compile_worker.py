@@ -1,0 +1,104 @@
+"""Runs in a spawned worker process: import one rendered module, call build(), check and describe it.
+
+The worker sets CUTE_DSL_ARCH before cutlass is imported (one pool per arch) and points the
+DSL's dump folder into the build folder. It returns
+plain data (bytes, dicts, strings), and on failure the traceback as text, never raising.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    variant: str
+    arch: str
+    source_path: str
+    module_name: str
+
+
+@dataclass
+class CompileResult:
+    variant: str
+    ok: bool
+    seconds: float = 0.0
+    error: str | None = None
+    cubin: bytes = b""
+    contract: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+    compile_options: str = ""
+    ptxas_version: str | None = None
+
+
+def init_worker(arch: str, dump_dir: str) -> None:
+    """Pool initializer: fix the DSL's target arch and where `--keep-cubin` writes its copies
+    (by default the working directory), then import cutlass once (not timed per variant)."""
+    own = os.path.join(dump_dir, f"worker-{os.getpid()}")  # variants can share a dump file name
+    os.environ["CUTE_DSL_ARCH"] = arch
+    os.environ["CUTE_DSL_DUMP_DIR"] = own
+    os.makedirs(own, exist_ok=True)
+    try:
+        import cutlass  # noqa: F401
+    except Exception:  # reported by the first job that needs it, with its traceback
+        pass
+
+
+def _load(job: CompileJob):
+    spec = importlib.util.spec_from_file_location(job.module_name, job.source_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[job.module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ptxas_version(cubin_toolkit: str | None) -> str | None:
+    if cubin_toolkit:
+        return cubin_toolkit
+    try:
+        from cutlass.base_dsl.version_info import CUDA_VERSION
+
+        return f"{CUDA_VERSION.major}.{CUDA_VERSION.minor}"
+    except Exception:
+        return None
+
+
+def compile_job(job: CompileJob) -> CompileResult:
+    from .contract import assemble, verify
+    from .cubin_elf import read_cubin
+    from .metadata import kernel_metadata
+    from .sass import sass_counts
+
+    os.environ.setdefault("CUTE_DSL_ARCH", job.arch)
+    start = time.perf_counter()
+    try:
+        build = _load(job).build()
+        seconds = time.perf_counter() - start
+        for attr in ("cubin", "entry", "block", "cluster", "dynamic_smem_bytes", "contract", "compile_options"):
+            if not hasattr(build, attr):
+                raise TypeError(f"build() returned {type(build).__name__} without {attr!r}; expected a KernelBuild")
+        info = read_cubin(build.cubin)
+        kernel = info.kernel(build.entry)
+        contract = assemble(job.variant, job.arch, build, kernel)
+        verify(contract, kernel, info.arch)
+        metadata = kernel_metadata(info, kernel, build, sass_counts(build.cubin))
+        return CompileResult(
+            variant=job.variant,
+            ok=True,
+            seconds=seconds,
+            cubin=bytes(build.cubin),
+            contract=contract,
+            metadata=metadata,
+            compile_options=build.compile_options,
+            ptxas_version=info.ptxas_version or _ptxas_version(info.toolkit),
+        )
+    except BaseException as exc:  # noqa: BLE001 - everything is reported, the pool goes on
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return CompileResult(variant=job.variant, ok=False, seconds=time.perf_counter() - start,
+                             error=traceback.format_exc())

@@ -1,0 +1,122 @@
+"""Kernel families: for each, its template, kernel package, config class and what it supports.
+
+A family is data, like the axes: which axis values it builds today, its default tile per
+head dim, the compile options the pipeline expects, and the constraints between axes. The
+kernel package itself is imported only inside a compile worker (it imports cutlass).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Mapping
+
+Axes = Mapping[str, Any]
+# A constraint: (predicate over a variant's axes that must hold, message when it does not).
+Constraint = tuple[Callable[[Axes], bool], str]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # e.g. "fa3_fwd"; variant names start with name.replace("_", "-")
+    template: str  # file under templates/ (or an absolute path)
+    package: str  # importable module path of the kernel package
+    config_class: str  # the config dataclass the package exports next to compile_variant
+    supported: Mapping[str, tuple]  # axis -> the values this family builds now (its axes)
+    config_axes: tuple[str, ...]  # axes always written into the rendered CONFIG
+    default_tiles: Mapping[int, tuple[int, int]] | None = None  # head_dim -> (tile_m, tile_n), fallback
+    tile_function: str | None = None  # "module:function(head_dim, causal)" in the kernel package (cutlass-free)
+    compile_options: str = "--gpu-arch {arch} --keep-cubin"
+    constraints: tuple[Constraint, ...] = ()
+    not_yet: Mapping[tuple[str, Any], str] = field(default_factory=dict)  # why a value is missing
+    in_all: bool = True  # whether `--set all` includes it (test families say False)
+
+    @property
+    def prefix(self) -> str:
+        return self.name.replace("_", "-")
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(self.supported)
+
+    def default_tile(self, axes: Axes) -> tuple[int, int] | None:
+        """The family's own default tile for the head dim; the table here until its package exists."""
+        fn = _tile_function(self.tile_function) if self.tile_function else None
+        if fn is not None:
+            return tuple(fn(axes["head_dim"], bool(axes.get("causal", False))))
+        if self.default_tiles is None:
+            return None
+        return self.default_tiles[axes["head_dim"]]
+
+    def options_for(self, arch: str) -> str:
+        return self.compile_options.format(arch=arch)
+
+
+@lru_cache(maxsize=None)
+def _tile_function(ref: str) -> Callable | None:
+    module, _, name = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError:
+        return None
+
+
+_FA3_TILES = {64: (128, 128), 96: (128, 128), 128: (128, 128), 192: (128, 96), 256: (128, 80)}
+
+FA3_FWD = Family(
+    name="fa3_fwd",
+    template="fa3_fwd_variant.py.j2",
+    package="cubinforge.generator.kernels.fa3_fwd_sm90",
+    config_class="FwdConfig",
+    supported={
+        "arch": ("sm_90a",),
+        "dtype": ("bf16", "fp16"),
+        "head_dim": (64, 96, 128, 192, 256),
+        "causal": (False, True),
+        "varlen": (False,),
+        "paged_kv": (False,),
+        "pack_gqa": (False,),
+        "split_kv": (False,),
+        "scheduler": ("single",),
+        "tile_m": (64, 128, 192),
+        "tile_n": tuple(range(16, 257, 16)),
+    },
+    config_axes=("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n"),
+    default_tiles=_FA3_TILES,
+    tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
+    not_yet={
+        ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a needs its own kernel package",
+        ("dtype", "e4m3"): "e4m3 (FP8) is not built yet",
+        ("varlen", True): "varlen is not built yet",
+        ("paged_kv", True): "paged KV is not built yet",
+        ("pack_gqa", True): "pack_gqa is not built yet",
+        ("split_kv", True): "split KV is not built yet",
+        ("scheduler", "persistent"): "the persistent scheduler is not built yet",
+    },
+)
+
+# A tiny real kernel (scale a vector in place) that exercises the whole pipeline in seconds.
+DEMO_SCALE = Family(
+    name="demo_scale",
+    template="demo_scale_variant.py.j2",
+    package="cubinforge.generator.kernels.demo_scale",
+    config_class="DemoConfig",
+    supported={"arch": ("sm_90a", "sm_100a"), "dtype": ("bf16", "fp16")},
+    config_axes=("arch", "dtype"),
+    in_all=False,
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, DEMO_SCALE)}
+
+
+def register_family(family: Family) -> None:
+    """Add (or replace) a family, e.g. a test family living outside the package."""
+    FAMILIES[family.name] = family
+
+
+def get_family(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"unknown kernel family {name!r} (known: {', '.join(FAMILIES)})") from None

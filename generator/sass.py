@@ -1,0 +1,66 @@
+"""Optional SASS evidence from `cuobjdump -sass` (pip: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm).
+
+Counts the instructions worth watching in an attention kernel (HGMMA, UTMALDG, UTMASTG) and
+the local-memory traffic that betrays register spills (LDL, STL, with their static bytes).
+Returns None when the tools are not installed; the build does not depend on them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+WATCHED = {"HGMMA": "hgmma", "UTMALDG": "utmaldg", "UTMASTG": "utmastg", "LDL": "ldl", "STL": "stl"}
+_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
+_WIDTH = {"64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
+
+
+def find_cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    for base in sys.path:
+        for sub in ("nvidia/cu13/bin", "nvidia/cuda_cuobjdump/bin", "nvidia/cu12/bin"):
+            p = Path(base) / sub / "cuobjdump"
+            if p.is_file() and os.access(p, os.X_OK):
+                return str(p)
+    return None
+
+
+def cuobjdump(args: list[str], cubin: bytes, timeout: float = 120) -> str | None:
+    """Run cuobjdump on the cubin bytes; None when it is not installed or fails."""
+    exe = find_cuobjdump()
+    if exe is None:
+        return None
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(exe).parent}{os.pathsep}{env.get('PATH', '')}"  # nvdisasm sits beside it
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        try:
+            out = subprocess.run([exe, *args, str(path)], capture_output=True, text=True, env=env, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def sass_counts(cubin: bytes) -> dict | None:
+    text = cuobjdump(["-sass"], cubin)
+    if text is None:
+        return None
+    counts: Counter = Counter()
+    for m in _INSTR.finditer(text):
+        op, mods = m.group(1), m.group(2).split(".")[1:]
+        counts["instructions"] += 1
+        if op in WATCHED:
+            counts[WATCHED[op]] += 1
+        if op in ("LDL", "STL"):
+            width = next((_WIDTH[x] for x in mods if x in _WIDTH), 4)
+            counts["spill_load_bytes" if op == "LDL" else "spill_store_bytes"] += width
+    return {k: counts[k] for k in (*WATCHED.values(), "instructions", "spill_load_bytes", "spill_store_bytes")}

@@ -1,0 +1,285 @@
+"""The variant space as data: axes, named sets, filters, and each variant's canonical name.
+
+A variant is a family plus one value per axis the family has. Its name is stable and
+readable: `fa3-fwd-sm_90a-bf16-hd128-causal`, with a token appended for every non-default
+optional axis (`-varlen`, `-paged`, `-packgqa`, `-splitkv`, `-persistent`, `-m128n176`).
+Axis names are the same everywhere: here, in metadata and manifests, the CLI and HTTP.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from .families import FAMILIES, Family, get_family
+
+
+class SpecError(ValueError):
+    """A variant, filter or set that the spec does not allow, with the reason."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    values: tuple  # every value the project knows of, built or not
+    default: Any = None  # optional axes have a default that is left out of the name
+    flag: str | None = None  # name token of a boolean optional axis when true
+
+
+AXES: dict[str, Axis] = {
+    a.name: a
+    for a in (
+        Axis("arch", ("sm_90a", "sm_100a")),
+        Axis("dtype", ("bf16", "fp16", "e4m3")),
+        Axis("head_dim", (64, 96, 128, 192, 256)),
+        Axis("causal", (False, True)),
+        Axis("varlen", (False, True), False, "varlen"),
+        Axis("paged_kv", (False, True), False, "paged"),
+        Axis("pack_gqa", (False, True), False, "packgqa"),
+        Axis("split_kv", (False, True), False, "splitkv"),
+        Axis("scheduler", ("single", "persistent"), "single"),
+        Axis("tile_m", (64, 128, 192, 256)),
+        Axis("tile_n", tuple(range(16, 257, 16))),
+    )
+}
+TILE_AXES = ("tile_m", "tile_n")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One buildable kernel: a family and a value for each of its axes (in AXES order)."""
+
+    family: str
+    values: tuple[tuple[str, Any], ...]
+
+    @property
+    def axes(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def __getitem__(self, axis: str) -> Any:
+        return self.axes[axis]
+
+    @property
+    def arch(self) -> str:
+        return self.axes["arch"]
+
+    @property
+    def name(self) -> str:
+        return variant_name(self)
+
+
+# ---------------------------------------------------------------- values and validation
+
+
+def normalize_arch(text: str) -> str:
+    """`sm90`, `sm_90`, `sm_90a`, `90` -> `sm_90a`; likewise for 100."""
+    m = re.fullmatch(r"(?:sm_?)?(\d+)a?", str(text).strip().lower())
+    if not m or f"sm_{m.group(1)}a" not in AXES["arch"].values:
+        raise SpecError(f"unknown arch {text!r} (allowed: {', '.join(AXES['arch'].values)}; sm90 means sm_90a)")
+    return f"sm_{m.group(1)}a"
+
+
+_TRUE, _FALSE = {"1", "true", "yes", "on", "causal"}, {"0", "false", "no", "off", "noncausal"}
+
+
+def parse_value(axis: str, text: Any) -> Any:
+    """One axis value from CLI/HTTP text (or an already typed value), checked against AXES."""
+    if axis not in AXES:
+        raise SpecError(f"unknown axis {axis!r} (axes: {', '.join(AXES)})")
+    spec = AXES[axis]
+    if axis == "arch":
+        return normalize_arch(text)
+    if isinstance(spec.values[0], bool):
+        if isinstance(text, bool):
+            value = text
+        elif str(text).strip().lower() in _TRUE:
+            value = True
+        elif str(text).strip().lower() in _FALSE:
+            value = False
+        else:
+            raise SpecError(f"{axis} must be 1/0 or true/false, not {text!r}")
+    elif isinstance(spec.values[0], int):
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise SpecError(f"{axis} must be an integer, not {text!r}") from None
+    else:
+        value = str(text).strip()
+    if value not in spec.values:
+        raise SpecError(f"unknown {axis} {text} (allowed: {', '.join(map(_show, spec.values))})")
+    return value
+
+
+def parse_values(axis: str, text: str | Iterable) -> list:
+    """A comma list (`bf16,fp16`) or an iterable of values -> typed values."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    return [parse_value(axis, t) for t in items if str(t).strip() != ""]
+
+
+def _show(value: Any) -> str:
+    return str(int(value)) if isinstance(value, bool) else str(value)
+
+
+def _unsupported(family: Family, axis: str, value: Any) -> str | None:
+    """Why `family` cannot build `axis=value`, or None if it can."""
+    if value in family.supported[axis]:
+        return None
+    reason = family.not_yet.get((axis, value), "not supported by this family")
+    allowed = ", ".join(map(_show, family.supported[axis]))
+    return f"{family.name} cannot build {axis}={_show(value)}: {reason} (supported: {allowed})"
+
+
+def make_variant(family: str, **axes: Any) -> Variant:
+    """Validate and complete a variant: defaults filled in, every constraint checked."""
+    fam = get_family(family)
+    unknown = [a for a in axes if a not in fam.axes]
+    if unknown:
+        raise SpecError(f"{fam.name} has no axis {', '.join(unknown)} (its axes: {', '.join(fam.axes)})")
+    values: dict[str, Any] = {}
+    for axis in fam.axes:
+        if axis in TILE_AXES:
+            continue
+        if axis in axes:
+            values[axis] = parse_value(axis, axes[axis])
+        elif AXES[axis].default is not None:
+            values[axis] = AXES[axis].default
+        else:
+            raise SpecError(f"{fam.name} needs a value for {axis}")
+    if "tile_m" in fam.axes:
+        tm, tn = fam.default_tile(values)
+        values["tile_m"] = parse_value("tile_m", axes.get("tile_m", tm))
+        values["tile_n"] = parse_value("tile_n", axes.get("tile_n", tn))
+    for axis, value in values.items():
+        why = _unsupported(fam, axis, value)
+        if why:
+            raise SpecError(why)
+    for holds, message in fam.constraints:
+        if not holds(values):
+            raise SpecError(f"{fam.name}: {message}")
+    ordered = tuple((a, values[a]) for a in AXES if a in values)
+    return Variant(fam.name, ordered)
+
+
+# ---------------------------------------------------------------- names
+
+
+def variant_name(v: Variant) -> str:
+    fam = get_family(v.family)
+    ax = v.axes
+    tokens = [fam.prefix]
+    for axis, value in v.values:
+        spec = AXES[axis]
+        if axis == "head_dim":
+            tokens.append(f"hd{value}")
+        elif axis == "causal":
+            tokens.append("causal" if value else "noncausal")
+        elif spec.flag:
+            if value:
+                tokens.append(spec.flag)
+        elif axis in TILE_AXES:
+            continue
+        elif spec.default is not None:
+            if value != spec.default:
+                tokens.append(str(value))
+        else:
+            tokens.append(str(value))
+    if "tile_m" in ax and (ax["tile_m"], ax["tile_n"]) != fam.default_tile(ax):
+        tokens.append(f"m{ax['tile_m']}n{ax['tile_n']}")
+    return "-".join(tokens)
+
+
+def parse_name(name: str) -> Variant:
+    """The inverse of variant_name: `fa3-fwd-sm_90a-bf16-hd128-causal` -> Variant."""
+    fams = sorted(FAMILIES.values(), key=lambda f: -len(f.prefix))
+    fam = next((f for f in fams if name.startswith(f.prefix + "-")), None)
+    if fam is None:
+        raise SpecError(f"{name!r} does not start with a known family prefix")
+    tokens = name[len(fam.prefix) + 1 :].split("-")
+    axes: dict[str, Any] = {}
+    flags = {AXES[a].flag: a for a in fam.axes if AXES[a].flag}
+    for tok in tokens:
+        if tok in flags:
+            axes[flags[tok]] = True
+        elif (m := re.fullmatch(r"m(\d+)n(\d+)", tok)) and "tile_m" in fam.axes:
+            axes["tile_m"], axes["tile_n"] = int(m.group(1)), int(m.group(2))
+        elif (m := re.fullmatch(r"hd(\d+)", tok)) and "head_dim" in fam.axes:
+            axes["head_dim"] = int(m.group(1))
+        elif tok in ("causal", "noncausal") and "causal" in fam.axes:
+            axes["causal"] = tok == "causal"
+        else:
+            axis = next((a for a in fam.axes if tok in AXES[a].values and not AXES[a].flag), None)
+            if axis is None or axis in axes:
+                raise SpecError(f"cannot read token {tok!r} of variant name {name!r}")
+            axes[axis] = tok
+    v = make_variant(fam.name, **axes)
+    if v.name != name:
+        raise SpecError(f"{name!r} is not canonical (the canonical name is {v.name!r})")
+    return v
+
+
+# ---------------------------------------------------------------- sets and filters
+
+ALL = "*"  # in a set: every value the family supports
+
+# A set is a list of (family, {axis: values or ALL}); axes left out take their default.
+SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "smoke": [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False]})],
+    "default": [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL, "causal": ALL})],
+    "all": [
+        (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all
+    ],
+    "demo": [("demo_scale", {"arch": ALL, "dtype": ALL})],
+}
+
+
+def expand_set(set_name: str) -> list[Variant]:
+    """Every variant of a named set (combinations that break a constraint are left out)."""
+    if set_name not in SETS:
+        raise SpecError(f"unknown set {set_name!r} (sets: {', '.join(SETS)})")
+    out: dict[str, Variant] = {}
+    for family, choice in SETS[set_name]:
+        fam = get_family(family)
+        axes = [a for a in fam.axes if a in choice]
+        pools = [fam.supported[a] if choice[a] == ALL else choice[a] for a in axes]
+        for combo in itertools.product(*pools):
+            try:
+                v = make_variant(family, **dict(zip(axes, combo)))
+            except SpecError:
+                continue
+            out[v.name] = v
+    return sorted(out.values(), key=sort_key)
+
+
+def sort_key(v: Variant) -> tuple:
+    """Natural order: by family, then by each axis in the order its values are declared."""
+    return (v.family, tuple(AXES[a].values.index(x) for a, x in v.values))
+
+
+def select(
+    set_name: str = "default",
+    filters: Mapping[str, Iterable] | None = None,
+    families: Iterable[str] | None = None,
+) -> list[Variant]:
+    """A set narrowed by axis filters ({"dtype": ["bf16"], ...}); explains an empty result."""
+    filters = {a: parse_values(a, vals) for a, vals in (filters or {}).items() if vals not in (None, "", [])}
+    fams = set(families) if families else None
+    variants = expand_set(set_name)
+    chosen = [
+        v
+        for v in variants
+        if (fams is None or v.family in fams)
+        and all(a not in v.axes or v.axes[a] in vals for a, vals in filters.items())
+    ]
+    if not chosen:
+        reasons = []
+        for fam_name in {v.family for v in variants} or {f for f, _ in SETS[set_name]}:
+            fam = get_family(fam_name)
+            for a, vals in filters.items():
+                if a in fam.axes:
+                    reasons += [r for r in (_unsupported(fam, a, x) for x in vals) if r]
+        shown = " ".join(f"{a}={','.join(map(_show, vals))}" for a, vals in filters.items())
+        detail = ("; " + "; ".join(reasons)) if reasons else ""
+        raise SpecError(f"no variant of set {set_name!r} matches {shown or 'the filters'}{detail}")
+    return chosen

@@ -1,0 +1,56 @@
+"""Shared fixtures: a temporary CUBINFORGE_HOME, test kernel families, a built demo registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from cubinforge.generator import families, spec
+from cubinforge.generator.families import Family
+
+TEST_FAMILIES = [
+    Family(name="demo_badcontract", template="demo_scale_variant.py.j2", package="fixture_kernels.bad_contract",
+           config_class="DemoConfig", supported={"arch": ("sm_90a",), "dtype": ("bf16",)},
+           config_axes=("arch", "dtype"), in_all=False),
+    Family(name="demo_flaky", template="demo_scale_variant.py.j2", package="fixture_kernels.flaky",
+           config_class="DemoConfig", supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16")},
+           config_axes=("arch", "dtype"), in_all=False),
+    Family(name="demo_wide", template="demo_scale_variant.py.j2", package="fixture_kernels.wide",
+           config_class="WideConfig",
+           supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256),
+                      "causal": (False, True)},
+           config_axes=("arch", "dtype", "head_dim", "causal"), in_all=False),
+]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    path = tmp_path / "cfhome"
+    monkeypatch.setenv("CUBINFORGE_HOME", str(path))
+    monkeypatch.delenv("CUBINFORGE_DATABASE_URL", raising=False)
+    return path
+
+
+@pytest.fixture
+def test_families():
+    saved_families, saved_sets = dict(families.FAMILIES), dict(spec.SETS)
+    for fam in TEST_FAMILIES:
+        families.register_family(fam)
+        spec.SETS[fam.name] = [(fam.name, {a: spec.ALL for a in fam.axes})]
+    yield {f.name: f for f in TEST_FAMILIES}
+    families.FAMILIES.clear()
+    families.FAMILIES.update(saved_families)
+    spec.SETS.clear()
+    spec.SETS.update(saved_sets)
+
+
+@pytest.fixture(scope="session")
+def demo_registry(tmp_path_factory):
+    """The demo set (sm_90a and sm_100a, bf16 and fp16) really compiled, once per session."""
+    from cubinforge.generator import build
+    from cubinforge.registry import Registry
+
+    reg = Registry(home=tmp_path_factory.mktemp("demo-home"))
+    outcomes = build.build(spec.select("demo"), reg, jobs=2, progress=False)
+    failed = [o for o in outcomes if o.status != "built"]
+    assert not failed, build.summary(outcomes)
+    return reg

@@ -1,0 +1,86 @@
+"""The variant space: set sizes, canonical names, filters, and clear errors for bad combinations."""
+
+import re
+
+import pytest
+
+from cubinforge.generator import spec
+from cubinforge.generator.spec import SpecError, make_variant, parse_name, select
+
+
+def test_set_sizes():
+    assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal"]
+    assert len(select("default")) == 2 * 5 * 2
+    assert len(select("demo")) == 4
+    assert {v.family for v in select("all")} == {"fa3_fwd"}  # test/demo families stay out of `all`
+
+
+def test_default_set_is_sm90_bf16_fp16_all_head_dims_both_causal():
+    vs = select("default")
+    assert {v.arch for v in vs} == {"sm_90a"}
+    assert {v["dtype"] for v in vs} == {"bf16", "fp16"}
+    assert {v["head_dim"] for v in vs} == {64, 96, 128, 192, 256}
+    assert {v["causal"] for v in vs} == {True, False}
+
+
+def test_names_unique_stable_and_parseable():
+    names = [v.name for s in spec.SETS for v in spec.expand_set(s)]
+    for name in names:
+        assert parse_name(name).name == name
+    default = [v.name for v in select("default")]
+    assert len(set(default)) == len(default)
+    assert "fa3-fwd-sm_90a-bf16-hd128-causal" in default
+    assert "fa3-fwd-sm_90a-fp16-hd64-noncausal" in default
+    assert default == [v.name for v in select("default")]  # same order every time
+    assert default[0] == "fa3-fwd-sm_90a-bf16-hd64-noncausal"
+
+
+def test_non_default_axes_append_tokens():
+    v = make_variant("fa3_fwd", arch="sm90", dtype="bf16", head_dim=128, causal=True, tile_n=176 // 16 * 16)
+    assert v.name == "fa3-fwd-sm_90a-bf16-hd128-causal-m128n176"
+    assert parse_name(v.name) == v
+    default_tile = make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=False)
+    assert default_tile.axes["tile_m"] == 128 and default_tile.axes["tile_n"] == 128
+    assert default_tile.axes["varlen"] is False and default_tile.axes["scheduler"] == "single"
+
+
+def test_filters_accept_comma_lists_and_cli_spellings():
+    vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90"})
+    assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal", "fa3-fwd-sm_90a-bf16-hd128-causal"]
+    assert len(select("default", {"causal": ["0"]})) == 10
+
+
+@pytest.mark.parametrize("text,arch", [("sm90", "sm_90a"), ("sm_90a", "sm_90a"), ("90", "sm_90a"), ("sm100", "sm_100a")])
+def test_arch_spellings(text, arch):
+    assert spec.normalize_arch(text) == arch
+
+
+@pytest.mark.parametrize(
+    "axes,message",
+    [
+        ({"dtype": "e4m3"}, "e4m3 (FP8) is not built yet"),
+        ({"arch": "sm_100a"}, "SM90 (wgmma) only"),
+        ({"head_dim": 80}, "unknown head_dim 80"),
+        ({"dtype": "bf17"}, "unknown dtype bf17"),
+        ({"varlen": True}, "varlen is not built yet"),
+        ({"flavour": "x"}, "has no axis flavour"),
+    ],
+)
+def test_bad_combinations_are_rejected_with_reasons(axes, message):
+    base = {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": False}
+    with pytest.raises(SpecError, match=re.escape(message)):
+        make_variant("fa3_fwd", **{**base, **axes})
+
+
+def test_empty_selection_explains_why():
+    with pytest.raises(SpecError, match="no variant of set 'default' matches dtype=e4m3.*not built yet"):
+        select("default", {"dtype": "e4m3"})
+    with pytest.raises(SpecError, match="unknown set"):
+        select("nope")
+
+
+def test_parse_name_rejects_non_canonical():
+    with pytest.raises(SpecError):
+        parse_name("fa3-fwd-sm_90a-bf16-hd128-causal-m128n128")  # default tile is not written
+    with pytest.raises(SpecError):
+        parse_name("fa4-fwd-sm_90a-bf16-hd128-causal")
