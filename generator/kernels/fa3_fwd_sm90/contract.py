@@ -23,15 +23,29 @@ def _i32_struct(name: str, ordinal: int, values: list[str]) -> dict:
 
 
 def _tensormap(name: str, ordinal: int, tensor: str, dtype: str, box: tuple[int, int], swizzle: int) -> dict:
-    # align 16: offsets are relative to the parameter block, whose base the driver places so
-    # that the map itself lands 64-byte aligned (the cubin puts tma_q at offset 112).
     return {
-        "name": name, "ordinal": ordinal, "kind": "tensormap", "size": 128, "align": 16,
+        "name": name, "ordinal": ordinal, "kind": "tensormap", "size": 128, "align": 64,
         "tensor": tensor, "dtype": dtype, "dims": TMA_DIM_ORDER,
         "box": [box[0], box[1], 1, 1], "element_strides": [1, 1, 1, 1],
         "interleave": "none", "swizzle": SWIZZLE_NAMES[swizzle],
         "l2_promotion": "128B", "oob_fill": "none",
     }
+
+
+# sm_90 kernels' parameters start at this constant-bank offset; alignment holds for bank
+# addresses, so a 64-byte-aligned tensor map can sit at parameter offset 112.
+PARAM_BANK_BASE = 0x210
+
+
+def _lay_out(params: list[dict]) -> list[dict]:
+    """Give each parameter the offset the compiler uses: the next bank-aligned slot."""
+    end = 0
+    for p in params:
+        addr = PARAM_BANK_BASE + end
+        addr = (addr + p["align"] - 1) // p["align"] * p["align"]
+        p["offset"] = addr - PARAM_BANK_BASE
+        end = p["offset"] + p["size"]
+    return params
 
 
 def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int) -> dict:
@@ -90,5 +104,5 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             {"expr": ["heads_q", 65535, "<="], "message": "heads_q must be at most 65535 (grid y)"},
             {"expr": ["batch", 65535, "<="], "message": "batch must be at most 65535 (grid z)"},
         ],
-        "params": params,
+        "params": _lay_out(params),
     }

@@ -30,8 +30,7 @@ class OnlineSoftmax:
         s_rc = acc_as_rows_cols(acc_S)
         row_scale = cute.make_rmem_tensor(self.rows, Float32)
         for r in cutlass.range_constexpr(self.rows):
-            row = s_rc[r, None].load()
-            m_local = row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)
+            m_local = _tree_reduce(s_rc, r, cute.arch.fmax)
             if cutlass.const_expr(not is_first):
                 m_local = cute.arch.fmax(m_local, self.row_max[r])
             m_new = cute.arch.warp_reduction_max(m_local, threads_in_group=4)
@@ -39,9 +38,9 @@ class OnlineSoftmax:
             self.row_max[r] = m_new
             # A row with every key masked so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
             m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
-            p = cute.math.exp2(row * self.scale_log2 - m_safe * self.scale_log2, fastmath=True)
-            s_rc[r, None].store(p)
-            p_sum = p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+            row = s_rc[r, None].load()
+            s_rc[r, None].store(cute.math.exp2(row * self.scale_log2 - m_safe * self.scale_log2, fastmath=True))
+            p_sum = _tree_reduce(s_rc, r, _add)
             if cutlass.const_expr(is_first):
                 row_scale[r] = Float32(1.0)
                 self.row_sum[r] = p_sum
@@ -66,6 +65,22 @@ class OnlineSoftmax:
                 else (self.row_max[r] * self.scale_log2 + cute.math.log2(total, fastmath=True)) * LN2
             )
         return inv, lse
+
+
+def _add(a, b):
+    return a + b
+
+
+@cute.jit
+def _tree_reduce(t_rc: cute.Tensor, r: cutlass.Constexpr[int], op) -> Float32:
+    """Reduce row r with four independent chains: a single chain of 64 dependent ops
+    would put its whole latency on the softmax's critical path."""
+    n = cute.size(t_rc, mode=[1])
+    part = [t_rc[r, i] for i in range(4)]
+    for i in cutlass.range_constexpr(4, n, 4):
+        for j in cutlass.range_constexpr(4):
+            part[j] = op(part[j], t_rc[r, i + j])
+    return op(op(part[0], part[1]), op(part[2], part[3]))
 
 
 @cute.jit
