@@ -148,6 +148,12 @@ def _bundle(args) -> int:
     out = write_bundle(Path(args.out), items, keys)
     print(f"bundle {out}: {len(items)} variants; on the air-gapped host: `cubinforge import-bundle {out}` "
           f"or CUBINFORGE_HOME={out} for the runtime directly")
+    if args.cpp:
+        from cubinforge.generator.cpp_bundle import render_cpp_bundle
+        written = render_cpp_bundle([m for m, _ in items], {m["cubin"]["sha256"]: d for m, d in items},
+                                    out / "cpp", embed=args.embed)
+        print(f"C++ header and cubins in {out / 'cpp'} ({len(written)} files"
+              f"{', cubins embedded' if args.embed else ''}); see docs/cpp-embedding.md")
     return 0
 
 
@@ -227,6 +233,9 @@ def add_subcommands(sub) -> None:
     p.add_argument("out")
     p.add_argument("names", nargs="*")
     p.add_argument("--include-keys", help="public keys (.pub files/folders) to ship in the bundle")
+    p.add_argument("--cpp", action="store_true",
+                   help="also render <out>/cpp/: a C++ header with the contracts as a constexpr table")
+    p.add_argument("--embed", action="store_true", help="with --cpp: embed the cubins as byte arrays")
     client_args(p)
     p.set_defaults(func=_bundle)
 

@@ -75,7 +75,7 @@ def _broken(edit) -> tuple[list, dict]:
     (lambda m: m["contract"]["grid"].__setitem__(0, ["seqlen_q", "ceil_div"]), "'ceil_div' needs two operands"),
     (lambda m: m["contract"]["grid"].__setitem__(1, ["heads_q", 2]), "leaves 2 values on the stack"),
     (lambda m: m["contract"]["grid"].__setitem__(1, ["heads_q", True, "*"]), "is not a number or a name"),
-    (lambda m: m["contract"]["params"][4].__setitem__("offset", 52), "offset 52 is not aligned to 8"),
+    (lambda m: m["contract"]["params"][4].__setitem__("offset", 40), "offset 40 overlaps the previous parameter"),
     (lambda m: m["contract"]["params"][5].__setitem__("swizzle", "256B"), "swizzle is '256B'"),
     (lambda m: m["contract"]["params"][5].__setitem__("box", [128, 128, 1, 1]), "exceeds the 128B swizzle span"),
     (lambda m: m["contract"]["params"][5].__setitem__("tensor", "x"), "names tensor 'x'"),
