@@ -28,12 +28,13 @@ kernels: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -ra tests
 
-# On a machine with a Hopper GPU (the lent H200): every GPU test over the local registry.
+# On a machine with a Hopper GPU (the lent H200), from a plain checkout with no install:
+# every GPU test over the local registry, and the benchmark harness.
 device-test:
-	$(PYTHON) -m pytest -q -ra -m gpu tests
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m pytest -q -ra -m gpu -p no:cacheprovider tests
 
 bench:
-	$(PYTHON) -m cubinforge.bench $(BENCH_ARGS)
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m cubinforge.bench $(BENCH_ARGS)
 
 serve: $(STAMP)
 	$(VENV)/bin/cubinforge serve --host 127.0.0.1 --port 8000

@@ -1,0 +1,112 @@
+"""--ncu: Nsight Compute counters of ours on one cell (tensor pipe, WGMMA, TMA).
+
+The target is the torch-free cold-start child with --repeat, so every kernel in the process
+is ours; ncu skips the first launch and profiles the second, with `--clock-control none`
+(the card's clocks are left alone). Metric names differ between ncu releases, so they are
+picked from `ncu --query-metrics` by pattern. Anything missing -> {"skipped": why}.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .cold_start import HERE, REPO
+
+PATTERN = re.compile(r"(gmma|tma|pipe_tensor)", re.I)
+ALWAYS = ("gpu__time_duration", "sm__throughput", "sm__cycles_elapsed")
+FALLBACK = ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__inst_executed_pipe_tensor_op_gmma.sum", "gpu__time_duration.sum")
+MAX_METRICS = 24
+
+
+def find_ncu() -> str | None:
+    for cand in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/ncu"):
+        if cand and Path(cand).exists():
+            return cand
+    return None
+
+
+def metric_names(query_output: str) -> list[str]:
+    """Base metric names from `ncu --query-metrics` output."""
+    names = []
+    for line in query_output.splitlines():
+        tok = line.strip().split(" ")[0] if line.strip() else ""
+        if re.fullmatch(r"[a-z0-9]+__[a-z0-9_]+", tok):
+            names.append(tok)
+    return names
+
+
+def with_rollup(base: str) -> str:
+    if base == "gpu__time_duration":
+        return base + ".sum"
+    if base in ("sm__throughput",) or base.endswith(("cycles_active", "_active")):
+        return base + ".avg.pct_of_peak_sustained_active"
+    if base.endswith("cycles_elapsed"):
+        return base + ".avg"
+    return base + ".sum"
+
+
+def choose_metrics(names: list[str]) -> list[str]:
+    picked = [n for n in names if n in ALWAYS]
+    picked += [n for n in names if PATTERN.search(n) and n.startswith(("sm__", "smsp__"))
+               and "sparsity" not in n]
+    seen, out = set(), []
+    for n in picked:
+        m = with_rollup(n)
+        if m not in seen:
+            seen.add(m)
+            out.append(m)
+    return out[:MAX_METRICS] or list(FALLBACK)
+
+
+def parse_raw_csv(text: str) -> dict:
+    """{metric: value} from `ncu --csv --page raw` (header, units row, one row per kernel)."""
+    rows = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if len(rows) < 3:
+        return {}
+    table = list(csv.reader(io.StringIO("\n".join(rows))))
+    header, units, first = table[0], table[1], table[2]
+    out = {}
+    for h, u, v in zip(header, units, first):
+        if "__" not in h and h not in ("Kernel Name",):
+            continue
+        out[h if not u else f"{h} ({u})"] = v
+    return out
+
+
+def run_ncu(cell, out_dir: Path, log=print) -> dict:
+    ncu = find_ncu()
+    if ncu is None:
+        return {"skipped": "ncu not found on PATH or in /usr/local/cuda/bin", "cell": cell.id}
+    q = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=120)
+    names = metric_names(q.stdout) if q.returncode == 0 else []
+    metrics = choose_metrics(names)
+    target = [sys.executable, str(HERE / "_cold_ours.py"), "--repo", str(REPO),
+              "--dtype", cell.dtype, "--head-dim", str(cell.head_dim),
+              "--causal", str(int(cell.causal)), "--batch", str(cell.batch),
+              "--seqlen", str(cell.seqlen_q), "--heads", str(cell.heads),
+              "--arrays", "raw", "--repeat", "2", "--verify", "0"]
+    if cell.seqlen_q != cell.seqlen_k or cell.heads != cell.heads_kv:
+        return {"skipped": "--ncu profiles square, non-GQA cells only", "cell": cell.id}
+    cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--page", "raw",
+           "--launch-skip", "1", "--launch-count", "1", "--metrics", ",".join(metrics), *target]
+    log(f"  ncu: {' '.join(cmd[:12])} ... ({len(metrics)} metrics)")
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return {"skipped": "ncu timed out after 300 s", "cell": cell.id}
+    (Path(out_dir) / "ncu.txt").write_text(
+        "$ " + " ".join(cmd) + "\n\n" + p.stdout + ("\n--- stderr ---\n" + p.stderr if p.stderr else ""))
+    values = parse_raw_csv(p.stdout)
+    if not values:
+        tail = " | ".join((p.stderr or p.stdout).strip().splitlines()[-4:])
+        return {"skipped": f"ncu gave no metrics (exit {p.returncode}): {tail}", "cell": cell.id,
+                "command": cmd}
+    kernel = values.pop("Kernel Name", None)
+    return {"cell": cell.id, "kernel": kernel, "metrics": values, "command": " ".join(cmd)}

@@ -1,0 +1,83 @@
+"""Device timing: CUDA events around each call, warm-up first, median of a time-bounded run.
+
+`plan_iterations` and `median` are pure; `time_cuda` needs torch and a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    iters: int
+
+    def as_record(self) -> dict:
+        return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms,
+                "iters": self.iters}
+
+
+def median(xs) -> float:
+    s = sorted(xs)
+    if not s:
+        raise ValueError("median of nothing")
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def plan_iterations(estimate_ms: float, budget_s: float, min_iters: int, max_iters: int) -> int:
+    """How many timed calls fit the budget, clamped to [min_iters, max_iters]."""
+    if estimate_ms <= 0:
+        return max_iters
+    n = int(budget_s * 1e3 / estimate_ms)
+    return max(min_iters, min(max_iters, n))
+
+
+def time_cuda(fn, *, warmup: int = 5, min_iters: int = 5, max_iters: int = 30,
+              budget_s: float = 0.3) -> Timing:
+    """Median time of `fn()` on the current torch stream, with one event pair per call.
+
+    The caller makes `fn` launch on torch's current stream (ours gets it passed explicitly).
+    Async errors surface at the synchronize calls here, as exceptions.
+    """
+    import torch
+
+    stream = torch.cuda.current_stream()
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    # One timed call to size the run.
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(stream)
+    fn()
+    e.record(stream)
+    e.synchronize()
+    n = plan_iterations(s.elapsed_time(e), budget_s, min_iters, max_iters)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        starts[i].record(stream)
+        fn()
+        ends[i].record(stream)
+    torch.cuda.synchronize()
+    ts = [a.elapsed_time(b) for a, b in zip(starts, ends)]
+    return Timing(median_ms=median(ts), min_ms=min(ts), max_ms=max(ts), iters=n)
+
+
+def matmul_ceiling(n: int = 8192, budget_s: float = 1.0) -> dict:
+    """bf16 n^3 torch.matmul on random data, the ceiling the grid's % column divides by."""
+    import torch
+
+    from .flops import matmul_flops, tflops
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16, generator=g)
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    t = time_cuda(lambda: torch.matmul(a, b, out=c), warmup=10, min_iters=10, max_iters=50,
+                  budget_s=budget_s)
+    return {"n": n, "dtype": "bf16", "tflops": tflops(matmul_flops(n, n, n), t.median_ms),
+            **t.as_record()}

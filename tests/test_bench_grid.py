@@ -1,0 +1,151 @@
+"""cubinforge.bench: the grid, FLOP counts, timing arithmetic, variants listing (no GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("_bench_bootstrap", ROOT / "bench" / "_bootstrap.py")
+_boot = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_boot)
+_boot.install(ROOT)
+
+from cubinforge.bench import flops as F  # noqa: E402
+from cubinforge.bench import grid as G  # noqa: E402
+from cubinforge.bench import timing as T  # noqa: E402
+from cubinforge.bench import variants as V  # noqa: E402
+
+
+def test_default_grid_is_the_fa3_grid():
+    cells = G.build_grid()
+    assert len(cells) == 36
+    assert len({c.id for c in cells}) == 36
+    for c in cells:
+        assert c.dtype == "bf16" and c.heads == c.heads_kv
+        assert c.batch * c.seqlen_q == 16 * 1024
+        assert c.heads * c.head_dim == 2048
+        assert c.seqlen_q == c.seqlen_k
+    assert {c.seqlen_q for c in cells} == {512, 1024, 2048, 4096, 8192, 16384}
+    assert {c.head_dim for c in cells} == {64, 128, 256}
+    assert sum(c.causal for c in cells) == 18
+
+
+def test_cell_ids_and_records():
+    c = G.fa3_cell("bf16", 128, 4096, True)
+    assert c.id == "bf16-hd128-s4096-causal"
+    assert (c.batch, c.heads) == (4, 16)
+    g = G.fa3_cell("bf16", 64, 1024, False, gqa=4)
+    assert g.id == "bf16-hd64-s1024-gqa4-full" and g.heads_kv == 8
+    d = G.decode_cell("bf16", 128, 16, 32768, False)
+    assert d.id == "bf16-hd128-q16-k32768-full" and d.batch == 4
+    rec = d.as_record()
+    assert rec["seqlen"] == 32768 and rec["seqlen_q"] == 16 and rec["id"] == d.id
+    json.dumps(rec)
+    with pytest.raises(ValueError):
+        G.fa3_cell("bf16", 256, 1024, False, gqa=16)
+
+
+def test_filters():
+    cells = G.build_grid()
+    assert len(G.filter_cells(cells, ["hd128"])) == 12
+    assert [c.id for c in G.filter_cells(cells, ["bf16-hd128-s4096-causal"])] == ["bf16-hd128-s4096-causal"]
+    assert len(G.filter_cells(cells, ["*-s16384-*"])) == 6
+    assert len(G.filter_cells(cells, ["hd64-s512-full", "hd256-s512-full"])) == 2
+    assert G.filter_cells(cells, ["nothing-like-this"]) == []
+    assert len(G.filter_cells(cells, None)) == 36
+
+
+def test_grid_options():
+    cells = G.build_grid(head_dims=(128,), seqlens=(1024,), causals=(True,), gqas=(1, 4, 8),
+                         dtypes=("bf16", "fp16"))
+    assert len(cells) == 6
+    assert {c.gqa for c in cells} == {1, 4, 8}
+    # hd256 has 8 heads: GQA 16 is left out, not an error
+    assert all(c.head_dim != 256 for c in G.build_grid(head_dims=(256,), gqas=(16,)))
+    dec = G.build_grid(head_dims=(128,), causals=(False,), decode=True)
+    assert len(dec) == 6 + 6
+    assert {c.seqlen_q for c in dec if c.seqlen_q != c.seqlen_k} == {1, 16, 64}
+
+
+def test_parsers():
+    assert G.parse_int_list("512,1k, 16k") == (512, 1024, 16384)
+    assert G.parse_causal("both") == (False, True)
+    assert G.parse_causal("1") == (True,)
+    assert G.parse_causal("0") == (False,)
+    with pytest.raises(ValueError):
+        G.parse_causal("maybe")
+    with pytest.raises(ValueError):
+        G.parse_int_list(",")
+
+
+def test_flops_convention():
+    # FA3 paper: 4 * B * H * S^2 * D, halved for causal
+    assert F.attention_flops(4, 16, 4096, 4096, 128, False) == 4 * 4 * 16 * 4096**2 * 128
+    assert F.attention_flops(4, 16, 4096, 4096, 128, True) == 2 * 4 * 16 * 4096**2 * 128
+    # a 1 ms run of 1e12 FLOPs is 1000 TFLOPS
+    assert F.tflops(1e12, 1.0) == pytest.approx(1000.0)
+    assert F.tflops(1e12, None) is None and F.tflops(1e12, 0) is None
+    assert F.matmul_flops(8192, 8192, 8192) == 2 * 8192**3
+    assert F.gbps(4.8e9, 1.0) == pytest.approx(4800.0)
+
+
+@pytest.mark.parametrize("sq,sk", [(1, 1), (3, 7), (7, 3), (17, 17), (1, 100), (100, 1), (5, 0 + 5)])
+def test_visible_pairs_brute_force(sq, sk):
+    brute = sum(1 for i in range(sq) for j in range(sk) if j <= i + sk - sq)
+    assert F.visible_pairs(sq, sk, True) == brute
+    assert F.visible_pairs(sq, sk, False) == sq * sk
+
+
+def test_decode_flops_are_exact():
+    # causal, sq < sk: counted exactly (query i sees sk - sq + i + 1 keys)
+    f = F.attention_flops(1, 1, 2, 10, 1, True)
+    assert f == 4 * (9 + 10)
+
+
+def test_attention_bytes():
+    b = F.attention_bytes(1, 16, 4, 1024, 2048, 128, "bf16")
+    assert b == 2 * 1024 * 16 * 128 * 2 + 2 * 2048 * 4 * 128 * 2 + 16 * 1024 * 4
+
+
+def test_timing_arithmetic():
+    assert T.median([3.0, 1.0, 2.0]) == 2.0
+    assert T.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    with pytest.raises(ValueError):
+        T.median([])
+    assert T.plan_iterations(1.0, 0.3, 5, 30) == 30      # 300 fit, capped
+    assert T.plan_iterations(100.0, 0.3, 5, 30) == 5     # 3 fit, floored
+    assert T.plan_iterations(20.0, 0.3, 5, 30) == 15
+    assert T.plan_iterations(0.0, 0.3, 5, 30) == 30
+
+
+def _manifest(name, **axes):
+    base = {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": False}
+    base.update(axes)
+    return {"variant": name, "family": "fa3_fwd", "axes": base,
+            "metadata": {"registers": 168, "dynamic_smem_bytes": 164864}}
+
+
+def test_load_variants(tmp_path, monkeypatch):
+    md = tmp_path / "manifests"
+    md.mkdir()
+    (md / "b.json").write_text(json.dumps(_manifest("b", causal=True)))
+    (md / "a.json").write_text(json.dumps(_manifest("a", head_dim=64)))
+    (md / "other.json").write_text(json.dumps({**_manifest("other"), "family": "demo"}))
+    (md / "broken.json").write_text("{not json")
+    monkeypatch.setenv("CUBINFORGE_HOME", str(tmp_path))
+    vs, problems = V.load_variants()
+    assert [v.name for v in vs] == ["a", "b"]
+    assert vs[0].key == ("sm_90a", "bf16", 64, False)
+    assert vs[1].causal is True and vs[1].metadata["registers"] == 168
+    assert len(problems) == 1 and "broken.json" in problems[0]
+    empty, why = V.load_variants(tmp_path / "nowhere")
+    assert empty == [] and "no manifests folder" in why[0]
+
+
+def test_arch_of_capability():
+    assert V.arch_of_capability(9, 0) == "sm_90a"
+    assert V.arch_of_capability(8, 9) == "sm_89"

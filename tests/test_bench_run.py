@@ -1,0 +1,145 @@
+"""cubinforge.bench: the run's orchestration with the GPU parts replaced by fakes: every file
+is written, exit codes follow the results, and an abort still leaves the files (no GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("_bench_bootstrap", ROOT / "bench" / "_bootstrap.py")
+_boot = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_boot)
+_boot.install(ROOT)
+
+from cubinforge.bench import anchors, cli, cold_start, correctness, env, perf, timing  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_bench_report import synthetic_grid  # noqa: E402
+
+
+class FakeOurs:
+    device_arch = "sm_90a"
+
+
+@pytest.fixture
+def fakes(tmp_path, monkeypatch):
+    fake_torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(is_available=lambda: True, get_device_name=lambda i=0: "NVIDIA H200"))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(env, "gpu_and_driver", lambda: ("NVIDIA H200", "580.159"))
+    monkeypatch.setattr(env, "versions", lambda: {"python": "3.12"})
+    monkeypatch.setattr(timing, "matmul_ceiling", lambda budget_s=1.0: {"n": 8192, "tflops": 780.0})
+    monkeypatch.setattr(anchors, "make_backends",
+                        lambda names, log=print: ({"ours": FakeOurs(), "cudnn": object()},
+                                                  {"flash2": "not here", "fa4": "not importable"}))
+    calls = {}
+
+    def sweep(variants, ours, shapes, seed=0, log=print):
+        calls["sweep"] = (len(variants), len(shapes))
+        recs = [correctness.case_record(variants[0].name, variants[0].name, s, "bf16", 128, False,
+                                        {"rel_err": 1e-3, "lse_err": 1e-6, "unwritten": 0})
+                for s in shapes]
+        return {"records": recs, "unexercised": [], "skipped": []}
+
+    def grid(cells, backends, missing, mm, budget_s=0.3, seed=0, log=print, stop=None,
+             on_record=None):
+        calls["grid"] = [c.id for c in cells]
+        recs = []
+        for r in synthetic_grid():
+            if r["id"] in calls["grid"]:
+                recs.append(r)
+                on_record(recs)
+        return recs
+
+    def cold(dtype, hd, causal, fa4, log=print):
+        calls["cold"] = (dtype, hd, causal, fa4)
+        return {"ours": {"ok": True, "total_s": 0.7, "after_context_s": 0.2, "phases_s": {}},
+                "fa4": None}
+
+    monkeypatch.setattr(correctness, "run_sweep", sweep)
+    monkeypatch.setattr(perf, "run_grid", grid)
+    monkeypatch.setattr(cold_start, "cold_start", cold)
+    home = tmp_path / "home" / "manifests"
+    home.mkdir(parents=True)
+    for hd in (64, 128):
+        (home / f"v{hd}.json").write_text(json.dumps({
+            "variant": f"fa3_fwd-sm_90a-bf16-hd{hd}", "family": "fa3_fwd",
+            "axes": {"arch": "sm_90a", "dtype": "bf16", "head_dim": hd, "causal": False},
+            "metadata": {"registers": 168, "dynamic_smem_bytes": 1000}}))
+    monkeypatch.setenv("CUBINFORGE_HOME", str(tmp_path / "home"))
+    return calls
+
+
+def test_full_run_writes_every_file(tmp_path, fakes, capsys):
+    out = tmp_path / "out"
+    code = cli.main(["--quick", "--out", str(out), "--no-plots", "--seed", "5"], prog="python3 -m bench")
+    assert code == cli.EXIT_OK, capsys.readouterr().out
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "results.md", "env.txt"}
+    res = json.loads((out / "results.json").read_text())
+    assert res["command"] == f"python3 -m bench --quick --out {out} --no-plots --seed 5"
+    assert res["gpu"] == "NVIDIA H200" and res["matmul_tflops"] == 780.0 and res["seed"] == 5
+    assert res["correctness_summary"]["passed"] == res["correctness_summary"]["cases"] == 6
+    assert len(res["grid"]) == 12 and fakes["cold"] == ("bf16", 128, False, False)
+    assert fakes["sweep"] == (2, len(correctness.QUICK_SHAPES))
+    assert [v["name"] for v in res["variants"]] == ["fa3_fwd-sm_90a-bf16-hd128", "fa3_fwd-sm_90a-bf16-hd64"]
+    assert "fa3_fwd-sm_90a-bf16-hd64: 168 regs" in (out / "env.txt").read_text()
+    printed = capsys.readouterr().out
+    assert "bench: PASS (exit 0)" in printed.splitlines()[-1]
+
+
+def test_correctness_failure_exits_1(tmp_path, fakes, monkeypatch, capsys):
+    def failing(variants, ours, shapes, seed=0, log=print):
+        rec = correctness.case_record("v", "v", shapes[0], "bf16", 128, False,
+                                      {"rel_err": 0.5, "lse_err": 0.0, "unwritten": 0})
+        return {"records": [rec], "unexercised": [], "skipped": []}
+    monkeypatch.setattr(correctness, "run_sweep", failing)
+    code = cli.main(["--quick", "--out", str(tmp_path), "--no-plots", "--skip", "grid,cold_start"])
+    assert code == cli.EXIT_FAILED
+    out = capsys.readouterr().out
+    assert "FAIL v b1-q1-k1-h4: rel_err 0.5 > 0.0025" in out and "bench: FAIL" in out
+
+
+def test_abort_still_writes_files(tmp_path, fakes, monkeypatch, capsys):
+    def sticky(*a, **k):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(perf, "run_grid", sticky)
+    code = cli.main(["--quick", "--out", str(tmp_path), "--no-plots"])
+    assert code == cli.EXIT_ABORTED
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert "illegal memory access" in res["aborted"]
+    assert res["correctness_summary"]["cases"] == 6  # what ran before the abort is kept
+    assert "ABORTED" in (tmp_path / "results.md").read_text()
+
+
+def test_empty_registry_is_an_environment_failure(tmp_path, fakes, monkeypatch, capsys):
+    monkeypatch.setenv("CUBINFORGE_HOME", str(tmp_path / "empty"))
+    code = cli.main(["--quick", "--out", str(tmp_path / "o"), "--no-plots"])
+    assert code == cli.EXIT_ENV
+    assert "PROBLEM: no variants in the registry" in capsys.readouterr().out
+
+
+def test_watchdog_writes_and_exits(tmp_path, monkeypatch):
+    import os
+    import threading
+
+    exited = threading.Event()
+    codes = []
+
+    def fake_exit(code):
+        codes.append(code)
+        exited.set()
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    results = {"grid": [], "correctness": [], "gpu": "X"}
+    cli._start_watchdog(0.05, results, tmp_path, t0=0.0)
+    assert exited.wait(5)
+    assert codes == [cli.EXIT_ABORTED]
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["aborted"].startswith("watchdog")
+    t = cli._start_watchdog(0.05, {}, tmp_path, t0=0.0)
+    t.cancel()
