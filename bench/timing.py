@@ -36,9 +36,13 @@ def plan_iterations(estimate_ms: float, budget_s: float, min_iters: int, max_ite
     return max(min_iters, min(max_iters, n))
 
 
+# ~20 ms at the H200's 1.98 GHz: covers enqueuing max_iters calls at up to ~0.5 ms each.
+GPU_HOLD_CYCLES = 40_000_000
+
+
 def time_cuda(fn, *, warmup: int = 5, min_iters: int = 5, max_iters: int = 30,
               budget_s: float = 0.3) -> Timing:
-    """Median time of `fn()` on the current torch stream, with one event pair per call.
+    """Median GPU time of `fn()` on the current torch stream, with one event pair per call.
 
     The caller makes `fn` launch on torch's current stream (ours gets it passed explicitly).
     Async errors surface at the synchronize calls here, as exceptions.
@@ -58,6 +62,10 @@ def time_cuda(fn, *, warmup: int = 5, min_iters: int = 5, max_iters: int = 30,
     n = plan_iterations(s.elapsed_time(e), budget_s, min_iters, max_iters)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    # Keep the GPU busy while the host enqueues the timed calls, so each event pair measures
+    # the GPU's work for one call, not the host's launch overhead (reported separately as
+    # host_us): otherwise a short kernel is timed at the speed of the Python that launches it.
+    torch.cuda._sleep(GPU_HOLD_CYCLES)
     for i in range(n):
         starts[i].record(stream)
         fn()

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from cubinforge.generator import families, spec
+
+# The lent GPU machine runs `make device-test` from a plain checkout without the build and
+# server extras: leave out the CPU suites that import them there instead of erroring at
+# collection. Where the extras are installed (CI, `make test`) nothing is left out.
+_NEEDS = {
+    "test_registry.py": ("sqlalchemy",), "test_build_pipeline.py": ("sqlalchemy", "elftools"),
+    "test_cubin_elf.py": ("elftools",), "test_cli.py": ("sqlalchemy", "elftools"),
+    "test_client_remote.py": ("sqlalchemy", "fastapi"), "test_service_*.py": ("sqlalchemy", "fastapi"),
+}
+collect_ignore_glob = [
+    pattern for pattern, mods in _NEEDS.items()
+    if any(importlib.util.find_spec(m) is None for m in mods)
+]
 from cubinforge.generator.families import Family
 
 TEST_FAMILIES = [
