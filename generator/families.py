@@ -62,7 +62,6 @@ def _tile_function(ref: str) -> Callable | None:
         return None
 
 
-_FA3_TILES = {64: (128, 128), 96: (128, 128), 128: (128, 128), 192: (128, 96), 256: (128, 80)}
 
 FA3_FWD = Family(
     name="fa3_fwd",
@@ -83,7 +82,6 @@ FA3_FWD = Family(
         "tile_n": tuple(range(16, 257, 16)),
     },
     config_axes=("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n"),
-    default_tiles=_FA3_TILES,
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={
         ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a needs its own kernel package",

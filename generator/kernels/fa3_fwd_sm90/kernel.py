@@ -53,6 +53,7 @@ class FlashFwdSm90:
         # Ping-pong needs a partner warpgroup.
         self.pingpong = cfg.pingpong and self.num_wg >= 2
         self.overlap = cfg.intra_wg_overlap
+        self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
 
     # ------------------------------------------------------------------ host side
     def _tiled_mmas(self):
@@ -345,20 +346,25 @@ class FlashFwdSm90:
         to_p(acc_S)
 
         if const_expr(self.overlap):
+            # Row factors of the last softmax, applied to O just before the next PV GEMM.
+            scale_prev = cute.make_rmem_tensor(cute.size(acc_as_rows_cols(acc_O), mode=[0]), Float32)
+            scale_prev.fill(1.0)
             n_masked = 0
             if const_expr(self.causal):
                 n_masked = cutlass.max(cutlass.min(n_block_max - 1 - n_block_causal, n_block_max - 1), 0)
             for i in cutlass.range(n_masked, unroll=1):
                 kv_state = self.overlapped_step(
                     kv_state, n_block_max - 2 - i, gemm_qk, gemm_pv, mask, to_p, softmax,
-                    acc_O, pipe_k, pipe_v, wg, True,
+                    acc_O, scale_prev, pipe_k, pipe_v, wg, True,
                 )
             for i in cutlass.range(n_block_max - 1 - n_masked, unroll=1):
                 kv_state = self.overlapped_step(
                     kv_state, n_block_max - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
-                    softmax, acc_O, pipe_k, pipe_v, wg, False,
+                    softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False,
                 )
             # Last PV.
+            if const_expr(self.rescale_early):
+                rescale_rows(acc_O, scale_prev)
             pipe_v.consumer_wait(kv_state)
             gemm_pv(kv_state.index, False)
             warpgroup.wait_group(0)
@@ -404,7 +410,7 @@ class FlashFwdSm90:
 
     @cute.jit
     def overlapped_step(
-        self, kv_state, n_block, gemm_qk, gemm_pv, mask, to_p, softmax, acc_O,
+        self, kv_state, n_block, gemm_qk, gemm_pv, mask, to_p, softmax, acc_O, scale_prev,
         pipe_k, pipe_v, wg, causal_mask: cutlass.Constexpr[bool],
     ):
         """QK^T of block n_block runs while PV of the previous block and this softmax do."""
@@ -413,6 +419,8 @@ class FlashFwdSm90:
         pipe_k.consumer_wait(kv_state)
         self.schedule_wait(wg)
         acc_S = gemm_qk(kv_state.index)  # in flight
+        if const_expr(self.rescale_early):
+            rescale_rows(acc_O, scale_prev)  # under the QK^T GEMM, before PV accumulates
         pipe_v.consumer_wait(v_state)
         gemm_pv(v_state.index, False)  # in flight behind it
         self.schedule_pass(wg)
@@ -424,7 +432,10 @@ class FlashFwdSm90:
         warpgroup.wait_group(0)
         pipe_v.consumer_release(v_state)
         to_p(acc_S)
-        rescale_rows(acc_O, row_scale)
+        if const_expr(self.rescale_early):
+            scale_prev.store(row_scale.load())
+        else:
+            rescale_rows(acc_O, row_scale)
         return kv_state
 
     def schedule_wait(self, wg):
