@@ -33,7 +33,8 @@ def run_parser(prog: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=prog, description="Correctness sweep, performance grid against cuDNN / torch flash "
         "/ FA4, and cold start of every built cubinforge variant, on this machine's GPU. "
-        "Subcommand: `readme` regenerates the README's results section.")
+        "Subcommands: `readme` regenerates the README's results section; `kernels` prints "
+        "the built kernels' resources and SASS counts as a markdown table.")
     ap.add_argument("--out", type=Path, help="output folder (default bench/results/<date>-<gpu>/)")
     ap.add_argument("--cells", type=_csv, help="comma-separated cell ids or globs, e.g. "
                     "'hd128-s4096-causal,*-s16384-*' (a plain word matches as a substring)")
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     else "python3 -m bench")
     if argv and argv[0] == "readme":
         return readme_main(readme_parser(prog).parse_args(argv[1:]))
+    if argv and argv[0] == "kernels":
+        from .kernel_table import main as kernels_main
+        return kernels_main(argv[1:])
     args = run_parser(prog).parse_args(argv)
     bad = [s for s in args.skip if s not in STEPS]
     bad += [b for b in args.backends if b not in BACKENDS]
