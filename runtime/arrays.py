@@ -12,6 +12,7 @@ Only the stdlib is used here; the driver is touched only to allocate and to orde
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from typing import Any
 
@@ -55,13 +56,13 @@ class DeviceArray:
                  owner: Any = None, readonly: bool = False):
         if dtype not in DTYPE_BYTES:
             raise InputError(f"dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)}")
-        shape = tuple(int(n) for n in shape)
-        strides = _compact_strides(shape) if strides is None else tuple(int(s) for s in strides)
+        shape = tuple(map(int, shape))
+        strides = _compact_strides(shape) if strides is None else tuple(map(int, strides))
         if len(strides) != len(shape):
             raise InputError(f"shape {shape} and strides {strides} differ in rank")
-        if any(n < 0 for n in shape):
+        if shape and min(shape) < 0:
             raise InputError(f"negative size in shape {shape}")
-        if any(s < 0 for s in strides):
+        if strides and min(strides) < 0:
             raise InputError(f"negative strides {strides} are not supported")
         self.ptr = int(ptr)
         self.shape = shape
@@ -71,6 +72,28 @@ class DeviceArray:
         self.readonly = bool(readonly)
         self._owner = owner          # keeps the producer (and its memory) alive
         self._stream = None          # set by OwnedDeviceArray: the stream its data is ordered on
+
+    @classmethod
+    def _checked(cls, ptr: int, shape: tuple, strides: tuple | None, dtype: str, device, owner,
+                 readonly: bool) -> "DeviceArray":
+        """__init__ for values already of the right types (tuples of ints, a known dtype), as
+        parsed from DLPack: the same checks, less conversion."""
+        if strides is None:
+            strides = _compact_strides(shape)
+        if shape and min(shape) < 0:
+            raise InputError(f"negative size in shape {shape}")
+        if strides and min(strides) < 0:
+            raise InputError(f"negative strides {strides} are not supported")
+        self = object.__new__(cls)
+        self.ptr = ptr
+        self.shape = shape
+        self.strides = strides
+        self.dtype = dtype
+        self.device = device
+        self.readonly = readonly
+        self._owner = owner
+        self._stream = None
+        return self
 
     @classmethod
     def from_pointer(cls, ptr: int, shape, strides=None, dtype: str = "bf16",
@@ -227,9 +250,31 @@ class _DLPackImport:
         if self._deleter:
             d, self._deleter = self._deleter, None
             try:
-                _CALL_DELETER(d)(self._managed)
+                fn = _deleters.get(d)
+                if fn is None:
+                    if len(_deleters) >= 64:
+                        _deleters.clear()
+                    fn = _deleters[d] = _CALL_DELETER(d)
+                fn(self._managed)
             except Exception:  # interpreter shutdown: nothing sensible left to do
                 pass
+
+
+# Callable thunks for producers' deleters, by address (a producer uses one or two).
+_deleters: dict[int, Any] = {}
+
+
+# The DLManagedTensor[Versioned] up to the end of its DLTensor, read in one go:
+# versioned: version (2 x u32), manager_ctx, deleter, flags (u64), then the DLTensor;
+# legacy: the DLTensor, manager_ctx, deleter. DLTensor: data, device (2 x i32), ndim (i32),
+# dtype (u8 code, u8 bits, u16 lanes), shape, strides, byte_offset (u64).
+_DLTENSOR = "QiiiBBHQQQ"
+_MT_VERSIONED = struct.Struct("<IIQQQ" + _DLTENSOR)
+_MT_LEGACY = struct.Struct("<" + _DLTENSOR + "QQ")
+assert _MT_VERSIONED.size == ctypes.sizeof(_DLManagedTensorVersioned)
+assert _MT_LEGACY.size == ctypes.sizeof(_DLManagedTensor)
+_I64 = [struct.Struct(f"<{n}q") for n in range(33)]
+_MAX_NDIM = 32
 
 
 def parse_dlpack_capsule(capsule, producer: Any = None, dtype: str | None = None,
@@ -239,25 +284,26 @@ def parse_dlpack_capsule(capsule, producer: Any = None, dtype: str | None = None
     cap = id(capsule)
     if _IsValid(cap, _NAME_V):
         addr = _GetPointer(cap, _NAME_V)
-        mt = _DLManagedTensorVersioned.from_address(addr)
-        if mt.version.major != 1:
-            raise InputError(f"{what}: DLPack version {mt.version.major}.{mt.version.minor} is not "
+        (major, minor, _ctx, deleter, flags, data, dev_type, dev_id, ndim, code, bits, lanes,
+         shape_p, strides_p, byte_offset) = _MT_VERSIONED.unpack(ctypes.string_at(addr, _MT_VERSIONED.size))
+        if major != 1:
+            raise InputError(f"{what}: DLPack version {major}.{minor} is not "
                              f"supported (this runtime reads 1.x)")
-        t, flags, used = mt.dl_tensor, mt.flags, _USED_V
+        used = _USED_V
     elif _IsValid(cap, _NAME):
         addr = _GetPointer(cap, _NAME)
-        mt = _DLManagedTensor.from_address(addr)
-        t, flags, used = mt.dl_tensor, 0, _USED
+        (data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, byte_offset,
+         _ctx, deleter) = _MT_LEGACY.unpack(ctypes.string_at(addr, _MT_LEGACY.size))
+        flags, used = 0, _USED
     else:
         raise InputError(f"{what}: not an unconsumed DLPack capsule (expected name 'dltensor' "
                          f"or 'dltensor_versioned')")
     # Until the rename below, an error leaves the capsule owning the tensor (its
     # destructor frees it).
-    if t.device.device_type != KDL_CUDA:
-        name = _DL_DEVICE_NAMES.get(t.device.device_type, f"device type {t.device.device_type}")
-        raise InputError(f"{what} is on {name}:{t.device.device_id}; cubinforge needs CUDA device "
+    if dev_type != KDL_CUDA:
+        name = _DL_DEVICE_NAMES.get(dev_type, f"device type {dev_type}")
+        raise InputError(f"{what} is on {name}:{dev_id}; cubinforge needs CUDA device "
                          f"memory (kDLCUDA)")
-    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
     if lanes != 1:
         raise InputError(f"{what}: vector dtype with {lanes} lanes is not supported")
     if dtype is not None:
@@ -270,17 +316,21 @@ def parse_dlpack_capsule(capsule, producer: Any = None, dtype: str | None = None
         if got is None:
             raise InputError(f"{what}: DLPack dtype (code {code}, {bits} bits) is not one of "
                              f"bf16, fp16, f32, float8_e4m3fn; pass dtype= to reinterpret")
-    ndim = t.ndim
-    shape = tuple(t.shape[i] for i in range(ndim))
-    strides = None if not t.strides else tuple(t.strides[i] for i in range(ndim))
-    ptr = (t.data or 0) + t.byte_offset
-    deleter = (mt.deleter or None)
+    if not 0 <= ndim <= _MAX_NDIM:
+        raise InputError(f"{what}: DLPack ndim {ndim} is outside 0..{_MAX_NDIM}")
+    if ndim and not shape_p:
+        raise InputError(f"{what}: DLPack tensor of {ndim} dimensions has no shape")
+    fmt = _I64[ndim]
+    shape = fmt.unpack(ctypes.string_at(shape_p, 8 * ndim)) if ndim else ()
+    strides = (fmt.unpack(ctypes.string_at(strides_p, 8 * ndim)) if ndim else ()) if strides_p else None
+    ptr = data + byte_offset
     # Rename first: from here on we, not the capsule's destructor, own the tensor.
     if _SetName(cap, used) != 0:
         raise InputError(f"{what}: could not mark the DLPack capsule as used")
-    holder = _DLPackImport(addr, deleter, producer)
-    return DeviceArray(ptr, shape, strides, got, t.device.device_id, holder,
-                       readonly=bool(flags & DLPACK_FLAG_READ_ONLY))
+    # Without a deleter there is nothing to free: the producer alone keeps the memory alive.
+    holder = _DLPackImport(addr, deleter, producer) if deleter else producer
+    return DeviceArray._checked(ptr, shape, strides, got, dev_id, holder,
+                                bool(flags & DLPACK_FLAG_READ_ONLY))
 
 
 # Exported tensors live here until the consumer calls the deleter (or the unconsumed
@@ -338,12 +388,15 @@ def _dlpack_export(a: DeviceArray, versioned: bool):
 
 # --------------------------------------------------------------------------- conversion
 
-def _from_cai(obj, dtype: str | None, what: str) -> DeviceArray:
-    cai = obj.__cuda_array_interface__
+def _from_cai(obj, dtype: str | None, what: str, cai: dict | None = None) -> DeviceArray:
+    if cai is None:
+        cai = obj.__cuda_array_interface__
     if cai.get("mask") is not None:
         raise InputError(f"{what}: masked __cuda_array_interface__ arrays are not supported")
     typestr = cai["typestr"]
-    itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 0
+    itemsize = _TYPESTR_SIZE.get(typestr)
+    if itemsize is None:
+        itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 0
     if dtype is not None:
         if itemsize != DTYPE_BYTES.get(dtype, -1):
             raise InputError(f"{what}: dtype={dtype!r} override needs {DTYPE_BYTES.get(dtype)}-byte "
@@ -360,15 +413,32 @@ def _from_cai(obj, dtype: str | None, what: str) -> DeviceArray:
             raise InputError(f"{what}: __cuda_array_interface__ typestr {typestr!r} is not fp16 '<f2' "
                              f"or f32 '<f4'; for bf16/e4m3 pass dtype= or use DLPack")
     ptr, readonly = cai["data"]
-    shape = tuple(cai["shape"])
+    shape = tuple(map(int, cai["shape"]))
     strides = cai.get("strides")
     if strides is not None:
-        if any(s % itemsize for s in strides):
-            raise InputError(f"{what}: byte strides {tuple(strides)} are not multiples of the "
-                             f"{itemsize}-byte element")
-        strides = tuple(s // itemsize for s in strides)
+        strides = tuple(map(int, strides))
+        elems = _elem_strides.get((strides, itemsize))
+        if elems is None:
+            elems = tuple(s // itemsize for s in strides) if itemsize else ()
+            if not itemsize or any(e * itemsize != s for e, s in zip(elems, strides)):
+                raise InputError(f"{what}: byte strides {strides} are not multiples of the "
+                                 f"{itemsize}-byte element")
+            if len(_elem_strides) >= 1024:
+                _elem_strides.clear()
+            _elem_strides[(strides, itemsize)] = elems
+        if len(elems) != len(shape):
+            raise InputError(f"{what}: shape {shape} and strides {elems} differ in rank")
+        strides = elems
     # The interface carries no device ordinal: the launcher asks the driver for it.
-    return DeviceArray(ptr or 0, shape, strides, got, None, obj, readonly=bool(readonly))
+    return DeviceArray._checked(int(ptr or 0), shape, strides, got, None, obj, bool(readonly))
+
+
+_TYPESTR_SIZE = {"<f2": 2, "<f4": 4, "<V2": 2, "|V1": 1}
+_elem_strides: dict[tuple, tuple] = {}   # (byte strides, itemsize) -> element strides, checked
+
+
+# Producer types whose __dlpack__ refuses max_version= (asked without it after the first refusal).
+_LEGACY_PRODUCERS: set = set()
 
 
 def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = None,
@@ -384,20 +454,29 @@ def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = Non
                 raise InputError(f"{what}: cannot view {obj.dtype} as {dtype}")
             obj = DeviceArray(obj.ptr, obj.shape, obj.strides, dtype, obj.device, obj._owner, obj.readonly)
         return obj
-    if hasattr(obj, "__dlpack__"):
-        if hasattr(obj, "__dlpack_device__"):
-            dev_type, dev_id = obj.__dlpack_device__()
+    export = getattr(obj, "__dlpack__", None)
+    if export is not None:
+        dev = getattr(obj, "__dlpack_device__", None)
+        if dev is not None:
+            dev_type, dev_id = dev()
             if int(dev_type) != KDL_CUDA:
                 name = _DL_DEVICE_NAMES.get(int(dev_type), f"device type {int(dev_type)}")
                 raise InputError(f"{what} is on {name}:{dev_id}; cubinforge needs CUDA device memory "
                                  f"(kDLCUDA); move it to the GPU first")
         s = None if stream is None else (1 if stream == 0 else int(stream))
-        try:
-            capsule = obj.__dlpack__(stream=s, max_version=(1, 0))
-        except TypeError:   # a producer that predates DLPack 1.0 keywords
-            capsule = obj.__dlpack__(stream=s)
+        tp = type(obj)
+        if tp in _LEGACY_PRODUCERS:
+            capsule = export(stream=s)
+        else:
+            try:
+                capsule = export(stream=s, max_version=(1, 0))
+            except TypeError:   # a producer that predates DLPack 1.0 keywords
+                capsule = export(stream=s)
+                if len(_LEGACY_PRODUCERS) < 64:
+                    _LEGACY_PRODUCERS.add(tp)   # ask it the old way from now on
         return parse_dlpack_capsule(capsule, producer=obj, dtype=dtype, what=what)
-    if hasattr(obj, "__cuda_array_interface__"):
-        return _from_cai(obj, dtype, what)
+    cai = getattr(obj, "__cuda_array_interface__", None)   # a property: read it once
+    if cai is not None:
+        return _from_cai(obj, dtype, what, cai)
     raise InputError(f"{what}: {type(obj).__name__} is not a device array (it has neither __dlpack__ "
                      f"nor __cuda_array_interface__); use DeviceArray.from_pointer for raw pointers")

@@ -7,7 +7,6 @@ with the driver's own CUresult name and the name of the call that failed.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import threading
 from typing import Any
@@ -15,13 +14,14 @@ from typing import Any
 from .errors import CudaError, DriverUnavailable, InputError
 
 _drv = None
+_SUCCESS = None      # CUresult.CUDA_SUCCESS, once the bindings are loaded
 _lock = threading.RLock()
 _initialized = False
 
 
 def drv():
     """The ``cuda.bindings.driver`` module, imported on first use."""
-    global _drv
+    global _drv, _SUCCESS
     if _drv is None:
         try:
             from cuda.bindings import driver
@@ -29,6 +29,7 @@ def drv():
             raise DriverUnavailable(
                 "cubinforge.runtime needs the CUDA driver bindings: pip install 'cuda-bindings>=12.8' "
                 "(or 'cubinforge[runtime]')") from e
+        _SUCCESS = driver.CUresult.CUDA_SUCCESS
         _drv = driver
     return _drv
 
@@ -44,25 +45,33 @@ def error_name(err) -> str:
     return getattr(err, "name", str(err))
 
 
-def call(name: str, *args, detail: str = ""):
+def call(name: str, *args, detail=""):
     """Call ``cuda.bindings.driver.<name>(*args)``; raise CudaError unless CUDA_SUCCESS.
-    Returns the call's outputs: None, one value, or a tuple."""
-    d = drv()
+    Returns the call's outputs: None, one value, or a tuple. ``detail`` (a string, or a
+    callable returning one, built only on failure) is added to the error message."""
+    d = _drv or drv()
     try:
         res = getattr(d, name)(*args)
     except (CudaError, InputError):
         raise
     except Exception as e:
-        # e.g. libcuda.so not found: cuda-pathfinder raises before any CUresult exists.
-        if "cuda" in type(e).__module__ or "DynamicLib" in type(e).__name__:
-            raise DriverUnavailable(f"{name}: the CUDA driver could not be loaded: {e}") from e
+        _unavailable(name, e)
         raise
-    err, out = (res[0], res[1:]) if isinstance(res, tuple) else (res, ())
-    if err != d.CUresult.CUDA_SUCCESS:
-        raise CudaError(name, int(err), error_name(err), detail)
-    if not out:
-        return None
-    return out[0] if len(out) == 1 else out
+    if type(res) is tuple:
+        err = res[0]
+        if err != _SUCCESS:
+            raise CudaError(name, int(err), error_name(err), detail() if callable(detail) else detail)
+        n = len(res)
+        return None if n == 1 else res[1] if n == 2 else res[1:]
+    if res != _SUCCESS:
+        raise CudaError(name, int(res), error_name(res), detail() if callable(detail) else detail)
+    return None
+
+
+def _unavailable(name: str, e: Exception) -> None:
+    # e.g. libcuda.so not found: cuda-pathfinder raises before any CUresult exists.
+    if "cuda" in type(e).__module__ or "DynamicLib" in type(e).__name__:
+        raise DriverUnavailable(f"{name}: the CUDA driver could not be loaded: {e}") from e
 
 
 def init() -> None:
@@ -123,43 +132,87 @@ def primary_context(ordinal: int):
 
 def current_context():
     """The calling thread's current context, or None."""
-    init()
+    if not _initialized:
+        init()
     ctx = call("cuCtxGetCurrent")
     return ctx if ctx is not None and int(ctx) != 0 else None
 
 
-@contextlib.contextmanager
-def device_context(ordinal: int):
+# Device ordinal of each context seen current, by handle. A context's device never changes;
+# like the module cache below, this assumes a live context's handle is not recycled for
+# another context (forget_context() drops an entry, e.g. after a failed launch).
+_ctx_devices: dict[int, int] = {}
+
+
+def context_device(ctx) -> int:
+    """Device ordinal of ``ctx``, which must be the current context (cuCtxGetDevice, cached)."""
+    key = int(ctx)
+    dev = _ctx_devices.get(key)
+    if dev is None:
+        dev = _ctx_devices[key] = int(call("cuCtxGetDevice"))
+    return dev
+
+
+def forget_context(ctx) -> None:
+    """Drop the cached device of ``ctx`` (a handle or int): it is asked again next time."""
+    _ctx_devices.pop(int(ctx) if ctx is not None else 0, None)
+
+
+class device_context:
     """Make a context of device ``ordinal`` current for the block and yield it.
 
     The current context is reused when it belongs to that device; with none current the
     primary context is made current and left so (what cudaSetDevice would do); a context
-    of another device is pushed over and popped afterwards."""
-    cur = current_context()
-    if cur is not None and int(call("cuCtxGetDevice")) == ordinal:
-        yield cur
-        return
-    ctx = primary_context(ordinal)
-    if cur is None:
-        call("cuCtxSetCurrent", ctx)
-        yield ctx
-        return
-    call("cuCtxPushCurrent", ctx)
-    try:
-        yield ctx
-    finally:
-        call("cuCtxPopCurrent")
+    of another device is pushed over and popped afterwards. (A class rather than a
+    generator: it sits on every launch.)"""
+
+    __slots__ = ("ordinal", "_pushed")
+
+    def __init__(self, ordinal: int):
+        self.ordinal = ordinal
+        self._pushed = False
+
+    def __enter__(self):
+        cur = current_context()
+        if cur is not None and context_device(cur) == self.ordinal:
+            return cur
+        ctx = primary_context(self.ordinal)
+        if cur is None:
+            call("cuCtxSetCurrent", ctx)
+            return ctx
+        call("cuCtxPushCurrent", ctx)
+        self._pushed = True
+        return ctx
+
+    def __exit__(self, *exc) -> None:
+        if self._pushed:
+            self._pushed = False
+            call("cuCtxPopCurrent")
+
+
+_ORDINAL_ATTR = None
 
 
 def pointer_device(ptr: int) -> int:
-    """Device ordinal of a device pointer (for arrays that did not say)."""
-    init()
+    """Device ordinal of a device pointer (for arrays that did not say). One driver query
+    per call: a pointer's device is never cached, since freed memory may come back at the
+    same address on another device."""
+    global _ORDINAL_ATTR
+    if not _initialized:
+        init()
+    if _ORDINAL_ATTR is None:
+        _ORDINAL_ATTR = drv().CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    try:
+        res = _drv.cuPointerGetAttribute(_ORDINAL_ATTR, ptr)
+    except Exception as e:
+        _unavailable("cuPointerGetAttribute", e)
+        raise
+    if res[0] == _SUCCESS:
+        return int(res[1])
     if current_context() is None:   # the query wants some context; take device 0's
         call("cuCtxSetCurrent", primary_context(0))
-    d = drv()
     try:
-        return int(call("cuPointerGetAttribute",
-                        d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr))
+        return int(call("cuPointerGetAttribute", _ORDINAL_ATTR, ptr))
     except CudaError as e:
         raise InputError(f"0x{ptr:x} is not a CUDA device pointer ({e.name} from "
                          f"cuPointerGetAttribute)") from e
@@ -300,13 +353,14 @@ def param_pointers(param_buffers) -> ctypes.Array:
     ptrs = (ctypes.c_void_p * max(len(param_buffers), 1))(*[ctypes.addressof(b) for b in param_buffers])
     ptrs._buffers = list(param_buffers)
     ptrs._count = len(param_buffers)
+    ptrs._addr = ctypes.addressof(ptrs) if param_buffers else None
+    ptrs._configs = {}       # stream -> (CUlaunchConfig, grid, block, cluster, smem): see launch()
     return ptrs
 
 
-def launch(function: Function, grid, block, cluster, smem: int, stream: int, params) -> None:
-    """cuLaunchKernelEx. ``params`` is a list of parameter buffers or ``param_pointers(...)``;
-    the driver copies the parameter bytes at the call, so they may be reused afterwards."""
-    d = drv()
+def launch_config(grid, block, cluster, smem: int, stream: int):
+    """A CUlaunchConfig for cuLaunchKernelEx (with the cluster attribute unless (1, 1, 1))."""
+    d = _drv or drv()
     cfg = d.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (int(x) for x in grid)
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (int(x) for x in block)
@@ -320,6 +374,41 @@ def launch(function: Function, grid, block, cluster, smem: int, stream: int, par
         cfg.numAttrs = 1
     else:
         cfg.numAttrs = 0
+    return cfg
+
+
+_MAX_CONFIGS = 8     # launch configs kept per parameter array (one per stream it ran on)
+
+
+def launch(function: Function, grid, block, cluster, smem: int, stream: int, params) -> None:
+    """cuLaunchKernelEx. ``params`` is a list of parameter buffers or ``param_pointers(...)``;
+    the driver copies the parameter bytes at the call, so they may be reused afterwards.
+
+    For a ``param_pointers`` array the launch config is built once per stream and kept on
+    the array (reused while grid, block, cluster and smem are the same objects/values)."""
     ptrs = params if isinstance(params, ctypes.Array) else param_pointers(params)
-    call("cuLaunchKernelEx", cfg, function.handle, ctypes.addressof(ptrs) if ptrs._count else None, 0,
-         detail=f"{function.entry} grid={tuple(grid)} block={tuple(block)} cluster={tuple(cluster)} smem={smem}")
+    configs = getattr(ptrs, "_configs", None)
+    ent = configs.get(stream) if configs is not None else None
+    if (ent is not None and ent[1] is grid and ent[2] is block and ent[3] is cluster
+            and ent[4] == smem):
+        cfg = ent[0]
+    else:
+        cfg = launch_config(grid, block, cluster, smem, stream)
+        if configs is not None:
+            if len(configs) >= _MAX_CONFIGS:
+                configs.clear()
+            configs[stream] = (cfg, grid, block, cluster, smem)
+    addr = getattr(ptrs, "_addr", 0)
+    if addr == 0:            # an array built elsewhere
+        addr = ctypes.addressof(ptrs) if ptrs._count else None
+    d = _drv or drv()
+    try:
+        res = d.cuLaunchKernelEx(cfg, function.handle, addr, 0)
+    except Exception as e:
+        _unavailable("cuLaunchKernelEx", e)
+        raise
+    err = res[0] if type(res) is tuple else res
+    if err != _SUCCESS:
+        raise CudaError("cuLaunchKernelEx", int(err), error_name(err),
+                        f"{function.entry} grid={tuple(grid)} block={tuple(block)} cluster={tuple(cluster)} "
+                        f"smem={smem} stream={int(stream):#x}")

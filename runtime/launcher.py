@@ -8,13 +8,13 @@ is kept per thread for ``last_launch()``.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import driver
 from .arrays import DeviceArray, as_device_array
 from .contract import Bound, Contract, bind
-from .errors import InputError
+from .errors import CudaError, InputError
 from .params import build_params
 from .registry_source import Manifest, Source, default_source, fetch_cubin
 
@@ -55,6 +55,26 @@ def resolve_devices(arrays: Mapping[str, DeviceArray]) -> tuple[dict, int]:
     return out, next(iter(seen))
 
 
+def locate(a: DeviceArray) -> DeviceArray:
+    """``a`` with its device filled in from the driver when it did not carry one (asked on
+    every call: a pointer's device is never cached)."""
+    if a.device is None and a.ptr:
+        return a.with_device(driver.pointer_device(a.ptr))
+    return a
+
+
+def _scalars_key(scalars) -> tuple | None:
+    """Hashable, type-exact form of the scalars (1, 1.0 and True differ), or None."""
+    if not scalars:
+        return ()
+    try:
+        key = tuple((n, type(v), v) for n, v in scalars.items())
+        hash(key)
+    except TypeError:        # an unhashable scalar: bind() will say what is wrong
+        return None
+    return key
+
+
 class Kernel:
     """A registry variant ready to launch: its manifest and cubin bytes (verified)."""
 
@@ -62,6 +82,9 @@ class Kernel:
         self.manifest = manifest
         self.cubin = cubin
         self._plans: dict[tuple, _Plan] = {}
+        self._plans_lock = threading.Lock()
+        self._functions: dict[Any, driver.Function] = {}   # context handle -> loaded function
+        self._names = tuple(manifest.contract.tensors)
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, source: Source | None = None) -> "Kernel":
@@ -92,36 +115,86 @@ class Kernel:
                stream=None) -> LaunchRecord:
         """Launch on ``stream`` (None = legacy default stream). ``tensors`` maps the contract's
         tensor names to DeviceArrays or DLPack / __cuda_array_interface__ objects."""
-        c = self.contract
-        handle, _keep = driver.resolve_stream(stream)
-        arrays = {n: as_device_array(t, stream=handle, what=n) for n, t in tensors.items() if t is not None}
-        scalars = dict(scalars or {})
-        # Everything a launch needs follows from the arrays' (ptr, shape, strides, dtype) and the
-        # scalars, so a repeated call (same buffers, as in a training loop) reuses its checked
-        # parameter bytes instead of re-validating and re-encoding tensor maps.
-        key = (tuple((n, a.ptr, a.shape, a.strides, a.dtype, a.device, a.readonly)
-                     for n, a in sorted(arrays.items())), tuple(sorted(scalars.items())))
-        try:
-            plan = self._plans.get(key)
-        except TypeError:            # an unhashable scalar: bind() will say what is wrong
-            key, plan = None, None
+        if type(stream) is int:
+            handle = stream
+        else:
+            handle, _keep = driver.resolve_stream(stream)
+        arrays = {}
+        for n, t in tensors.items():
+            if t is not None:
+                arrays[n] = locate(t if isinstance(t, DeviceArray) else as_device_array(t, stream=handle, what=n))
+        return self.run(self.plan(arrays, scalars, handle), handle)
+
+    def plan(self, arrays: Mapping[str, DeviceArray], scalars: Mapping[str, Any] | None,
+             stream: int = 0) -> "_Plan":
+        """The checked launch for these DeviceArrays and scalars: steps 1-3, done once per
+        distinct (pointers, shapes, strides, dtypes, devices, read-only flags, scalars); a
+        repeated call (same buffers, as in a training loop or a serving step) reuses its
+        parameter bytes instead of re-validating and re-encoding tensor maps."""
+        key = self._key(arrays, scalars)
+        plan = self._plans.get(key) if key is not None else None
         if plan is None:
-            bound, device = self.bind(arrays, scalars, handle)
-            arch = driver.device_arch(device)
-            if arch != c.arch:
-                raise InputError(f"{self.variant} is built for {c.arch}; device {device} is {arch}")
-            with driver.device_context(device):
-                buffers = build_params(bound)   # tensor maps need a current context
-            plan = _Plan(bound.grid, device, buffers, driver.param_pointers(buffers))
+            plan = self._build_plan(arrays, scalars, stream)
             if key is not None:
-                if len(self._plans) >= _MAX_PLANS:
-                    self._plans.pop(next(iter(self._plans)))
-                self._plans[key] = plan
-        with driver.device_context(plan.device):
-            fn = driver.load_module(self.cubin, self.manifest.cubin_sha256).function(c.entry)
-            fn.require_dynamic_smem(c.dynamic_smem_bytes)
-            driver.launch(fn, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, handle, plan.pointers)
-        rec = LaunchRecord(self.variant, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, handle, plan.device)
+                with self._plans_lock:
+                    if len(self._plans) >= _MAX_PLANS:
+                        self._plans.pop(next(iter(self._plans)))
+                    self._plans[key] = plan
+        return plan
+
+    def _key(self, arrays: Mapping[str, DeviceArray], scalars) -> tuple | None:
+        # Everything the parameter bytes and the checks depend on, as a flat tuple; None
+        # (no caching) unless the arrays are exactly the contract's tensors.
+        names = self._names
+        if len(arrays) != len(names):
+            return None
+        parts = []
+        for n in names:
+            a = arrays.get(n)
+            if a is None:
+                return None
+            parts += (a.ptr, a.shape, a.strides, a.dtype, a.device, a.readonly)
+        sk = _scalars_key(scalars)
+        if sk is None:
+            return None
+        parts.append(sk)
+        return tuple(parts)
+
+    def _build_plan(self, arrays, scalars, stream: int) -> "_Plan":
+        c = self.contract
+        bound, device = self.bind(arrays, dict(scalars or {}), stream)
+        arch = driver.device_arch(device)
+        if arch != c.arch:
+            raise InputError(f"{self.variant} is built for {c.arch}; device {device} is {arch}")
+        with driver.device_context(device):
+            buffers = build_params(bound)   # tensor maps need a current context
+        return _Plan(bound.grid, device, buffers, driver.param_pointers(buffers))
+
+    def run(self, plan: "_Plan", stream: int) -> LaunchRecord:
+        """Step 4 for a checked plan: load the module (once per context), set the dynamic
+        smem limit (once per function) and launch on ``stream`` (an int handle)."""
+        c = self.contract
+        with driver.device_context(plan.device) as ctx:
+            fkey = int(ctx) if ctx is not None else None
+            fn = self._functions.get(fkey)
+            if fn is None:
+                fn = driver.load_module(self.cubin, self.manifest.cubin_sha256).function(c.entry)
+                fn.require_dynamic_smem(c.dynamic_smem_bytes)
+                self._functions[fkey] = fn
+            try:
+                driver.launch(fn, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, stream, plan.pointers)
+            except CudaError:
+                # Start afresh next time (e.g. the context was destroyed and its handle reused).
+                self._functions.pop(fkey, None)
+                driver.forget_context(fkey)
+                raise
+        rec = plan.records.get(stream)
+        if rec is None:
+            rec = LaunchRecord(self.variant, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, stream,
+                               plan.device)
+            if len(plan.records) >= 8:
+                plan.records.clear()
+            plan.records[stream] = rec
         _local.record = rec
         return rec
 
@@ -132,8 +205,9 @@ _MAX_PLANS = 256
 @dataclass
 class _Plan:
     """One checked launch: grid, device and the parameter bytes (the driver copies them at
-    each launch, so they can be reused)."""
+    each launch, so they can be reused), and the LaunchRecord of each stream it ran on."""
     grid: tuple
     device: int
     buffers: list
     pointers: Any
+    records: dict = field(default_factory=dict)

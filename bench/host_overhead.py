@@ -1,0 +1,463 @@
+"""Host-side cost of one ``flash_attn_func`` call (out= and lse= given), per input kind.
+
+    python -m cubinforge.bench.host_overhead --mock     # any machine: fake driver, fake arrays
+    python -m cubinforge.bench.host_overhead            # a GPU: torch tensors (else CuPy)
+
+With ``--mock`` the ``cuda.bindings.driver`` functions the launch path calls are replaced by
+fakes that return CUDA_SUCCESS at once, the arrays are fakes exporting
+``__cuda_array_interface__`` or real kDLCUDA DLPack capsules over made-up pointers, and the
+registry is a temporary CUBINFORGE_HOME holding one real manifest and its cubin: what is
+measured is the runtime's own Python cost. On a GPU the same loop runs against the real
+driver with framework tensors on the framework's current stream.
+
+Kinds: ``prewrapped`` (DeviceArrays from ``as_device_array``, wrapped once), ``cai`` (objects
+with only ``__cuda_array_interface__``), ``dlpack`` (objects with ``__dlpack__`` /
+``__dlpack_device__``; on a GPU the framework tensors themselves). ``miss`` (mock only) is pre-wrapped arrays with a new seqlen_q on every
+call, so each call is checked and its tensor maps encoded in full. ``producer`` is what the
+fake DLPack producers alone spend exporting five capsules (mock only), to be subtracted
+from ``dlpack`` when comparing with a real framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import json
+import os
+import pstats
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+KINDS = ("prewrapped", "cai", "dlpack", "miss")
+
+
+# --------------------------------------------------------------------------- mocked driver
+
+class MockDriver:
+    """Fast fakes for the driver calls on the launch path; counts calls by name."""
+
+    def __init__(self, arch=(9, 0)):
+        from cuda.bindings import driver as d
+        self.d = d
+        self.counts: collections.Counter = collections.Counter()
+        self.saved: dict = {}
+        self.arch = arch
+        self.last_launch = None
+        self.launch_error = None   # a CUresult for cuLaunchKernelEx to fail with
+        self.pointer_device = 0    # what cuPointerGetAttribute(s) say a pointer's device is...
+        self.pointer_devices: dict[int, int] = {}   # ...unless listed here by address
+        self._next = 0x7000_0000_0000
+
+    def _fakes(self):
+        d, counts = self.d, self.counts
+        OK = d.CUresult.CUDA_SUCCESS
+        ctx, dev = d.CUcontext(0xC0C0), d.CUdevice(0)
+        A = d.CUdevice_attribute
+        P = d.CUpointer_attribute
+        cc = {A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.arch[0],
+              A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.arch[1]}
+        me = self
+
+        def counted(name, fn):
+            def f(*args):
+                counts[name] += 1
+                return fn(*args)
+            f.__name__ = name
+            return f
+
+        def ptr_device(ptr):
+            return me.pointer_devices.get(int(ptr), me.pointer_device)
+
+        def ptr_attrs(n, attrs, ptr):
+            vals = []
+            for a in attrs:
+                if a == P.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+                    vals.append(ptr_device(ptr))
+                elif a == P.CU_POINTER_ATTRIBUTE_CONTEXT:
+                    vals.append(ctx)
+                else:
+                    vals.append(0)
+            return OK, vals
+
+        def launch(cfg, fn, params, extra):
+            me.last_launch = (cfg, fn, params)
+            return (me.launch_error or OK,)
+
+        def alloc(nbytes, stream):
+            me._next += (int(nbytes) + 0xFFFF) & ~0xFFFF
+            return OK, d.CUdeviceptr(me._next)
+
+        def encode(*args):
+            return OK, d.CUtensorMap()
+
+        fakes = {
+            "cuGetErrorName": lambda err: (OK, getattr(err, "name", str(err)).encode()),
+            "cuInit": lambda flags: (OK,),
+            "cuDeviceGetCount": lambda: (OK, 1),
+            "cuDeviceGet": lambda i: (OK, d.CUdevice(i)),
+            "cuDeviceGetAttribute": lambda attr, dv: (OK, cc.get(attr, 0)),
+            "cuDevicePrimaryCtxRetain": lambda dv: (OK, ctx),
+            "cuCtxGetCurrent": lambda: (OK, ctx),
+            "cuCtxGetDevice": lambda: (OK, dev),
+            "cuCtxSetCurrent": lambda c: (OK,),
+            "cuCtxPushCurrent": lambda c: (OK,),
+            "cuCtxPopCurrent": lambda: (OK, ctx),
+            "cuCtxSynchronize": lambda: (OK,),
+            "cuPointerGetAttribute": lambda attr, ptr: (OK, ptr_device(ptr)),
+            "cuPointerGetAttributes": ptr_attrs,
+            "cuModuleLoadData": lambda image: (OK, d.CUmodule(0x1000)),
+            "cuModuleGetFunction": lambda mod, name: (OK, d.CUfunction(0x2000)),
+            "cuFuncSetAttribute": lambda fn, attr, val: (OK,),
+            "cuLaunchKernelEx": launch,
+            "cuTensorMapEncodeTiled": encode,
+            "cuEventCreate": lambda flags: (OK, d.CUevent(0x3000)),
+            "cuEventRecord": lambda ev, s: (OK,),
+            "cuStreamWaitEvent": lambda s, ev, flags: (OK,),
+            "cuEventDestroy": lambda ev: (OK,),
+            "cuMemAllocAsync": alloc,
+            "cuMemFreeAsync": lambda p, s: (OK,),
+        }
+        return {name: counted(name, fn) for name, fn in fakes.items()}
+
+    def install(self) -> "MockDriver":
+        reset_runtime_caches()
+        for name, fn in self._fakes().items():
+            self.saved[name] = getattr(self.d, name)
+            setattr(self.d, name, fn)
+        return self
+
+    def uninstall(self) -> None:
+        for name, fn in self.saved.items():
+            setattr(self.d, name, fn)
+        self.saved.clear()
+        reset_runtime_caches()
+
+    def __enter__(self):
+        return self.install()
+
+    def __exit__(self, *exc):
+        self.uninstall()
+
+
+def reset_runtime_caches() -> None:
+    """Forget everything the runtime cached about devices, contexts and modules (so a real
+    driver is not handed a fake's handles, and the other way round)."""
+    from cubinforge.runtime import attention, driver
+    attention.clear_cache()
+    for name in ("_arch_cache", "_primary", "_modules", "_ctx_devices"):
+        cache = getattr(driver, name, None)
+        if cache is not None:
+            cache.clear()
+    driver._initialized = False
+
+
+# --------------------------------------------------------------------------- fake arrays
+
+_CAI_TYPESTR = {"fp16": ("<f2", None), "f32": ("<f4", None),
+                "bf16": ("<V2", [("bf16", "<V2")])}
+_ITEMSIZE = {"fp16": 2, "bf16": 2, "f32": 4}
+
+
+def _compact(shape):
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return tuple(reversed(out))
+
+
+class FakeCAIArray:
+    """Exports only ``__cuda_array_interface__`` (a new dict on each access, as CuPy does)."""
+
+    def __init__(self, ptr, shape, dtype):
+        self.ptr, self.shape, self.dtype = ptr, tuple(shape), dtype
+        self._typestr, self._descr = _CAI_TYPESTR[dtype]
+        self._strides = tuple(s * _ITEMSIZE[dtype] for s in _compact(self.shape))
+
+    @property
+    def __cuda_array_interface__(self):
+        d = {"version": 3, "shape": self.shape, "typestr": self._typestr, "strides": self._strides,
+             "data": (self.ptr, False), "stream": None}
+        if self._descr is not None:
+            d["descr"] = self._descr
+        return d
+
+
+class FakeDLPackArray:
+    """Exports a fresh kDLCUDA DLPack 1.0 capsule per ``__dlpack__`` call over a made-up
+    pointer, as cheaply as a C producer would: the DLManagedTensorVersioned is built once,
+    with no deleter, and each call wraps it in a new capsule without a destructor."""
+
+    def __init__(self, ptr, shape, dtype, device=0):
+        import ctypes
+
+        from cubinforge.runtime import arrays as A
+        self.device = device
+        n = len(shape)
+        self._shape = (ctypes.c_int64 * max(n, 1))(*shape)
+        self._strides = (ctypes.c_int64 * max(n, 1))(*_compact(shape))
+        mt = self._mt = A._DLManagedTensorVersioned()
+        mt.version.major, mt.version.minor = 1, 0
+        t = mt.dl_tensor
+        t.data, t.device.device_type, t.device.device_id, t.ndim = ptr, A.KDL_CUDA, device, n
+        t.dtype.code, t.dtype.bits = A._DTYPE_TO_DL[dtype]
+        t.dtype.lanes = 1
+        t.shape = ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64))
+        t.strides = ctypes.cast(self._strides, ctypes.POINTER(ctypes.c_int64))
+        self._addr = ctypes.addressof(mt)
+        self._new = A._New
+
+    def __dlpack_device__(self):
+        return (2, self.device)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return self._new(self._addr, b"dltensor_versioned", None)
+
+
+def problem_shapes(b=1, sq=128, sk=128, hq=4, hkv=4, d=128):
+    return {"q": (b, sq, hq, d), "k": (b, sk, hkv, d), "v": (b, sk, hkv, d),
+            "o": (b, sq, hq, d), "lse": (b, hq, sq)}
+
+
+def mock_inputs(kind: str, dtype: str = "fp16", shapes=None):
+    """q, k, v, o, lse of ``kind`` over made-up, well aligned pointers."""
+    from cubinforge.runtime import as_device_array
+    shapes = shapes or problem_shapes()
+    out = {}
+    for i, (name, shape) in enumerate(shapes.items()):
+        dt = "f32" if name == "lse" else dtype
+        ptr = 0x7F00_0000_0000 + (i << 30)
+        if kind == "cai":
+            out[name] = FakeCAIArray(ptr, shape, dt)
+        elif kind == "dlpack":
+            out[name] = FakeDLPackArray(ptr, shape, dt)
+        elif kind == "prewrapped":
+            out[name] = as_device_array(FakeDLPackArray(ptr, shape, dt), what=name)
+        else:
+            raise ValueError(kind)
+    return out
+
+
+def temp_registry(src_home: Path, variant: str) -> Path:
+    """A temporary CUBINFORGE_HOME with ``variant``'s manifest and cubin copied in."""
+    src = src_home / "manifests" / f"{variant}.json"
+    raw = json.loads(src.read_text())
+    sha = raw["cubin"]["sha256"]
+    home = Path(tempfile.mkdtemp(prefix="cf-host-overhead-"))
+    (home / "manifests").mkdir()
+    shutil.copy(src, home / "manifests" / src.name)
+    blob_dir = home / "blobs" / "sha256" / sha[:2]
+    blob_dir.mkdir(parents=True)
+    shutil.copy(src_home / "blobs" / "sha256" / sha[:2] / sha, blob_dir / sha)
+    return home
+
+
+# --------------------------------------------------------------------------- GPU inputs
+
+def gpu_inputs(kind: str, dtype: str = "fp16", shapes=None):
+    """Framework tensors (torch if importable, else CuPy) and the framework's current stream."""
+    from cubinforge.runtime import as_device_array
+    shapes = shapes or problem_shapes()
+    try:
+        import torch
+        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+        ts = {n: torch.randn(s, device="cuda").to(tdt["f32" if n == "lse" else dtype]) for n, s in shapes.items()}
+        stream = torch.cuda.current_stream().cuda_stream
+        backend = "torch"
+    except ImportError:
+        import cupy
+        cdt = {"fp16": cupy.float16, "f32": cupy.float32}
+        ts = {n: cupy.zeros(s, dtype=cdt["f32" if n == "lse" else dtype]) for n, s in shapes.items()}
+        stream = cupy.cuda.get_current_stream().ptr
+        backend = "cupy"
+
+    class CAIOnly:
+        def __init__(self, t):
+            self._t = t
+
+        @property
+        def __cuda_array_interface__(self):
+            return self._t.__cuda_array_interface__
+
+    if kind == "dlpack":
+        out = ts
+    elif kind == "cai":
+        out = {n: CAIOnly(t) for n, t in ts.items()}
+    elif kind == "prewrapped":
+        out = {n: as_device_array(t, stream=stream, what=n) for n, t in ts.items()}
+    else:
+        raise ValueError(kind)
+    return out, stream, backend, ts
+
+
+def gpu_sync(backend: str) -> None:
+    if backend == "torch":
+        import torch
+        torch.cuda.synchronize()
+    else:
+        import cupy
+        cupy.cuda.Device().synchronize()
+
+
+# --------------------------------------------------------------------------- timing
+
+def time_calls(fn, iters: int, repeats: int) -> dict:
+    """µs per call: the median over ``repeats`` loops of ``iters`` calls, and the best loop."""
+    per = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        for _ in range(iters):
+            fn()
+        per.append((time.perf_counter_ns() - t0) / iters / 1e3)
+    return {"median_us": statistics.median(per), "min_us": min(per)}
+
+
+def _call(inputs, stream, causal):
+    from cubinforge.runtime import flash_attn_func
+    q, k, v, o, lse = (inputs[n] for n in ("q", "k", "v", "o", "lse"))
+
+    def go():
+        flash_attn_func(q, k, v, causal=causal, out=o, lse=lse, stream=stream)
+    return go
+
+
+def _miss_calls(dtype, head_dim, causal, n_shapes=300):
+    """Pre-wrapped arrays whose seqlen_q changes on every call (more shapes than the caches
+    hold): every call is checked and encoded in full (mock only)."""
+    from cubinforge.runtime import flash_attn_func
+    sets = [mock_inputs("prewrapped", dtype, problem_shapes(sq=64 + i, d=head_dim)) for i in range(n_shapes)]
+    it = [0]
+
+    def go():
+        t = sets[it[0] % n_shapes]
+        it[0] += 1
+        flash_attn_func(t["q"], t["k"], t["v"], causal=causal, out=t["o"], lse=t["lse"], stream=0x5000)
+    return go
+
+
+def run(mock: bool, iters: int, repeats: int, dtype: str, causal: bool, head_dim: int,
+        registry: Path, profile: str | None = None, kinds=KINDS) -> dict:
+    results = {}
+    mockdrv = None
+    home = None
+    saved_env = {k: os.environ.get(k) for k in ("CUBINFORGE_HOME", "CUBINFORGE_REGISTRY_URL")}
+    try:
+        if mock:
+            variant = f"fa3-fwd-sm_90a-{dtype}-hd{head_dim}-{'causal' if causal else 'noncausal'}"
+            home = temp_registry(registry, variant)
+            os.environ["CUBINFORGE_HOME"] = str(home)
+            os.environ.pop("CUBINFORGE_REGISTRY_URL", None)
+            reset_runtime_caches()
+            mockdrv = MockDriver().install()
+        elif registry is not None and "CUBINFORGE_HOME" not in os.environ:
+            os.environ["CUBINFORGE_HOME"] = str(registry)
+        shapes = problem_shapes(d=head_dim)
+        for kind in kinds:
+            backend = "mock"
+            if kind == "miss":
+                if not mock:
+                    continue
+                go = _miss_calls(dtype, head_dim, causal)
+            else:
+                if mock:
+                    inputs, stream = mock_inputs(kind, dtype, shapes), 0x5000
+                else:
+                    inputs, stream, backend, _keep = gpu_inputs(kind, dtype, shapes)
+                go = _call(inputs, stream, causal)
+            go()                                  # first call: select, load, build the plan
+            if mockdrv is not None:
+                mockdrv.counts.clear()
+            for _ in range(min(iters, 200)):
+                go()
+            if not mock:
+                gpu_sync(backend)
+            if mockdrv is not None:
+                n = min(iters, 200)
+                results[f"{kind}:driver_calls_per_call"] = {k: v / n for k, v in sorted(mockdrv.counts.items())}
+            r = time_calls(go, iters, repeats)
+            if not mock:
+                gpu_sync(backend)
+            r["backend"] = backend
+            results[kind] = r
+            if profile == kind:
+                pr = cProfile.Profile()
+                pr.enable()
+                for _ in range(iters):
+                    go()
+                pr.disable()
+                pstats.Stats(pr, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+        if "dlpack" in kinds:
+            # What the producers alone spend: five __dlpack_device__ + __dlpack__ calls (the
+            # capsules are dropped unconsumed), on the stream the launches use.
+            if mock:
+                prods, s = [FakeDLPackArray(0x7F00_0000_0000 + (i << 30), sh, "f32" if n == "lse" else dtype)
+                            for i, (n, sh) in enumerate(shapes.items())], 0x5000
+            else:
+                prods, s, _b, _k = gpu_inputs("dlpack", dtype, shapes)
+                prods = list(prods.values())
+
+            def export():
+                for p in prods:
+                    p.__dlpack_device__()
+                    try:
+                        p.__dlpack__(stream=s, max_version=(1, 0))
+                    except TypeError:
+                        p.__dlpack__(stream=s)
+            results["producer"] = time_calls(export, iters, repeats)
+    finally:
+        if mockdrv is not None:
+            mockdrv.uninstall()
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cubinforge.bench.host_overhead", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mock", action="store_true", help="fake driver and arrays (no GPU needed)")
+    ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--noncausal", action="store_true")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset of " + ",".join(KINDS))
+    ap.add_argument("--registry", type=Path, default=REPO_ROOT / ".cubinforge",
+                    help="CUBINFORGE_HOME to copy the manifest from (--mock) or to use")
+    ap.add_argument("--profile", choices=KINDS, help="cProfile one kind's loop (to stderr)")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    a = ap.parse_args(argv)
+    kinds = tuple(k for k in a.kinds.split(",") if k)
+    res = run(a.mock, a.iters, a.repeats, a.dtype, not a.noncausal, a.head_dim, a.registry,
+              a.profile, kinds)
+    if a.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    mode = "mocked driver" if a.mock else "real driver"
+    print(f"flash_attn_func host cost, out= and lse= given ({mode}, {a.dtype} hd{a.head_dim}, "
+          f"{'noncausal' if a.noncausal else 'causal'}):")
+    for k in (*kinds, "producer"):
+        if k in res:
+            r = res[k]
+            print(f"  {k:<11} {r['median_us']:8.2f} us/call  (best loop {r['min_us']:.2f})")
+        calls = res.get(f"{k}:driver_calls_per_call")
+        if calls:
+            print("              driver calls per call: "
+                  + ", ".join(f"{n} {c:g}" for n, c in calls.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
