@@ -27,6 +27,8 @@ fi
       && cmake -S examples/cpp -B /tmp/cfbuild -DCUBINFORGE_BUNDLE_DIR=/tmp/cfb > /dev/null \
       && cmake --build /tmp/cfbuild -j 8 > /dev/null \
       && timeout 120 python3 examples/cpp/compare_with_python.py --exe /tmp/cfbuild/flash_attn_example --matrix 2>&1 | tail -15
+    echo "== host cost per flash_attn_func call (real driver)"
+    timeout 120 python3 -m cubinforge.bench.host_overhead 2>&1 | tail -15
 } > "$OUT/device-tests.log" 2>&1
 cat "$OUT/device-tests.log"
 
