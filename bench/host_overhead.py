@@ -406,10 +406,11 @@ def run(mock: bool, iters: int, repeats: int, dtype: str, causal: bool, head_dim
             def export():
                 for p in prods:
                     p.__dlpack_device__()
+                    # DLPack forbids stream 0: the legacy default stream is 1 (as the runtime sends).
                     try:
-                        p.__dlpack__(stream=s, max_version=(1, 0))
+                        p.__dlpack__(stream=s or 1, max_version=(1, 0))
                     except TypeError:
-                        p.__dlpack__(stream=s)
+                        p.__dlpack__(stream=s or 1)
             results["producer"] = time_calls(export, iters, repeats)
     finally:
         if mockdrv is not None:
