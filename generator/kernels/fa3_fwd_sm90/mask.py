@@ -33,5 +33,6 @@ def apply_mask(
             row = m_block * tile_m + coords_rc[r, 0][0]
             col_limit = cutlass.min(col_limit, row + seqlen_k - seqlen_q + 1 - n_block * tile_n)
         for c in cutlass.range_constexpr(cute.size(s_rc, mode=[1])):
-            if coords_rc[0, c][1] >= col_limit:
-                s_rc[r, c] = -Float32.inf
+            # A select, not an `if`: a branch that writes one register of the fragment
+            # becomes a select over the whole fragment, quadratic in its size.
+            s_rc[r, c] = -Float32.inf if coords_rc[0, c][1] >= col_limit else s_rc[r, c]
