@@ -110,9 +110,10 @@ class Ours:
                 **self._source(variant))
         return self.last_variant()
 
-    def prepare(self, cell, q, k, v):
+    def prepare(self, cell, q, k, v, variant: str | None = None):
         import torch
 
+        pin = self._source(variant)
         out = torch.empty_like(q)
         lse = torch.empty(cell.batch, cell.heads, cell.seqlen_q, device=q.device,
                           dtype=torch.float32)
@@ -127,7 +128,7 @@ class Ours:
         qa, ka, va, oa, la = args
 
         def fn():
-            self.fn(qa, ka, va, causal=cell.causal, out=oa, lse=la, stream=stream)
+            self.fn(qa, ka, va, causal=cell.causal, out=oa, lse=la, stream=stream, **pin)
         return fn, out
 
     def host_us(self, cell, q, k, v, out, calls: int = 20) -> float:

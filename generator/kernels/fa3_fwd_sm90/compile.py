@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 import time
 
 from .config import FwdConfig
@@ -16,6 +17,12 @@ from .config import FwdConfig
 def compile_cubin(cfg: FwdConfig):
     """Return (compiled object, kernel instance, seconds)."""
     os.environ.setdefault("CUTE_DSL_ARCH", cfg.arch)
+    # --keep-cubin also writes a copy of each cubin into CUTE_DSL_DUMP_DIR (read when cutlass
+    # is imported; the working directory by default). We take the bytes from
+    # compiled.__cubin__, so send the copies to scratch unless a caller chose a place.
+    # The directory must exist: where it does not, the DSL hands back the path instead of bytes.
+    os.environ.setdefault("CUTE_DSL_DUMP_DIR", os.path.join(tempfile.gettempdir(), "cubinforge-dsl-dump"))
+    os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor

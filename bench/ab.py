@@ -1,0 +1,132 @@
+"""A/B of kernel configurations: each FA3 piece measured by leaving it out.
+
+    python -m cubinforge.bench.ab build --home .cubinforge-ab      # here, no GPU: compile
+    python3 -m bench.ab run --home .cubinforge-ab --out DIR        # on the GPU (PYTHONPATH=repo)
+
+`build` compiles the experiments below through the same steps as `make kernels` (contract
+checked against the cubin, metadata from the ELF) into a registry of their own, one variant
+per experiment, named `<variant>+<label>`. `run` checks each against an fp32 reference on a
+ragged GQA shape, then times it and cuDNN in the same process, in alternating rounds, on the
+FA3 grid's cells, and writes ab.json and ab.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+# (label, FwdConfig overrides). The baseline of each head dim/mask is the shipped default.
+EXPERIMENTS = [
+    ("default", dict(head_dim=128, causal=False)),
+    ("no-intra-wg-overlap", dict(head_dim=128, causal=False, intra_wg_overlap=False)),
+    ("no-pingpong", dict(head_dim=128, causal=False, pingpong=False)),
+    ("rescale-o-early", dict(head_dim=128, causal=False, rescale_o_early=True)),
+    ("default", dict(head_dim=128, causal=True)),
+    ("no-pingpong", dict(head_dim=128, causal=True, pingpong=False)),
+    ("default", dict(head_dim=256, causal=True)),
+    ("no-pingpong+rescale-o-early", dict(head_dim=256, causal=True, pingpong=False, rescale_o_early=True)),
+    ("default", dict(head_dim=64, causal=False)),
+    ("tile-128x128", dict(head_dim=64, causal=False, tile_m=128, tile_n=128)),
+]
+SEQLENS = (512, 2048, 8192)
+
+
+def build(home: Path) -> int:
+    from cubinforge.generator.contract import assemble, verify
+    from cubinforge.generator.cubin_elf import read_cubin
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, compile_variant
+    from cubinforge.generator.metadata import kernel_metadata
+    from cubinforge.generator.sass import sass_counts
+    from cubinforge.registry import ArtifactInput, Registry
+
+    reg = Registry(home=home)
+    for label, overrides in EXPERIMENTS:
+        cfg = FwdConfig(arch="sm_90a", dtype="bf16", **overrides)
+        mask = "causal" if cfg.causal else "noncausal"
+        name = f"fa3-fwd-sm_90a-bf16-hd{cfg.head_dim}-{mask}+{label}"
+        kb = compile_variant(cfg)
+        info = read_cubin(kb.cubin)
+        kernel = info.kernel(kb.entry)
+        contract = assemble(name, cfg.arch, kb, kernel)
+        verify(contract, kernel, info.arch)
+        axes = {"arch": cfg.arch, "dtype": cfg.dtype, "head_dim": cfg.head_dim, "causal": cfg.causal,
+                "tile_m": cfg.tile_m, "tile_n": cfg.tile_n}
+        reg.put_artifact(ArtifactInput(
+            name=name, family="fa3_fwd", axes=axes, cubin=kb.cubin, contract=contract,
+            metadata=kernel_metadata(info, kernel, kb, sass_counts(kb.cubin)), source=json.dumps(overrides),
+            template="bench/ab.py", dsl_version="", ptxas_version=info.ptxas_version,
+            compile_options=kb.compile_options, content_key=name, build_seconds=0.0,
+        ))
+        print(f"built {name}")
+    return 0
+
+
+def run(home: Path, out: Path, seqlens) -> int:
+    import torch
+
+    from .anchors import Ours, Sdpa
+    from .flops import tflops
+    from .grid import fa3_cell
+    from .reference import attention_torch
+    from .timing import median, time_cuda
+
+    os.environ["CUBINFORGE_HOME"] = str(home)
+    ours, cudnn = Ours(), Sdpa("cudnn")
+    names = sorted(p.stem for p in (home / "manifests").glob("*.json"))
+    rows, failed = [], 0
+    for name in names:
+        manifest = json.loads((home / "manifests" / f"{name}.json").read_text())
+        hd, causal = manifest["axes"]["head_dim"], manifest["axes"]["causal"]
+        # Correctness first: a ragged GQA shape, output poisoned.
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(2, 777, 8, hd, device="cuda", dtype=torch.bfloat16, generator=g)
+        k, v = (torch.randn(2, 1000, 2, hd, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((2, 8, 777), float("nan"), device="cuda")
+        ours.launch(q, k, v, causal, o, lse, variant=name)
+        ref_o, _ = attention_torch(q, k, v, causal)
+        rel = float((o.float() - ref_o).norm() / ref_o.norm())
+        ok = rel <= 2.5e-3 and not bool(o.isnan().any())
+        failed += not ok
+        for s in seqlens:
+            cell = fa3_cell("bf16", hd, s, causal)
+            q = torch.randn(cell.batch, s, cell.heads, hd, device="cuda", dtype=torch.bfloat16)
+            k, v = torch.randn_like(q), torch.randn_like(q)
+            fns = {"ours": ours.prepare(cell, q, k, v, variant=name)[0], "cudnn": cudnn.prepare(cell, q, k, v)[0]}
+            ms = {b: [] for b in fns}
+            for r in range(3):
+                for b in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+                    ctx = cudnn.context() if b == "cudnn" else ours.context()
+                    with ctx:
+                        ms[b].append(time_cuda(fns[b], budget_s=0.1).median_ms)
+            t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
+            rows.append({"variant": name, "seqlen": s, "rel_err": rel, "ok": ok, **t,
+                         "ratio_cudnn": t["ours"] / t["cudnn"]})
+            print(f"{name:60s} s{s:<6d} ours {t['ours']:6.1f} cudnn {t['cudnn']:6.1f} "
+                  f"x{t['ours'] / t['cudnn']:.2f}  rel {rel:.2e} {'ok' if ok else 'FAIL'}", flush=True)
+            del q, k, v
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ab.json").write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    lines = ["| variant | seqlen | ours TFLOPS | cuDNN TFLOPS | ours/cuDNN | rel err |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['variant']} | {r['seqlen']} | {r['ours']:.1f} | {r['cudnn']:.1f} | {r['ratio_cudnn']:.2f} | {r['rel_err']:.2e} |"
+              for r in rows]
+    (out / "ab.md").write_text("\n".join(lines) + "\n")
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.ab", description=__doc__.splitlines()[0])
+    ap.add_argument("step", choices=("build", "run"))
+    ap.add_argument("--home", type=Path, default=Path(".cubinforge-ab"))
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
+    a = ap.parse_args(argv)
+    if a.step == "build":
+        return build(a.home)
+    return run(a.home, a.out, [int(x) for x in a.seqlens.split(",")])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
