@@ -9,26 +9,15 @@ from __future__ import annotations
 
 import ctypes
 
+# The DLPack structs are the runtime's (one definition); the producer side here is our own.
+from cubinforge.runtime.arrays import _DLDataType, _DLDevice, _DLTensor  # noqa: F401
+
 _KDL_CUDA = 2
 _DTYPES = {  # name: (DLPack code, bits, numpy host dtype for the raw bits, CAI typestr)
     "bf16": (4, 16, "uint16", None),
     "fp16": (2, 16, "float16", "<f2"),
     "f32": (2, 32, "float32", "<f4"),
 }
-
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

@@ -23,6 +23,16 @@ def _visible(sq: int, sk: int, causal: bool, xp, q0: int = 0, q1: int | None = N
     return j <= i + (sk - sq)
 
 
+def _problem(q_shape, k_shape, softmax_scale):
+    """(b, sq, hq, d, sk, query heads per kv head, scale) of a (b, s, h, d) problem."""
+    b, sq, hq, d = q_shape
+    sk, hkv = k_shape[1], k_shape[2]
+    if hq % hkv:
+        raise ValueError(f"heads_q {hq} not a multiple of heads_kv {hkv}")
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
+    return b, sq, hq, d, sk, hq // hkv, scale
+
+
 def attention_numpy(q, k, v, causal: bool, softmax_scale: float | None = None):
     """float32 O (b, sq, hq, d) and LSE (b, hq, sq) with numpy; for small problems."""
     import numpy as np
@@ -30,12 +40,7 @@ def attention_numpy(q, k, v, causal: bool, softmax_scale: float | None = None):
     q = np.asarray(q, dtype=np.float32)
     k = np.asarray(k, dtype=np.float32)
     v = np.asarray(v, dtype=np.float32)
-    b, sq, hq, d = q.shape
-    sk, hkv = k.shape[1], k.shape[2]
-    if hq % hkv:
-        raise ValueError(f"heads_q {hq} not a multiple of heads_kv {hkv}")
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
-    rep = hq // hkv
+    b, sq, hq, d, sk, rep, scale = _problem(q.shape, k.shape, softmax_scale)
     kx = np.repeat(k, rep, axis=2)  # (b, sk, hq, d)
     vx = np.repeat(v, rep, axis=2)
     s = np.einsum("bqhd,bkhd->bhqk", q, kx) * np.float32(scale)
@@ -58,12 +63,7 @@ def attention_torch(q, k, v, causal: bool, softmax_scale: float | None = None,
     """float32 O (b, sq, hq, d) and LSE (b, hq, sq) with torch on q's device."""
     import torch
 
-    b, sq, hq, d = q.shape
-    sk, hkv = k.shape[1], k.shape[2]
-    if hq % hkv:
-        raise ValueError(f"heads_q {hq} not a multiple of heads_kv {hkv}")
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
-    rep = hq // hkv
+    b, sq, hq, d, sk, rep, scale = _problem(q.shape, k.shape, softmax_scale)
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
