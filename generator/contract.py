@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .cubin_elf import KernelInfo
 from .kernel_build import KernelBuild
+from cubinforge.runtime.contract import DEVICE_SYMBOLS
 
 CONTRACT_VERSION = 1
 KERNEL_SECTIONS = ("grid", "symbols", "tensors", "scalars", "checks", "params")
@@ -82,7 +83,7 @@ def _check_structure(c: dict) -> list[str]:
     """The contract refers only to what it declares, in forms a launcher understands."""
     problems: list[str] = []
     tensors, symbols, scalars = c["tensors"], c["symbols"], c["scalars"]
-    names = set(symbols) | set(scalars)
+    names = set(symbols) | set(scalars) | DEVICE_SYMBOLS
 
     def expr(e, where: str) -> None:
         if not isinstance(e, list) or not e:

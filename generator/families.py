@@ -77,7 +77,7 @@ FA3_FWD = Family(
         "paged_kv": (False,),
         "pack_gqa": (False,),
         "split_kv": (False,),
-        "scheduler": ("single",),
+        "scheduler": ("single", "persistent"),
         "tile_m": (64, 128, 192),
         "tile_n": tuple(range(16, 257, 16)),
     },

@@ -20,6 +20,8 @@ CONTRACT_VERSION = 1
 LOG2E = 1.4426950408889634
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
+# Symbols the launcher reads off the device it launches on, not off the tensors.
+DEVICE_SYMBOLS = frozenset(["sm_count"])
 BINARY_OPS = frozenset(["+", "-", "*", "/", "//", "ceil_div", "min", "max",
                         "==", "!=", "<", "<=", "%"])
 UNARY_OPS = frozenset(["rsqrt", "log2e_mul"])
@@ -273,7 +275,8 @@ def validate_expr(expr, contract: Contract, where: str) -> None:
             depth -= need - 1
             continue
         depth += 1
-        if isinstance(tok, str) and tok not in contract.symbols and tok not in contract.scalars:
+        if isinstance(tok, str) and tok not in contract.symbols and tok not in contract.scalars \
+                and tok not in DEVICE_SYMBOLS:
             ref = _parse_ref(tok)
             if ref is None or ref[0] not in contract.tensors:
                 raise ContractError(f"{where}: unknown token {tok!r} in {expr!r}")
@@ -357,10 +360,15 @@ class Bound:
     symbols: dict
     scalars: dict
     grid: tuple = ()
+    device: Mapping[str, int] = field(default_factory=dict)  # DEVICE_SYMBOLS' values
 
     def lookup(self, token: str):
         if token in self.symbols:
             return self.symbols[token]
+        if token in DEVICE_SYMBOLS:
+            if token not in self.device:
+                raise ContractError(f"{token!r} needs the launching device's attributes")
+            return self.device[token]
         if token in self.scalars:
             return self.scalars[token]
         ref = _parse_ref(token)
@@ -383,8 +391,10 @@ def _dim_label(spec: TensorSpec, i: int) -> str:
     return f"{spec.name}.shape[{i}] ({d})" if isinstance(d, str) else f"{spec.name}.shape[{i}]"
 
 
-def bind(contract: Contract, tensors: Mapping[str, Any], scalars: Mapping[str, Any] | None = None) -> Bound:
-    """Launch step 1-2: bind symbols, check tensors and ``checks``, evaluate scalars and grid."""
+def bind(contract: Contract, tensors: Mapping[str, Any], scalars: Mapping[str, Any] | None = None,
+         device: Mapping[str, int] | None = None) -> Bound:
+    """Launch step 1-2: bind symbols, check tensors and ``checks``, evaluate scalars and grid.
+    ``device`` gives the launching device's DEVICE_SYMBOLS (e.g. sm_count)."""
     c = contract
     scalars = dict(scalars or {})
     extra = sorted(set(tensors) - set(c.tensors))
@@ -450,7 +460,7 @@ def bind(contract: Contract, tensors: Mapping[str, Any], scalars: Mapping[str, A
                                  f"dimension or copy the tensor")
 
     for chk in c.checks:
-        env = Bound(c, tensors, symbols, {})
+        env = Bound(c, tensors, symbols, {}, device=dict(device or {}))
         if not env.eval(chk.expr):
             used = [tok for tok in chk.expr if isinstance(tok, str) and tok in symbols]
             vals = ", ".join(f"{u}={symbols[u]}" for u in dict.fromkeys(used))
@@ -459,7 +469,7 @@ def bind(contract: Contract, tensors: Mapping[str, Any], scalars: Mapping[str, A
     unknown = sorted(set(scalars) - set(c.scalars))
     if unknown:
         raise InputError(f"{c.variant} takes scalars {sorted(c.scalars)}; got unknown {unknown}")
-    b = Bound(c, tensors, symbols, {})
+    b = Bound(c, tensors, symbols, {}, device=dict(device or {}))
     for s in c.scalars.values():   # in declared order: a default may use an earlier scalar
         v = scalars.get(s.name)
         if v is None:

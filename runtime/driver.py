@@ -102,6 +102,19 @@ def compute_capability(ordinal: int) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+_sm_cache: dict[int, int] = {}
+
+
+def sm_count(ordinal: int) -> int:
+    """Multiprocessors on the device: the `sm_count` symbol of launch contracts."""
+    if ordinal not in _sm_cache:
+        init()
+        dev = call("cuDeviceGet", ordinal)
+        _sm_cache[ordinal] = int(call("cuDeviceGetAttribute",
+                                      drv().CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev))
+    return _sm_cache[ordinal]
+
+
 def arch_name(major: int, minor: int) -> str:
     """9.0 -> 'sm_90a', 10.0 -> 'sm_100a': the arch-specific targets the cubins are built for
     (any cc >= 9 gets the 'a' suffix; older parts have no arch-specific features)."""

@@ -109,7 +109,7 @@ class Kernel:
         for name, spec in self.contract.tensors.items():
             if spec.role == "output" and name in arrays and arrays[name].readonly:
                 raise InputError(f"{name} is read-only; {self.variant} writes it")
-        return bind(self.contract, arrays, scalars), device
+        return bind(self.contract, arrays, scalars, {"sm_count": driver.sm_count(device)}), device
 
     def launch(self, tensors: Mapping[str, Any], scalars: Mapping[str, Any] | None = None,
                stream=None) -> LaunchRecord:

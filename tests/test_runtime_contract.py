@@ -234,3 +234,14 @@ def test_param_offsets_need_not_be_multiples_of_align():
     raw["params"][2]["offset"] = 112
     raw["params"][3]["offset"] = 240
     assert load_contract(raw).params[2].offset == 112
+
+
+def test_sm_count_device_symbol_drives_a_persistent_grid():
+    raw = fa_contract()
+    raw["grid"] = [["seqlen_q", 128, "ceil_div", "heads_q", "*", "batch", "*", "sm_count", "min"], [1], [1]]
+    c = load_contract(raw)  # sm_count is a known token, though no tensor defines it
+    tiles = 3 * 8 * 2       # ceil(300/128) x heads_q 8 x batch 2 (fa_arrays' defaults)
+    assert bind(c, fa_arrays(), device={"sm_count": 132}).grid == (min(tiles, 132), 1, 1)
+    assert bind(c, fa_arrays(), device={"sm_count": 20}).grid == (20, 1, 1)
+    with pytest.raises(ContractError, match="sm_count"):
+        bind(c, fa_arrays())  # a launcher that does not say which device cannot size it

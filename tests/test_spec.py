@@ -9,7 +9,7 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 
 
 def test_set_sizes():
-    assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal"]
+    assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
     assert len(select("default")) == 2 * 5 * 2
     assert len(select("demo")) == 4
     assert {v.family for v in select("all")} == {"fa3_fwd"}  # test/demo families stay out of `all`
@@ -30,9 +30,9 @@ def test_names_unique_stable_and_parseable():
     default = [v.name for v in select("default")]
     assert len(set(default)) == len(default)
     assert "fa3-fwd-sm_90a-bf16-hd128-causal" in default
-    assert "fa3-fwd-sm_90a-fp16-hd64-noncausal" in default
+    assert "fa3-fwd-sm_90a-fp16-hd64-noncausal-persistent" in default
     assert default == [v.name for v in select("default")]  # same order every time
-    assert default[0] == "fa3-fwd-sm_90a-bf16-hd64-noncausal"
+    assert default[0] == "fa3-fwd-sm_90a-bf16-hd64-noncausal-persistent"
 
 
 def test_non_default_axes_append_tokens():

@@ -35,7 +35,7 @@ def compile_variant(cfg: FwdConfig):
             "tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages,
             "consumer_warpgroups": cfg.consumer_warpgroups, "register_split": list(cfg.register_split),
             "intra_wg_overlap": cfg.intra_wg_overlap, "pingpong": cfg.pingpong,
-            "rescale_o_early": cfg.rescale_o_early,
+            "rescale_o_early": cfg.rescale_o_early, "scheduler": cfg.scheduler,
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

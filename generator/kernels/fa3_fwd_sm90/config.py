@@ -42,6 +42,9 @@ class FwdConfig:
     # Rescale O while QK^T runs, before the PV GEMM, instead of after it: takes the
     # O-sized multiply off the critical path where O is large. None: see __post_init__.
     rescale_o_early: bool | None = None
+    # "single": one tile per CTA. "persistent": one CTA per SM striding over the tiles, so a
+    # tile's epilogue overlaps the next tile's K/V loads.
+    scheduler: str = "single"
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -62,6 +65,8 @@ class FwdConfig:
             object.__setattr__(self, "pingpong", not wide_noncausal)
         if self.rescale_o_early is None:
             object.__setattr__(self, "rescale_o_early", wide_noncausal)
+        if self.scheduler not in ("single", "persistent"):
+            raise ValueError(f"scheduler must be 'single' or 'persistent', got {self.scheduler!r}")
         if self.tile_m % 64 or self.tile_m // 64 not in (1, 2, 3):
             raise ValueError(f"tile_m must be 64, 128 or 192 (one warpgroup per 64 rows), got {self.tile_m}")
         if self.tile_n % 16:

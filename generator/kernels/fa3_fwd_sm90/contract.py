@@ -80,7 +80,12 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     ]
     bshd = {"contiguous_dim": 3, "align_bytes": 16}
     return {
-        "grid": [["seqlen_q", cfg.tile_m, "ceil_div"], ["heads_q"], ["batch"]],
+        "grid": (
+            # One CTA per SM, never more CTAs than tiles.
+            [["seqlen_q", cfg.tile_m, "ceil_div", "heads_q", "*", "batch", "*", "sm_count", "min"], [1], [1]]
+            if cfg.scheduler == "persistent"
+            else [["seqlen_q", cfg.tile_m, "ceil_div"], ["heads_q"], ["batch"]]
+        ),
         "symbols": {
             "batch": {"tensor": "q", "dim": 0, "min": 1},
             "seqlen_q": {"tensor": "q", "dim": 1, "min": 1},

@@ -37,6 +37,9 @@ from .mask import apply_mask
 from .softmax import OnlineSoftmax, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+# The H200's SM count: only the DSL's own (unused) host launcher sees it; launchers take the
+# persistent grid from the contract, which reads the device's SM count.
+PERSISTENT_CTAS = 132
 
 
 class FlashFwdSm90:
@@ -54,6 +57,7 @@ class FlashFwdSm90:
         self.pingpong = cfg.pingpong and self.num_wg >= 2
         self.overlap = cfg.intra_wg_overlap
         self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
+        self.persistent = cfg.scheduler == "persistent"
 
     # ------------------------------------------------------------------ host side
     def _tiled_mmas(self):
@@ -125,7 +129,13 @@ class FlashFwdSm90:
             )
         }
 
-        grid = (cute.ceil_div(cute.size(mQ.shape[0]), self.tile_m), cute.size(mQ.shape[2]), cute.size(mQ.shape[3]))
+        num_m = cute.ceil_div(cute.size(mQ.shape[0]), self.tile_m)
+        if const_expr(self.persistent):
+            # Traced for the DSL's own launcher only; the launch contract carries the real rule
+            # (one CTA per SM, at most one per tile).
+            grid = (cutlass.min(num_m * cute.size(mQ.shape[2]) * cute.size(mQ.shape[3]), PERSISTENT_CTAS), 1, 1)
+        else:
+            grid = (num_m, cute.size(mQ.shape[2]), cute.size(mQ.shape[3]))
         self.kernel(
             tQ, tK, tV, tO, mLSE,
             tma_q, tma_k, tma_v, tma_o,
@@ -157,11 +167,6 @@ class FlashFwdSm90:
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
-        m_block, head, batch = cute.arch.block_idx()
-        if const_expr(self.causal):
-            # Longest tiles first: under a causal mask the last query rows see the most keys,
-            # so launching them first shortens the tail of the grid.
-            m_block = cute.arch.grid_dim()[0] - 1 - m_block
 
         if warp_idx == 0:
             for atom in (tma_q, tma_k, tma_v, tma_o):
@@ -197,7 +202,65 @@ class FlashFwdSm90:
 
         seqlen_q = mQ.shape[0]
         seqlen_k = mK.shape[0]
+        num_m = (seqlen_q + self.tile_m - 1) // self.tile_m
+        num_tiles = num_m * mQ.shape[2] * mQ.shape[3]
+        # single: one tile per CTA (grid = (num_m, heads, batch)); persistent: CTAs stride over
+        # the linearised tiles, so one tile's epilogue overlaps the next tile's loads.
+        if const_expr(self.persistent):
+            first_tile = cute.arch.block_idx()[0]
+            tile_stride = cute.arch.grid_dim()[0]
+        else:
+            bm, bh, bb = cute.arch.block_idx()
+            first_tile = bm + num_m * (bh + mQ.shape[2] * bb)
+            tile_stride = num_tiles
+
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp_idx == 0:
+                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+                tile = first_tile
+                while tile < num_tiles:
+                    m_block, head, head_kv, batch, n_block_max = self.tile_work(tile, num_m, mQ, mK)
+                    q_state, kv_state = self.produce(
+                        mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v, pipe_q, pipe_k, pipe_v,
+                        q_state, kv_state, m_block, head, head_kv, batch, n_block_max,
+                    )
+                    tile += tile_stride
+                # Keep the CTA alive until the consumers released every slot we filled.
+                pipe_v.producer_tail(kv_state)
+        else:
+            cute.arch.setmaxregister_increase(self.consumer_regs)
+            ctidx = tidx - 128
+            if const_expr(self.pingpong):
+                # Warpgroup 1 goes first: open its own schedule barrier once.
+                if ctidx < 128:
+                    cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1), number_of_threads=2 * 128)
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            tile = first_tile
+            while tile < num_tiles:
+                m_block, head, head_kv, batch, n_block_max = self.tile_work(tile, num_m, mQ, mK)
+                q_state, kv_state = self.consume(
+                    mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
+                    pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
+                    ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
+                )
+                tile += tile_stride
+
+    @cute.jit
+    def tile_work(self, tile, num_m, mQ, mK):
+        """(m_block, head, head_kv, batch, n_block_max) of a linear tile index, m fastest."""
+        m_block = tile % num_m
+        rest = tile // num_m
+        head = rest % mQ.shape[2]
+        batch = rest // mQ.shape[2]
+        if const_expr(self.causal):
+            # Longest tiles first: under a causal mask the last query rows see the most keys,
+            # so starting them first shortens the tail.
+            m_block = num_m - 1 - m_block
         head_kv = head // (mQ.shape[2] // mK.shape[2])
+        seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
         n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
         if const_expr(self.causal):
             # Last key any row of this tile may see: (m_block+1)*tile_m - 1 + seqlen_k - seqlen_q.
@@ -206,26 +269,12 @@ class FlashFwdSm90:
             n_block_max = cutlass.max(
                 cutlass.min(n_block_max, (last_key + self.tile_n - 1) // self.tile_n), 1
             )
-
-        if warp_idx < 4:
-            cute.arch.setmaxregister_decrease(self.producer_regs)
-            if warp_idx == 0:
-                self.produce(
-                    mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v,
-                    pipe_q, pipe_k, pipe_v, m_block, head, head_kv, batch, n_block_max,
-                )
-        else:
-            cute.arch.setmaxregister_increase(self.consumer_regs)
-            self.consume(
-                mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
-                pipe_q, pipe_k, pipe_v, softmax_scale_log2,
-                tidx - 128, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-            )
+        return m_block, head, head_kv, batch, n_block_max
 
     @cute.jit
     def produce(
-        self, mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v,
-        pipe_q, pipe_k, pipe_v, m_block, head, head_kv, batch, n_block_max,
+        self, mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v, pipe_q, pipe_k, pipe_v,
+        q_state, kv_state, m_block, head, head_kv, batch, n_block_max,
     ):
         gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
         gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
@@ -240,15 +289,13 @@ class FlashFwdSm90:
         tVsV, tVgV = cpasync.tma_partition(
             tma_v, 0, one, cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2)
         )
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-
         # K of the first block goes out before Q: both are needed for the first GEMM.
         pipe_k.producer_acquire(kv_state)
         cute.copy(tma_k, tKgK[None, n_block_max - 1], tKsK[None, kv_state.index],
                   tma_bar_ptr=pipe_k.producer_get_barrier(kv_state))
         pipe_q.producer_acquire(q_state)
         cute.copy(tma_q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        q_state.advance()
 
         if const_expr(self.overlap):
             # Consumers take K[j] then V[j+1]: load in that order.
@@ -277,14 +324,13 @@ class FlashFwdSm90:
                 cute.copy(tma_v, tVgV[None, n_block], tVsV[None, kv_state.index],
                           tma_bar_ptr=pipe_v.producer_get_barrier(kv_state))
                 kv_state.advance()
-        # Keep the CTA alive until the consumers released every slot we filled.
-        pipe_v.producer_tail(kv_state)
+        return q_state, kv_state
 
     # ------------------------------------------------------------------ consumers
     @cute.jit
     def consume(
         self, mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
-        pipe_q, pipe_k, pipe_v, softmax_scale_log2,
+        pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
         tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
     ):
         wg = cute.arch.make_warp_uniform(tidx // 128)
@@ -319,13 +365,6 @@ class FlashFwdSm90:
         def to_p(acc_S):
             tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
 
-        if const_expr(self.pingpong):
-            # Warpgroup 1 goes first: open its own schedule barrier once.
-            if wg == 0:
-                cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1), number_of_threads=2 * 128)
-
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         pipe_q.consumer_wait(q_state)
 
         acc_O.fill(0.0)
@@ -385,6 +424,13 @@ class FlashFwdSm90:
         inv_sum, lse = softmax.finish()
         rescale_rows(acc_O, inv_sum)
         self.epilogue(acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
+        if const_expr(self.persistent):
+            # O left through Q's buffer: hand it back for the next tile's Q only once the TMA
+            # store has read it (thread 0 waited for that inside the epilogue).
+            cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
+            pipe_q.consumer_release(q_state)
+        q_state.advance()
+        return q_state, kv_state
 
     @cute.jit
     def plain_step(

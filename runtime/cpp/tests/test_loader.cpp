@@ -112,6 +112,13 @@ static void test_expressions() {
   CHECK(eval({sym(0), num(3), op(Op::Mul)}, env).i == 30);
   CHECK_ERR(eval_status({sym(1)}, env), "not bound");
   CHECK_ERR(eval_status({sym(5)}, env), "unknown symbol");
+
+  // sm_count: the persistent grid min(tiles, SMs); the launcher fills it from the device.
+  const cf::Token sms{cf::Op::SmCount, 0, 0.0, 0, -1, "sm_count"};
+  CHECK_ERR(eval_status({num(528), sms, op(Op::Min)}), "sm_count needs the launching device");
+  env.sm_count = 132;
+  CHECK(eval({num(528), sms, op(Op::Min)}, env).i == 132);
+  CHECK(eval({num(100), sms, op(Op::Min)}, env).i == 100);
 }
 
 // ---- a problem for the sample bundle ---------------------------------------------------------

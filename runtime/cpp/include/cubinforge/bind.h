@@ -27,9 +27,11 @@ struct Bound {
   bool scalar_bound[kMaxScalars] = {};
   const Tensor* tensors[kMaxTensors] = {};  // by contract index; point into the caller's args
   uint32_t grid[3] = {1, 1, 1};
+  int64_t sm_count = -1;  // the launching device's multiprocessors, for `sm_count`
 
   Env env() const {
     Env e;
+    e.sm_count = sm_count;
     e.symbols = symbols;
     e.symbol_bound = symbol_bound;
     e.scalars = scalars;
@@ -112,10 +114,11 @@ inline Status validate_contract(const Contract& c) {
 }
 
 inline Status bind(const Contract& c, const NamedTensor* tensors, int num_tensors,
-                   const NamedScalar* scalars, int num_scalars, Bound* out) {
+                   const NamedScalar* scalars, int num_scalars, Bound* out, int64_t sm_count = -1) {
   CUBINFORGE_TRY(validate_contract(c));
   Bound b;
   b.contract = &c;
+  b.sm_count = sm_count;
 
   // Which given tensor is which contract tensor.
   for (int i = 0; i < num_tensors; ++i) {

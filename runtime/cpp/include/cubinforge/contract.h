@@ -21,6 +21,7 @@ enum class Op : uint8_t {
   TensorPtr,     // push tensors[index].ptr
   TensorShape,   // push tensors[index].shape[dim]
   TensorStride,  // push tensors[index].strides[dim] (elements)
+  SmCount,       // push the launching device's multiprocessor count (`sm_count`)
   Add, Sub, Mul, Div, FloorDiv, CeilDiv, Min, Max, Eq, Ne, Lt, Le, Mod,  // binary
   Rsqrt, Log2eMul,                                                      // unary
 };

@@ -35,6 +35,14 @@ inline Status current_arch(std::string* arch) {
   return device_arch(dev, arch);
 }
 
+// Multiprocessors of the current context's device: the contracts' `sm_count` symbol.
+inline Status current_sm_count(int* count) {
+  CUdevice dev = 0;
+  CUBINFORGE_TRY(check_cu(cuCtxGetDevice(&dev), "cuCtxGetDevice (is a context current?)"));
+  return check_cu(cuDeviceGetAttribute(count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                  "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+}
+
 // For hosts with no context of their own: cuInit, retain device `ordinal`'s primary context
 // and make it current. Frameworks that already manage contexts skip this.
 inline Status init_primary_context(int ordinal, CUcontext* ctx) {

@@ -33,6 +33,7 @@ struct Env {
   const bool* scalar_bound = nullptr;  // optional: scalars are evaluated in order
   const Tensor* const* tensors = nullptr;
   int num_symbols = 0, num_scalars = 0, num_tensors = 0;
+  int64_t sm_count = -1;  // the launching device's multiprocessors; -1: not known
 };
 
 constexpr double kLog2e = 1.4426950408889634;
@@ -149,6 +150,10 @@ inline Status evaluate(const Expr& e, const Env& env, Value* out) {
         if (env.symbol_bound != nullptr && !env.symbol_bound[t.index])
           return detail::expr_error(e, std::string("symbol '") + t.text + "' is not bound");
         v = Value::integer(env.symbols[t.index]);
+        break;
+      case Op::SmCount:
+        if (env.sm_count < 0) return detail::expr_error(e, "sm_count needs the launching device");
+        v = Value::integer(env.sm_count);
         break;
       case Op::Scalar:
         if (t.index < 0 || t.index >= env.num_scalars || env.scalars == nullptr)
