@@ -1,6 +1,8 @@
 // Step 1-2 of a launch (docs/launch-contract.md, "Launching"): bind the symbols from the
 // caller's tensors, validate every tensor against its spec, then the checks, the scalars
-// and the grid, in the same order and with the same rules as runtime/contract.py. Pure host code: no driver call, so it is unit-tested without a GPU.
+// and the grid, in the same order and with the same rules as runtime/contract.py. Pure host
+// code (unit-tested without a GPU), except that a grid reading `sm_count` asks the current
+// context's device for it when the caller did not pass it.
 #pragma once
 
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <string>
 
 #include "cubinforge/contract.h"
+#include "cubinforge/device.h"
 #include "cubinforge/expr.h"
 #include "cubinforge/status.h"
 #include "cubinforge/tensor.h"
@@ -51,6 +54,13 @@ struct Bound {
 };
 
 namespace detail {
+
+inline bool grid_uses_sm_count(const Contract& c) {
+  for (int d = 0; d < 3; ++d)
+    for (int k = 0; k < c.grid[d].count; ++k)
+      if (c.grid[d].tokens[k].op == Op::SmCount) return true;
+  return false;
+}
 
 inline std::string dims_text(const Contract& c, const TensorSpec& t) {
   std::string s;
@@ -251,7 +261,13 @@ inline Status bind(const Contract& c, const NamedTensor* tensors, int num_tensor
     b.scalar_bound[k] = true;
   }
 
-  // The grid.
+  // The grid. A persistent kernel's grid reads the device's SM count: when the caller did not
+  // pass it, read it off the current context's device (the one the launch will use).
+  if (b.sm_count < 0 && detail::grid_uses_sm_count(c)) {
+    int sms = 0;
+    CUBINFORGE_TRY(current_sm_count(&sms));
+    b.sm_count = sms;
+  }
   static const int64_t kGridMax[3] = {2147483647, 65535, 65535};
   for (int d = 0; d < 3; ++d) {
     int64_t g = 0;

@@ -9,7 +9,6 @@
 
 #include "cubinforge/bind.h"
 #include "cubinforge/contract.h"
-#include "cubinforge/device.h"
 #include "cubinforge/module.h"
 #include "cubinforge/params.h"
 #include "cubinforge/status.h"
@@ -61,10 +60,8 @@ inline Status launch_bound(const Kernel& k, const Bound& b, CUstream stream) {
 inline Status launch(const Kernel& k, const NamedTensor* tensors, int num_tensors,
                      const NamedScalar* scalars, int num_scalars, CUstream stream) {
   if (!k.loaded()) return invalid("the kernel is not loaded");
-  int sm_count = 0;
-  CUBINFORGE_TRY(current_sm_count(&sm_count));
   Bound b;
-  Status st = bind(k.contract(), tensors, num_tensors, scalars, num_scalars, &b, sm_count);
+  Status st = bind(k.contract(), tensors, num_tensors, scalars, num_scalars, &b);
   if (!st.ok()) return Status(st.code(), std::string(k.variant().name) + ": " + st.message());
   return launch_bound(k, b, stream);
 }
