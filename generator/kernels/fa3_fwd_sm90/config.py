@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Tile shapes (tile_m, tile_n) per head dim. FA3's table was the starting point; measured on
-# the H200 in side-by-side dev runs: hd64 runs 5-15% faster at 192x128 (three consumer
-# warpgroups) than at 128x128; hd96 at 192x128 was 28% slower (P in registers with three
-# warpgroups); 128x176 for hd128 was 20% slower.
+# Tile shapes (tile_m, tile_n) per head dim. FA3's table was the starting point; on the
+# H200, hd64 at 128x128 was 14% slower than 192x128 (three consumer warpgroups) at 8k
+# (bench/results/2026-11-29-h200/ab.md); hd96 at 192x128 and hd128 at 128x176 ran at 0.72x
+# and 0.80x cuDNN in early dev runs (figures not kept), so they stay at 128x128.
 DEFAULT_TILES = {64: (192, 128), 96: (128, 128), 128: (128, 128), 192: (128, 96), 256: (128, 80)}
-NONCAUSAL_TILES: dict[int, tuple[int, int]] = {}
 
 SUPPORTED_DTYPES = ("bf16", "fp16")
 SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
@@ -21,9 +20,8 @@ SUPPORTED_ARCHS = ("sm_90a",)
 
 
 def default_tile(head_dim: int, causal: bool = False) -> tuple[int, int]:
-    """The (tile_m, tile_n) this family uses for a head dim unless told otherwise."""
-    if not causal and head_dim in NONCAUSAL_TILES:
-        return NONCAUSAL_TILES[head_dim]
+    """The (tile_m, tile_n) this family uses unless told otherwise. `causal` is part of the
+    interface (the spec asks per variant); no measured choice depends on it today."""
     return DEFAULT_TILES[head_dim]
 
 
@@ -58,8 +56,9 @@ class FwdConfig:
             object.__setattr__(self, "tile_m", tm)
         if not self.tile_n:
             object.__setattr__(self, "tile_n", tn)
-        # Measured side by side on the H200 (hd192/256 at 8k): non-causal, dropping the
-        # schedule barrier and rescaling O early gained 2%; causal, both lost 2-3%.
+        # Side by side on the H200 at 8k (early dev run, figures not kept): for hd192/256
+        # non-causal, dropping the schedule barrier and rescaling O early gained ~2%; causal
+        # did not gain (ab.md: hd256 causal 683 vs 682 TFLOPS), so it keeps the FA3 schedule.
         wide_noncausal = self.head_dim > 128 and not self.causal
         if self.pingpong is None:
             object.__setattr__(self, "pingpong", not wide_noncausal)
