@@ -175,6 +175,31 @@ static void test_bind() {
   CHECK_OK(bind(c, p.make(), &b, {{"softmax_scale", 0.5}}));
   CHECK(b.scalars[s].f == 0.5);
 
+  // A persistent grid, min(tiles, sm_count): given by the caller, or read off the current
+  // device (the stub driver has none, so that path must fail with the driver's word).
+  {
+    const int16_t sq = static_cast<int16_t>(cf::find_symbol(c, "seqlen_q"));
+    const int16_t hq = static_cast<int16_t>(cf::find_symbol(c, "heads_q"));
+    const int16_t bt = static_cast<int16_t>(cf::find_symbol(c, "batch"));
+    const cf::Token persistent[] = {
+        {cf::Op::Symbol, 0, 0.0, sq, -1, "seqlen_q"}, {cf::Op::Int, 128, 0.0, -1, -1, "128"},
+        {cf::Op::CeilDiv, 0, 0.0, -1, -1, "ceil_div"}, {cf::Op::Symbol, 0, 0.0, hq, -1, "heads_q"},
+        {cf::Op::Mul, 0, 0.0, -1, -1, "*"}, {cf::Op::Symbol, 0, 0.0, bt, -1, "batch"},
+        {cf::Op::Mul, 0, 0.0, -1, -1, "*"}, {cf::Op::SmCount, 0, 0.0, 0, -1, "sm_count"},
+        {cf::Op::Min, 0, 0.0, -1, -1, "min"}};
+    const cf::Token one_tok[] = {{cf::Op::Int, 1, 0.0, -1, -1, "1"}};
+    cf::Contract pc = c;
+    pc.grid[0] = cf::Expr{persistent, 9, "persistent grid"};
+    pc.grid[1] = pc.grid[2] = cf::Expr{one_tok, 1, "1"};
+    Problem pp;
+    std::vector<cf::NamedTensor> args = pp.make();
+    CHECK_OK(cf::bind(pc, args.data(), static_cast<int>(args.size()), nullptr, 0, &b, 132));
+    CHECK(b.grid[0] == 3 * 8 * 2 && b.grid[1] == 1 && b.grid[2] == 1);  // 48 tiles < 132 SMs
+    CHECK_OK(cf::bind(pc, args.data(), static_cast<int>(args.size()), nullptr, 0, &b, 20));
+    CHECK(b.grid[0] == 20);
+    CHECK_ERR(cf::bind(pc, args.data(), static_cast<int>(args.size()), nullptr, 0, &b), "cuCtxGetDevice");
+  }
+
   // A size-1 contiguous dimension may have any stride (as in the Python runtime).
   Problem one;
   one.sq = 1;
