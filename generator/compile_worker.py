@@ -68,35 +68,39 @@ def _ptxas_version(cubin_toolkit: str | None) -> str | None:
         return None
 
 
-def compile_job(job: CompileJob) -> CompileResult:
+def describe_build(variant: str, arch: str, build, seconds: float = 0.0) -> CompileResult:
+    """Check a KernelBuild and describe it: the contract assembled and verified against the
+    cubin's own parameter table, metadata from the ELF and SASS. Raises when a check fails."""
     from .contract import assemble, verify
     from .cubin_elf import read_cubin
     from .metadata import kernel_metadata
     from .sass import sass_counts
 
+    for attr in ("cubin", "entry", "block", "cluster", "dynamic_smem_bytes", "contract", "compile_options"):
+        if not hasattr(build, attr):
+            raise TypeError(f"build() returned {type(build).__name__} without {attr!r}; expected a KernelBuild")
+    info = read_cubin(build.cubin)
+    kernel = info.kernel(build.entry)
+    contract = assemble(variant, arch, build, kernel)
+    verify(contract, kernel, info.arch)
+    return CompileResult(
+        variant=variant,
+        ok=True,
+        seconds=seconds,
+        cubin=bytes(build.cubin),
+        contract=contract,
+        metadata=kernel_metadata(info, kernel, build, sass_counts(build.cubin)),
+        compile_options=build.compile_options,
+        ptxas_version=info.ptxas_version or _ptxas_version(info.toolkit),
+    )
+
+
+def compile_job(job: CompileJob) -> CompileResult:
     os.environ.setdefault("CUTE_DSL_ARCH", job.arch)
     start = time.perf_counter()
     try:
         build = _load(job).build()
-        seconds = time.perf_counter() - start
-        for attr in ("cubin", "entry", "block", "cluster", "dynamic_smem_bytes", "contract", "compile_options"):
-            if not hasattr(build, attr):
-                raise TypeError(f"build() returned {type(build).__name__} without {attr!r}; expected a KernelBuild")
-        info = read_cubin(build.cubin)
-        kernel = info.kernel(build.entry)
-        contract = assemble(job.variant, job.arch, build, kernel)
-        verify(contract, kernel, info.arch)
-        metadata = kernel_metadata(info, kernel, build, sass_counts(build.cubin))
-        return CompileResult(
-            variant=job.variant,
-            ok=True,
-            seconds=seconds,
-            cubin=bytes(build.cubin),
-            contract=contract,
-            metadata=metadata,
-            compile_options=build.compile_options,
-            ptxas_version=info.ptxas_version or _ptxas_version(info.toolkit),
-        )
+        return describe_build(job.variant, job.arch, build, time.perf_counter() - start)
     except BaseException as exc:  # noqa: BLE001 - everything is reported, the pool goes on
         if isinstance(exc, KeyboardInterrupt):
             raise
