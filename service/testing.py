@@ -92,7 +92,7 @@ def live_server(env: dict[str, str], workers: int = 1, log: Path | None = None):
     cmd = [sys.executable, "-m", "cubinforge.service.serve", "--host", "127.0.0.1", "--port", str(port),
            "--workers", str(workers), "--log-level", "warning"]
     out = open(log, "wb") if log else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
