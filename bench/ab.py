@@ -35,7 +35,22 @@ SCHEDULER = [
     for hd, causal in ((128, False), (128, True), (64, False), (256, False))
     for label, sched in (("default", "single"), ("persistent", "persistent"))
 ]
-EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER}
+# Candidates for the short-sequence gap (NOTES.md): O in its own shared-memory buffer so the
+# next tile's Q loads under the epilogue, and causal work made persistent with a balanced
+# static order (longest first, zigzag rounds), with and without L2 sections.
+PERSISTENT = [
+    *[(label, dict(head_dim=hd, causal=False, scheduler="persistent", separate_o_smem=sep))
+      for hd in (64, 96, 128) for label, sep in (("persistent", False), ("persistent+separate-o", True))],
+    *[(label, dict(head_dim=hd, causal=True, **over))
+      for hd in (64, 128, 256)
+      for label, over in (
+          ("default", dict(scheduler="single")),
+          ("persistent-lpt", dict(scheduler="persistent")),
+          ("persistent-lpt-l2", dict(scheduler="persistent", l2_section_mib=24)),
+      )],
+    ("persistent-lpt+separate-o", dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)),
+]
+EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT}
 SEQLENS = (512, 2048, 8192)
 
 

@@ -36,6 +36,7 @@ def compile_variant(cfg: FwdConfig):
             "consumer_warpgroups": cfg.consumer_warpgroups, "register_split": list(cfg.register_split),
             "intra_wg_overlap": cfg.intra_wg_overlap, "pingpong": cfg.pingpong,
             "rescale_o_early": cfg.rescale_o_early, "scheduler": cfg.scheduler,
+            "separate_o_smem": cfg.separate_o_smem,
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

@@ -17,6 +17,8 @@ DEFAULT_TILES = {64: (192, 128), 96: (128, 128), 128: (128, 128), 192: (128, 96)
 SUPPORTED_DTYPES = ("bf16", "fp16")
 SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
 SUPPORTED_ARCHS = ("sm_90a",)
+# Dynamic shared memory one CTA may use on sm_90 (227 KiB); the barriers take under 1 KiB.
+SMEM_LIMIT = 227 * 1024 - 1024
 
 
 def default_tile(head_dim: int, causal: bool = False) -> tuple[int, int]:
@@ -43,6 +45,14 @@ class FwdConfig:
     # "single": one tile per CTA. "persistent": one CTA per SM striding over the tiles, so a
     # tile's epilogue overlaps the next tile's K/V loads.
     scheduler: str = "single"
+    # O's own shared-memory buffer instead of Q's: a persistent CTA then releases Q after the
+    # tile's last QK^T, so the next tile's Q loads under the last PV GEMM and the epilogue.
+    # Fits hd <= 128 only (SMEM_LIMIT). Off until measured on the H200 (bench.ab "epilogue").
+    separate_o_smem: bool = False
+    # Causal persistent only: 0 orders all (head, batch) pairs together, longest tiles first
+    # with zigzag rounds (schedule.py); > 0 cuts them into sections whose K/V fit this many
+    # MiB of L2. Measured against each other by bench.ab "causal-persistent".
+    l2_section_mib: int = 0
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -70,6 +80,20 @@ class FwdConfig:
             raise ValueError(f"tile_m must be 64, 128 or 192 (one warpgroup per 64 rows), got {self.tile_m}")
         if self.tile_n % 16:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
+        if self.l2_section_mib < 0:
+            raise ValueError(f"l2_section_mib must be >= 0, got {self.l2_section_mib}")
+        if self.smem_bytes > SMEM_LIMIT:
+            raise ValueError(
+                f"tiles {self.tile_m}x{self.tile_n} at head_dim {self.head_dim} with {self.stages} stages"
+                f"{' and a separate O buffer' if self.separate_o_smem else ''} need {self.smem_bytes} B"
+                f" of shared memory; sm_90 allows {SMEM_LIMIT}")
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory of the Q, K, V (and O) tiles, before alignment padding."""
+        q = self.tile_m * self.head_dim * self.elem_bytes
+        kv = 2 * self.stages * self.tile_n * self.head_dim * self.elem_bytes
+        return q + kv + (q if self.separate_o_smem else 0)
 
     @property
     def consumer_warpgroups(self) -> int:

@@ -34,6 +34,7 @@ from .layouts import (
     transpose_view,
 )
 from .mask import apply_mask
+from .schedule import causal_lpt_order, strided_tile
 from .softmax import OnlineSoftmax, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
@@ -58,6 +59,7 @@ class FlashFwdSm90:
         self.overlap = cfg.intra_wg_overlap
         self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
         self.persistent = cfg.scheduler == "persistent"
+        self.separate_o = cfg.separate_o_smem
 
     # ------------------------------------------------------------------ host side
     def _tiled_mmas(self):
@@ -107,6 +109,18 @@ class FlashFwdSm90:
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
 
+        @cute.struct
+        class SharedStorageSeparateO:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
+            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+            sO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sO_layout)], 1024]
+
+        if const_expr(self.separate_o):
+            SharedStorage = SharedStorageSeparateO
         self.shared_storage = SharedStorage
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
@@ -197,36 +211,46 @@ class FlashFwdSm90:
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        # O goes out through Q's buffer: each warpgroup overwrites only the Q rows it read.
-        sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
+        if const_expr(self.separate_o):
+            sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
+        else:
+            # O goes out through Q's buffer: each warpgroup overwrites only the Q rows it read.
+            sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
 
         seqlen_q = mQ.shape[0]
         seqlen_k = mK.shape[0]
         num_m = (seqlen_q + self.tile_m - 1) // self.tile_m
         num_tiles = num_m * mQ.shape[2] * mQ.shape[3]
         # single: one tile per CTA (grid = (num_m, heads, batch)); persistent: CTAs stride over
-        # the linearised tiles, so one tile's epilogue overlaps the next tile's loads.
+        # the linearised tiles, so one tile's epilogue overlaps the next tile's loads. Causal
+        # tiles differ in cost: their rounds zigzag (schedule.py).
         if const_expr(self.persistent):
-            first_tile = cute.arch.block_idx()[0]
-            tile_stride = cute.arch.grid_dim()[0]
+            cta = cute.arch.block_idx()[0]
+            ctas = cute.arch.grid_dim()[0]
         else:
             bm, bh, bb = cute.arch.block_idx()
-            first_tile = bm + num_m * (bh + mQ.shape[2] * bb)
-            tile_stride = num_tiles
+            cta = bm + num_m * (bh + mQ.shape[2] * bb)
+            ctas = num_tiles
+        zigzag = self.persistent and self.causal
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
                 kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-                tile = first_tile
+                k = Int32(0)
+                tile = strided_tile(k, cta, ctas, zigzag)
                 while tile < num_tiles:
                     m_block, head, head_kv, batch, n_block_max = self.tile_work(tile, num_m, mQ, mK)
                     q_state, kv_state = self.produce(
                         mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v, pipe_q, pipe_k, pipe_v,
                         q_state, kv_state, m_block, head, head_kv, batch, n_block_max,
                     )
-                    tile += tile_stride
+                    k += 1
+                    if const_expr(zigzag):
+                        tile = strided_tile(k, cta, ctas, zigzag)
+                    else:
+                        tile += ctas
                 # Keep the CTA alive until the consumers released every slot we filled.
                 pipe_v.producer_tail(kv_state)
         else:
@@ -238,7 +262,8 @@ class FlashFwdSm90:
                     cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1), number_of_threads=2 * 128)
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-            tile = first_tile
+            k = Int32(0)
+            tile = strided_tile(k, cta, ctas, zigzag)
             while tile < num_tiles:
                 m_block, head, head_kv, batch, n_block_max = self.tile_work(tile, num_m, mQ, mK)
                 q_state, kv_state = self.consume(
@@ -246,19 +271,37 @@ class FlashFwdSm90:
                     pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
                     ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
                 )
-                tile += tile_stride
+                k += 1
+                if const_expr(zigzag):
+                    tile = strided_tile(k, cta, ctas, zigzag)
+                else:
+                    tile += ctas
+            if const_expr(self.separate_o):
+                # The last O store must have read shared memory before the CTA exits.
+                if ctidx == 0:
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
     def tile_work(self, tile, num_m, mQ, mK):
-        """(m_block, head, head_kv, batch, n_block_max) of a linear tile index, m fastest."""
-        m_block = tile % num_m
-        rest = tile // num_m
-        head = rest % mQ.shape[2]
-        batch = rest // mQ.shape[2]
-        if const_expr(self.causal):
-            # Longest tiles first: under a causal mask the last query rows see the most keys,
-            # so starting them first shortens the tail.
-            m_block = num_m - 1 - m_block
+        """(m_block, head, head_kv, batch, n_block_max) of a linear tile index."""
+        heads = mQ.shape[2]
+        if const_expr(self.causal and self.persistent):
+            m_block, hb = causal_lpt_order(
+                tile, num_m, heads * mQ.shape[3], mK.shape[0], 2 * self.hdim * self.cfg.elem_bytes,
+                self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
+            )
+            head = hb % heads
+            batch = hb // heads
+        else:
+            # m fastest: CTAs running together share one head's K and V in L2.
+            m_block = tile % num_m
+            rest = tile // num_m
+            head = rest % heads
+            batch = rest // heads
+            if const_expr(self.causal):
+                # Longest tiles first: under a causal mask the last query rows see the most
+                # keys, so starting them first shortens the tail.
+                m_block = num_m - 1 - m_block
         head_kv = head // (mQ.shape[2] // mK.shape[2])
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
         n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
@@ -401,6 +444,7 @@ class FlashFwdSm90:
                     kv_state, n_block_max - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
                     softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False,
                 )
+            self.release_q_early(pipe_q, q_state)
             # Last PV.
             if const_expr(self.rescale_early):
                 rescale_rows(acc_O, scale_prev)
@@ -420,17 +464,24 @@ class FlashFwdSm90:
                     kv_state, n_block_max - 2 - i, n_block_causal, gemm_qk, gemm_pv, mask,
                     to_p, softmax, acc_O, pipe_k, pipe_v,
                 )
+            self.release_q_early(pipe_q, q_state)
 
         inv_sum, lse = softmax.finish()
         rescale_rows(acc_O, inv_sum)
         self.epilogue(acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
-        if const_expr(self.persistent):
+        if const_expr(self.persistent and not self.separate_o):
             # O left through Q's buffer: hand it back for the next tile's Q only once the TMA
             # store has read it (thread 0 waited for that inside the epilogue).
             cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
             pipe_q.consumer_release(q_state)
         q_state.advance()
         return q_state, kv_state
+
+    def release_q_early(self, pipe_q, q_state):
+        """With O in its own buffer, Q is free once this warpgroup's last QK^T completed (every
+        step waited for its S GEMM): the producer may load the next tile's Q at once."""
+        if const_expr(self.persistent and self.separate_o):
+            pipe_q.consumer_release(q_state)
 
     @cute.jit
     def plain_step(
@@ -512,7 +563,13 @@ class FlashFwdSm90:
     def epilogue(self, acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
         rO = cute.make_rmem_tensor(acc_O.shape, self.dtype)
         rO.store(acc_O.load().to(self.dtype))
-        # Every consumer warpgroup is past its last GEMM on Q before O overwrites the buffer.
+        if const_expr(self.separate_o):
+            # O's own buffer is free once the previous tile's store has read it; the barrier
+            # below passes that on from the thread that issued the store.
+            if tidx == 0:
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        # Every consumer warpgroup is past its last GEMM on Q (or, with its own buffer, the
+        # previous O store has read it) before O overwrites the buffer.
         cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
         store_atom = smem_store_atom(self.dtype)
         thr_store = cute.make_tiled_copy_C(store_atom, tiled_mma_pv).get_slice(tidx)
@@ -537,7 +594,9 @@ class FlashFwdSm90:
             )
             cute.copy(tma_o, tOsO, tOgO)
             cute.arch.cp_async_bulk_commit_group()
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
+            if const_expr(not self.separate_o):
+                # Q's buffer (or the CTA's exit) must wait for the store to read it.
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
 
 
 def _inner_cols(layout) -> int:

@@ -1,0 +1,39 @@
+"""Tile orders of the persistent scheduler, as plain arithmetic.
+
+The same functions run inside the kernel (traced by the CuTe DSL, with `cutlass.min/max`)
+and in the CPU tests (with Python's), so the order the tests check is the order the cubin
+walks. Persistent CTAs take a static share of the tiles: no global counter, nothing for the
+launcher to zero before each launch.
+"""
+
+from __future__ import annotations
+
+
+def strided_tile(k, cta, ctas, zigzag: bool):
+    """The k-th tile of CTA `cta` of `ctas`: round k of the stride. With `zigzag`, odd rounds
+    run the other way, so the CTA that took the costliest tile of a round (orders put
+    costly tiles first) takes the cheapest of the next."""
+    if zigzag:
+        odd = k % 2
+        return k * ctas + cta + odd * (ctas - 1 - 2 * cta)
+    return k * ctas + cta
+
+
+def causal_lpt_order(tile, num_m, num_hb, seqlen_k, kv_row_bytes, section_bytes: int, mn=min, mx=max):
+    """(m_block, head*batch index) of linear tile `tile` for causal work, longest first.
+
+    Under a causal mask the last query block sees the most keys, so m goes from the last
+    block down, with the (head, batch) pairs fastest: a round of the stride then holds tiles
+    of (nearly) one cost, and with the zigzag rounds the loads even out (tests/
+    test_fa3_schedule.py: within one tile of the ideal on the FA3 grid, under a blocks-visited
+    cost model). `section_bytes` > 0 cuts the pairs into sections whose K and V
+    (`kv_row_bytes` per key) fit that much L2, each finishing all its m blocks before the
+    next starts: fewer pairs in flight, at the price of a less even split.
+    """
+    if section_bytes == 0:
+        return num_m - 1 - tile // num_hb, tile % num_hb
+    per_section = mx(mn(section_bytes // (seqlen_k * kv_row_bytes), num_hb), 1)
+    first_hb = tile // (per_section * num_m) * per_section
+    in_section = tile - first_hb * num_m
+    pairs = mn(per_section, num_hb - first_hb)  # the last section may be short
+    return num_m - 1 - in_section // pairs, first_hb + in_section % pairs
