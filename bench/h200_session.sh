@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One device session on the lent H200, from a plain checkout (no install), all in one call:
-# the GPU tests, the C++ example against the Python runtime, then the benchmark harness.
+# the GPU tests, the C++ example against the Python runtime and against a float64 reference,
+# the host cost, the A/B experiments when their registry is there, then the benchmark harness.
 # Usage (repo root, with .cubinforge built by `make kernels ARCH=sm90`):
-#   OUT=<dir> bash bench/h200_session.sh [bench args...]
+#   OUT=<dir> bash bench/h200_session.sh [bench args, e.g. --decode --ncu]
+# A/B: set AB_HOME to a registry built by `python -m cubinforge.bench.ab build` (AB_SEQLENS
+# picks the cells); its tables go to $OUT/ab-<name of AB_HOME>.{md,json}.
 # FA4 as an anchor: stage its wheels as ../shared/device-notes.md says; this script installs
 # them from .stage_fa4b/ (+ /root/stage/part_aa) into /tmp/site when they are there.
 set -uo pipefail
@@ -26,11 +29,25 @@ fi
     rm -rf /tmp/cfb && python3 -c "from cubinforge.generator.cpp_bundle import main; raise SystemExit(main(['--home', '.cubinforge', '--out', '/tmp/cfb']))" \
       && cmake -S examples/cpp -B /tmp/cfbuild -DCUBINFORGE_BUNDLE_DIR=/tmp/cfb > /dev/null \
       && cmake --build /tmp/cfbuild -j 8 > /dev/null \
-      && timeout 120 python3 examples/cpp/compare_with_python.py --exe /tmp/cfbuild/flash_attn_example --matrix 2>&1 | tail -15
+      && rm -rf /tmp/cfruns \
+      && timeout 120 python3 examples/cpp/compare_with_python.py --exe /tmp/cfbuild/flash_attn_example --matrix --out /tmp/cfruns 2>&1 | tail -15
+    echo "== C++ example outputs vs a float64 reference (examples/cpp/check.py)"
+    for run in /tmp/cfruns/run*; do
+        [ -f "$run/meta.json" ] && timeout 120 python3 examples/cpp/check.py "$run" 2>&1 | tail -8
+    done
     echo "== host cost per flash_attn_func call (real driver)"
     timeout 120 python3 -m cubinforge.bench.host_overhead 2>&1 | tail -15
 } > "$OUT/device-tests.log" 2>&1
 cat "$OUT/device-tests.log"
+
+if [ -n "${AB_HOME:-}" ] && [ -d "$AB_HOME/manifests" ]; then
+    echo "== A/B experiments from $AB_HOME"
+    ab_out=$(mktemp -d)
+    timeout 300 python3 -m cubinforge.bench.ab run --home "$AB_HOME" --out "$ab_out" \
+        --seqlens "${AB_SEQLENS:-512,1024,2048,8192}" 2>&1 | tail -80
+    tag=$(basename "$AB_HOME"); tag=${tag#.cubinforge-}
+    for f in "$ab_out"/ab.*; do cp "$f" "$OUT/ab-$tag.${f##*.}"; done
+fi
 
 echo "== benchmark harness"
 python3 -m bench --out "$OUT" "$@"
