@@ -49,6 +49,9 @@ PERSISTENT = [
           ("persistent-lpt-l2", dict(scheduler="persistent", l2_section_mib=24)),
       )],
     ("persistent-lpt+separate-o", dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)),
+    # hd64 causal at s512 is the worst cell (0.65): 192-row tiles cover 576 rows there.
+    ("tile-128x128", dict(head_dim=64, causal=True, tile_m=128, tile_n=128)),
+    ("persistent-lpt+tile-128x128", dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128)),
 ]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT}
 SEQLENS = (512, 2048, 8192)
