@@ -64,3 +64,44 @@ def sass_counts(cubin: bytes) -> dict | None:
             width = next((_WIDTH[x] for x in mods if x in _WIDTH), 4)
             counts["spill_load_bytes" if op == "LDL" else "spill_store_bytes"] += width
     return {k: counts[k] for k in (*WATCHED.values(), "instructions", "spill_load_bytes", "spill_store_bytes")}
+
+
+_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);")
+
+
+def pv_wait_windows(cubin: bytes) -> list[dict] | None:
+    """Where the softmax sits relative to the PV GEMM's wait, per overlapped key-block loop.
+
+    In the FA3 loop a warpgroup issues QK^T then PV, waits for QK^T (WARPGROUP.DEPBAR.LE
+    gsb0, 0x1), runs the softmax, and waits for PV (... 0x0). Softmax work placed before the
+    second wait overlaps the PV GEMM; work after it does not. For each such window: the
+    instructions, MUFU (exp2) and FFMA between the two waits, and the instructions and MUFU
+    after the second wait up to the next warpgroup sync or GEMM.
+    """
+    text = cuobjdump(["-sass"], cubin)
+    if text is None:
+        return None
+    ops = [m.group(1).strip() for m in _LINE.finditer(text)]
+    ops = [re.sub(r"^@!?U?P\w+\s+", "", o) for o in ops]  # drop predicates
+
+    def count(seq, prefix):
+        return sum(1 for o in seq if o.startswith(prefix))
+
+    windows, i = [], 0
+    while i < len(ops):
+        if ops[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"):
+            j = i + 1
+            while j < len(ops) and not ops[j].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"):
+                j += 1
+            between = ops[i + 1:j]
+            k = j + 1
+            while k < len(ops) and not ops[k].startswith(("WARPGROUP.", "HGMMA")):
+                k += 1
+            after = ops[j + 1:k]
+            windows.append({
+                "between": len(between), "mufu_between": count(between, "MUFU"), "ffma_between": count(between, "FFMA"),
+                "after": len(after), "mufu_after": count(after, "MUFU"),
+            })
+            i = j
+        i += 1
+    return windows

@@ -104,3 +104,26 @@ def test_separate_o_buffer_fits_up_to_hd128(hd):
 def test_separate_o_buffer_is_refused_where_it_does_not_fit(hd):
     with pytest.raises(ValueError, match="shared memory"):
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=hd, causal=False, separate_o_smem=True)
+
+
+@pytest.mark.slow
+def test_in_order_row_sum_moves_softmax_work_above_the_pv_wait():
+    """The SASS fact the in_order_row_sum candidate rests on (compared with FA4's SM90 loop,
+    which shows the same split): with the tree sum no exp2 or FFMA of the softmax runs before
+    the PV GEMM's wait; summed in order, all the FFMAs and some exp2s do."""
+    pytest.importorskip("cutlass")
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
+    from cubinforge.generator.sass import find_cuobjdump, pv_wait_windows
+
+    if find_cuobjdump() is None:
+        pytest.skip("cuobjdump is not installed (pip nvidia-cuda-cuobjdump)")
+    split = {}
+    for in_order in (False, True):
+        cfg = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, scheduler="persistent",
+                        in_order_row_sum=in_order)
+        windows = pv_wait_windows(compile_variant(cfg).cubin)
+        assert windows, "no overlapped key-block loop found in the SASS"
+        split[in_order] = windows[0]
+    assert split[False]["mufu_between"] == 0 and split[False]["ffma_between"] == 0, split
+    assert split[True]["ffma_between"] >= 64 and split[True]["mufu_between"] >= 8, split
+    assert split[True]["after"] < split[False]["after"], split

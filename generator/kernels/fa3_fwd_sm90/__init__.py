@@ -36,7 +36,8 @@ def compile_variant(cfg: FwdConfig):
             "consumer_warpgroups": cfg.consumer_warpgroups, "register_split": list(cfg.register_split),
             "intra_wg_overlap": cfg.intra_wg_overlap, "pingpong": cfg.pingpong,
             "rescale_o_early": cfg.rescale_o_early, "scheduler": cfg.scheduler,
-            "separate_o_smem": cfg.separate_o_smem,
+            "separate_o_smem": cfg.separate_o_smem, "l2_section_mib": cfg.l2_section_mib,
+            "in_order_row_sum": cfg.in_order_row_sum,
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

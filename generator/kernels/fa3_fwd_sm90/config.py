@@ -53,6 +53,8 @@ class FwdConfig:
     # with zigzag rounds (schedule.py); > 0 cuts them into sections whose K/V fit this many
     # MiB of L2. Measured against each other by bench.ab "causal-persistent".
     l2_section_mib: int = 0
+    # Sum softmax rows in order instead of as a tree (softmax.py says why). Off until timed.
+    in_order_row_sum: bool = False
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:

@@ -18,9 +18,15 @@ LN2 = math.log(2.0)
 
 
 class OnlineSoftmax:
-    def __init__(self, scale_log2: Float32, rows: int):
+    def __init__(self, scale_log2: Float32, rows: int, in_order_sum: bool = False):
         self.scale_log2 = scale_log2
         self.rows = rows
+        # How a row's probabilities are summed. "tree": four independent chains, short
+        # latency. In order, seeded with the rescaled running sum: one long chain, which is
+        # what makes ptxas hoist the FFMAs and part of the exp2s above the PV GEMM's wait, as
+        # in FA4's SM90 loop (same instruction counts, FA4's order; SASS compared on the CPU,
+        # not yet timed). Summation order changes fp32 rounding slightly.
+        self.in_order_sum = in_order_sum
         self.row_max = cute.make_rmem_tensor(rows, Float32)
         self.row_sum = cute.make_rmem_tensor(rows, Float32)
 
@@ -40,14 +46,24 @@ class OnlineSoftmax:
             m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
             row = s_rc[r, None].load()
             s_rc[r, None].store(cute.math.exp2(row * self.scale_log2 - m_safe * self.scale_log2, fastmath=True))
-            p_sum = _tree_reduce(s_rc, r, _add)
-            if cutlass.const_expr(is_first):
-                row_scale[r] = Float32(1.0)
-                self.row_sum[r] = p_sum
+            if cutlass.const_expr(self.in_order_sum):
+                seed = Float32(0.0)
+                if cutlass.const_expr(is_first):
+                    row_scale[r] = Float32(1.0)
+                else:
+                    scale = cute.math.exp2((m_prev - m_safe) * self.scale_log2, fastmath=True)
+                    row_scale[r] = scale
+                    seed = self.row_sum[r] * scale
+                self.row_sum[r] = s_rc[r, None].load().reduce(cute.ReductionOp.ADD, seed, 0)
             else:
-                scale = cute.math.exp2((m_prev - m_safe) * self.scale_log2, fastmath=True)
-                row_scale[r] = scale
-                self.row_sum[r] = self.row_sum[r] * scale + p_sum
+                p_sum = _tree_reduce(s_rc, r, _add)
+                if cutlass.const_expr(is_first):
+                    row_scale[r] = Float32(1.0)
+                    self.row_sum[r] = p_sum
+                else:
+                    scale = cute.math.exp2((m_prev - m_safe) * self.scale_log2, fastmath=True)
+                    row_scale[r] = scale
+                    self.row_sum[r] = self.row_sum[r] * scale + p_sum
         return row_scale
 
     @cute.jit
