@@ -22,7 +22,7 @@ import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as hopper
 from cutlass import Float32, Int32, const_expr
 from cutlass import pipeline
-from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
 from .barriers import Barrier
 from .config import FwdConfig
@@ -65,12 +65,12 @@ class FlashFwdSm90:
     def _tiled_mmas(self):
         qk = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype,
-            warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K,
+            OperandMajorMode.K, OperandMajorMode.K,
             Float32, atom_layout_mnk=(self.num_wg, 1, 1), tiler_mn=(64, self.tile_n),
         )
         pv = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype,
-            warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN,
+            OperandMajorMode.K, OperandMajorMode.MN,
             Float32, atom_layout_mnk=(self.num_wg, 1, 1), tiler_mn=(64, self.hdim),
             a_source=warpgroup.OperandSource.RMEM,
         )
@@ -186,7 +186,7 @@ class FlashFwdSm90:
             for atom in (tma_q, tma_k, tma_v, tma_o):
                 cpasync.prefetch_descriptor(atom)
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
 
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
@@ -391,7 +391,9 @@ class FlashFwdSm90:
         s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
 
         coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
-        softmax = OnlineSoftmax(softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]))
+        softmax = OnlineSoftmax(
+            softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum
+        )
 
         def gemm_qk(stage):
             acc_S = cute.make_rmem_tensor(s_shape, Float32)

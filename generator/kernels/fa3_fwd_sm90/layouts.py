@@ -11,7 +11,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as hopper
 from cutlass.cute.nvgpu import warpgroup
-from cutlass.utils import LayoutEnum
+from cutlass.tensor_utils import LayoutEnum
 
 
 def smem_layout(dtype, rows: int, cols: int, stages: int | None = None):
