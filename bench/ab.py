@@ -49,6 +49,9 @@ PERSISTENT = [
           ("persistent-lpt-l2", dict(scheduler="persistent", l2_section_mib=24)),
       )],
     ("persistent-lpt+separate-o", dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)),
+    # One tile per CTA, a 1-D grid in LPT order with L2 sections: block dispatch balances it.
+    *[("single-lpt", dict(head_dim=hd, causal=True, scheduler="single-lpt", l2_section_mib=32)) for hd in (64, 128, 256)],
+    ("single-lpt-global", dict(head_dim=128, causal=True, scheduler="single-lpt")),
     # hd64 causal at s512 is the worst cell (0.65): 192-row tiles cover 576 rows there.
     ("tile-128x128", dict(head_dim=64, causal=True, tile_m=128, tile_n=128)),
     ("persistent-lpt+tile-128x128", dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128)),

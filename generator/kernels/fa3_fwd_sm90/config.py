@@ -43,7 +43,9 @@ class FwdConfig:
     # O-sized multiply off the critical path where O is large. None: see __post_init__.
     rescale_o_early: bool | None = None
     # "single": one tile per CTA. "persistent": one CTA per SM striding over the tiles, so a
-    # tile's epilogue overlaps the next tile's K/V loads.
+    # tile's epilogue overlaps the next tile's K/V loads. "single-lpt" (causal): one tile per
+    # CTA on a 1-D grid in causal_lpt_order, so the hardware's in-order block dispatch hands
+    # out the longest tiles first, L2 sections of l2_section_mib (FA4's causal choice).
     scheduler: str = "single"
     # O's own shared-memory buffer instead of Q's: a persistent CTA then releases Q after the
     # tile's last QK^T, so the next tile's Q loads under the last PV GEMM and the epilogue.
@@ -76,8 +78,10 @@ class FwdConfig:
             object.__setattr__(self, "pingpong", not wide_noncausal)
         if self.rescale_o_early is None:
             object.__setattr__(self, "rescale_o_early", wide_noncausal)
-        if self.scheduler not in ("single", "persistent"):
-            raise ValueError(f"scheduler must be 'single' or 'persistent', got {self.scheduler!r}")
+        if self.scheduler not in ("single", "persistent", "single-lpt"):
+            raise ValueError(f"scheduler must be 'single', 'persistent' or 'single-lpt', got {self.scheduler!r}")
+        if self.scheduler == "single-lpt" and not self.causal:
+            raise ValueError("scheduler 'single-lpt' orders causal tiles; non-causal tiles all cost the same")
         if self.tile_m % 64 or self.tile_m // 64 not in (1, 2, 3):
             raise ValueError(f"tile_m must be 64, 128 or 192 (one warpgroup per 64 rows), got {self.tile_m}")
         if self.tile_n % 16:

@@ -84,6 +84,9 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             # One CTA per SM, never more CTAs than tiles.
             [["seqlen_q", cfg.tile_m, "ceil_div", "heads_q", "*", "batch", "*", "sm_count", "min"], [1], [1]]
             if cfg.scheduler == "persistent"
+            # One CTA per tile on a 1-D grid: the kernel maps blockIdx.x through its tile order.
+            else [["seqlen_q", cfg.tile_m, "ceil_div", "heads_q", "*", "batch", "*"], [1], [1]]
+            if cfg.scheduler == "single-lpt"
             else [["seqlen_q", cfg.tile_m, "ceil_div"], ["heads_q"], ["batch"]]
         ),
         "symbols": {

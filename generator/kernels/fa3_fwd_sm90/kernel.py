@@ -59,6 +59,7 @@ class FlashFwdSm90:
         self.overlap = cfg.intra_wg_overlap
         self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
         self.persistent = cfg.scheduler == "persistent"
+        self.linear_grid = cfg.scheduler == "single-lpt"
         self.separate_o = cfg.separate_o_smem
 
     # ------------------------------------------------------------------ host side
@@ -148,6 +149,8 @@ class FlashFwdSm90:
             # Traced for the DSL's own launcher only; the launch contract carries the real rule
             # (one CTA per SM, at most one per tile).
             grid = (cutlass.min(num_m * cute.size(mQ.shape[2]) * cute.size(mQ.shape[3]), PERSISTENT_CTAS), 1, 1)
+        elif const_expr(self.linear_grid):
+            grid = (num_m * cute.size(mQ.shape[2]) * cute.size(mQ.shape[3]), 1, 1)
         else:
             grid = (num_m, cute.size(mQ.shape[2]), cute.size(mQ.shape[3]))
         self.kernel(
@@ -224,7 +227,7 @@ class FlashFwdSm90:
         # single: one tile per CTA (grid = (num_m, heads, batch)); persistent: CTAs stride over
         # the linearised tiles, so one tile's epilogue overlaps the next tile's loads. Causal
         # tiles differ in cost: their rounds zigzag (schedule.py).
-        if const_expr(self.persistent):
+        if const_expr(self.persistent or self.linear_grid):
             cta = cute.arch.block_idx()[0]
             ctas = cute.arch.grid_dim()[0]
         else:
@@ -285,7 +288,7 @@ class FlashFwdSm90:
     def tile_work(self, tile, num_m, mQ, mK):
         """(m_block, head, head_kv, batch, n_block_max) of a linear tile index."""
         heads = mQ.shape[2]
-        if const_expr(self.causal and self.persistent):
+        if const_expr(self.causal and (self.persistent or self.linear_grid)):
             m_block, hb = causal_lpt_order(
                 tile, num_m, heads * mQ.shape[3], mK.shape[0], 2 * self.hdim * self.cfg.elem_bytes,
                 self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
