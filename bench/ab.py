@@ -66,7 +66,20 @@ SOFTMAX = [
     ("persistent+in-order-sum+separate-o",
      dict(head_dim=128, causal=False, scheduler="persistent", in_order_row_sum=True, separate_o_smem=True)),
 ]
-EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX}
+# Each consumer warpgroup stores its own O (no cross-warpgroup sync at the end of a tile).
+EPILOGUE = [
+    *[("persistent+separate-o+wg-epilogue",
+       dict(head_dim=hd, causal=False, scheduler="persistent", separate_o_smem=True, wg_epilogue=True))
+      for hd in (64, 128)],
+    ("persistent+in-order-sum+separate-o+wg-epilogue",
+     dict(head_dim=128, causal=False, scheduler="persistent", in_order_row_sum=True, separate_o_smem=True,
+          wg_epilogue=True)),
+    ("single-lpt+separate-o+wg-epilogue",
+     dict(head_dim=128, causal=True, scheduler="single-lpt", l2_section_mib=32, separate_o_smem=True,
+          wg_epilogue=True)),
+]
+EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
+               "epilogue": EPILOGUE}
 SEQLENS = (512, 2048, 8192)
 
 

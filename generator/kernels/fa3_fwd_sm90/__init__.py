@@ -37,7 +37,7 @@ def compile_variant(cfg: FwdConfig):
             "intra_wg_overlap": cfg.intra_wg_overlap, "pingpong": cfg.pingpong,
             "rescale_o_early": cfg.rescale_o_early, "scheduler": cfg.scheduler,
             "separate_o_smem": cfg.separate_o_smem, "l2_section_mib": cfg.l2_section_mib,
-            "in_order_row_sum": cfg.in_order_row_sum,
+            "in_order_row_sum": cfg.in_order_row_sum, "wg_epilogue": cfg.wg_epilogue,
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

@@ -8,3 +8,6 @@ class Barrier(enum.IntEnum):
     SCHEDULE_WG1 = 2  # ping-pong: consumer warpgroup 1 may issue its GEMMs
     SCHEDULE_WG2 = 3
     SCHEDULE_WG3 = 4
+    EPILOGUE_WG1 = 5  # wg_epilogue: one consumer warpgroup around its own O store
+    EPILOGUE_WG2 = 6
+    EPILOGUE_WG3 = 7

@@ -51,6 +51,10 @@ class FwdConfig:
     # tile's last QK^T, so the next tile's Q loads under the last PV GEMM and the epilogue.
     # Fits hd <= 128 only (SMEM_LIMIT). Off until measured on the H200 (bench.ab "epilogue").
     separate_o_smem: bool = False
+    # Each consumer warpgroup stores its own 64 rows of O (its own TMA store, a 128-thread
+    # barrier) instead of all of them syncing for one store: no warpgroup waits for another
+    # at the end of a tile, so ping-pong carries on across tiles. Needs separate_o_smem.
+    wg_epilogue: bool = False
     # Causal persistent only: 0 orders all (head, batch) pairs together, longest tiles first
     # with zigzag rounds (schedule.py); > 0 cuts them into sections whose K/V fit this many
     # MiB of L2. Measured against each other by bench.ab "causal-persistent".
@@ -86,6 +90,8 @@ class FwdConfig:
             raise ValueError(f"tile_m must be 64, 128 or 192 (one warpgroup per 64 rows), got {self.tile_m}")
         if self.tile_n % 16:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
+        if self.wg_epilogue and not self.separate_o_smem:
+            raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.l2_section_mib < 0:
             raise ValueError(f"l2_section_mib must be >= 0, got {self.l2_section_mib}")
         if self.smem_bytes > SMEM_LIMIT:

@@ -61,18 +61,22 @@ class FlashFwdSm90:
         self.persistent = cfg.scheduler == "persistent"
         self.linear_grid = cfg.scheduler == "single-lpt"
         self.separate_o = cfg.separate_o_smem
+        self.wg_epilogue = cfg.wg_epilogue
+        # Rows of O one TMA store writes: the whole tile, or one warpgroup's slab.
+        self.o_rows = 64 if cfg.wg_epilogue else cfg.tile_m
 
     # ------------------------------------------------------------------ host side
-    def _tiled_mmas(self):
+    def _tiled_mmas(self, warpgroups=None):
+        wgs = self.num_wg if warpgroups is None else warpgroups
         qk = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype,
             OperandMajorMode.K, OperandMajorMode.K,
-            Float32, atom_layout_mnk=(self.num_wg, 1, 1), tiler_mn=(64, self.tile_n),
+            Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.tile_n),
         )
         pv = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype,
             OperandMajorMode.K, OperandMajorMode.MN,
-            Float32, atom_layout_mnk=(self.num_wg, 1, 1), tiler_mn=(64, self.hdim),
+            Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.hdim),
             a_source=warpgroup.OperandSource.RMEM,
         )
         return qk, pv
@@ -99,7 +103,9 @@ class FlashFwdSm90:
         sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
         sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
-        sO_layout = sQ_layout
+        # wg_epilogue: one 64-row slab per warpgroup, each stored on its own.
+        sO_layout = smem_layout(self.dtype, 64, self.hdim, self.num_wg) if self.wg_epilogue else sQ_layout
+        sO_box_layout = cute.select(sO_layout, mode=[0, 1]) if self.wg_epilogue else sO_layout
 
         @cute.struct
         class SharedStorage:
@@ -133,14 +139,14 @@ class FlashFwdSm90:
         tma_v, tV = cpasync.make_tiled_tma_atom(
             load_op, mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.hdim)
         )
-        tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_layout, (self.tile_m, self.hdim))
+        tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_box_layout, (self.o_rows, self.hdim))
         # Facts the launch contract needs and the cubin does not hold.
         self.dynamic_smem_bytes = SharedStorage.size_in_bytes()
         self.tma_boxes = {
             name: (_inner_cols(layout), rows)
             for name, layout, rows in (
                 ("q", sQ_layout, self.tile_m), ("k", sK_layout, self.tile_n),
-                ("v", sV_layout, self.tile_n), ("o", sO_layout, self.tile_m),
+                ("v", sV_layout, self.tile_n), ("o", sO_layout, self.o_rows),
             )
         }
 
@@ -281,7 +287,7 @@ class FlashFwdSm90:
                     tile += ctas
             if const_expr(self.separate_o):
                 # The last O store must have read shared memory before the CTA exits.
-                if ctidx == 0:
+                if ctidx % (128 if self.wg_epilogue else self.consumer_threads) == 0:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
@@ -568,6 +574,9 @@ class FlashFwdSm90:
     def epilogue(self, acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
         rO = cute.make_rmem_tensor(acc_O.shape, self.dtype)
         rO.store(acc_O.load().to(self.dtype))
+        if const_expr(self.wg_epilogue):
+            self.wg_store_o(rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
+            return
         if const_expr(self.separate_o):
             # O's own buffer is free once the previous tile's store has read it; the barrier
             # below passes that on from the thread that issued the store.
@@ -580,14 +589,7 @@ class FlashFwdSm90:
         thr_store = cute.make_tiled_copy_C(store_atom, tiled_mma_pv).get_slice(tidx)
         cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sO))
 
-        # LSE: the thread holding column 0 of a row writes that row.
-        thr_mma = tiled_mma_pv.get_slice(tidx)
-        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
-        if cO[0, 0][1] == 0:
-            for r in cutlass.range_constexpr(cute.size(lse)):
-                row = m_block * self.tile_m + cO[r, 0][0]
-                if row < seqlen_q:
-                    mLSE[row, head, batch] = lse[r]
+        self.store_lse(lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
 
         # The TMA engine reads sO: make the stmatrix writes visible to the async proxy.
         cute.arch.fence_view_async_shared()
@@ -602,6 +604,46 @@ class FlashFwdSm90:
             if const_expr(not self.separate_o):
                 # Q's buffer (or the CTA's exit) must wait for the store to read it.
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+
+    @cute.jit
+    def store_lse(self, lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
+        """LSE: the thread holding column 0 of a row writes that row."""
+        thr_mma = tiled_mma_pv.get_slice(tidx)
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        if cO[0, 0][1] == 0:
+            for r in cutlass.range_constexpr(cute.size(lse)):
+                row = m_block * self.tile_m + cO[r, 0][0]
+                if row < seqlen_q:
+                    mLSE[row, head, batch] = lse[r]
+
+    @cute.jit
+    def wg_store_o(self, rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
+        """This warpgroup's 64 rows of O through its own slab of sO and its own TMA store."""
+        wg = cute.arch.make_warp_uniform(tidx // 128)
+        wg_tidx = tidx % 128
+        barrier = int(Barrier.EPILOGUE_WG1) + wg
+        sO_wg = sO[None, None, wg]
+        # The slab is free once this warpgroup's previous store has read it.
+        if wg_tidx == 0:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
+        # A one-warpgroup MMA's C layout over (64, hd) is this thread's share of the slab: the
+        # same registers the full tiled MMA gives it for its warpgroup's rows.
+        _, mma_pv_1wg = self._tiled_mmas(warpgroups=1)
+        store_atom = smem_store_atom(self.dtype)
+        thr_store = cute.make_tiled_copy_C(store_atom, mma_pv_1wg).get_slice(wg_tidx)
+        cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sO_wg))
+        self.store_lse(lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
+        if wg_tidx == 0:
+            gO = cute.local_tile(mO[None, None, head, batch], (64, self.hdim), (m_block * self.num_wg + wg, 0))
+            tOsO, tOgO = cpasync.tma_partition(
+                tma_o, 0, cute.make_layout(1), cute.group_modes(sO_wg, 0, 2), cute.group_modes(gO, 0, 2)
+            )
+            cute.copy(tma_o, tOsO, tOgO)
+            cute.arch.cp_async_bulk_commit_group()
 
 
 def _inner_cols(layout) -> int:

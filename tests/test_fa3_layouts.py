@@ -1,0 +1,60 @@
+"""Layout facts the fa3 kernel relies on, checked by tracing CuTe layouts on the CPU.
+
+wg_epilogue stores each consumer warpgroup's O through a one-warpgroup copy over its own
+64-row slab, while the registers come from the full tiled MMA. That is only right if, for
+every thread, the one-warpgroup partition names the same elements as the full one, shifted
+by 64 rows per warpgroup: checked here for every consumer thread.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_warpgroup_slab_store_matches_the_full_tile_store(head_dim):
+    pytest.importorskip("cutlass")
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    import cutlass.cute as cute
+
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import FwdConfig
+    from cubinforge.generator.kernels.fa3_fwd_sm90.kernel import FlashFwdSm90
+    from cubinforge.generator.kernels.fa3_fwd_sm90.layouts import smem_store_atom
+
+    cfg = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=head_dim, causal=False, scheduler="persistent",
+                    separate_o_smem=True, wg_epilogue=True)
+    k = FlashFwdSm90(cfg)
+    mismatches: list = []
+    checked: list = []
+
+    def compare(pv_all, pv_one):
+        # A plain function: the DSL stages the loops of a @cute.jit body, not of what it calls.
+        atom = smem_store_atom(k.dtype)
+        full = cute.make_identity_tensor((cfg.tile_m, head_dim))
+        slab = cute.make_identity_tensor((64, head_dim))
+        for t in range(k.consumer_threads):
+            a = cute.make_tiled_copy_C(atom, pv_all).get_slice(t).partition_D(full)
+            b = cute.make_tiled_copy_C(atom, pv_one).get_slice(t % 128).partition_D(slab)
+            if cute.size(a) != cute.size(b):
+                mismatches.append((t, "size"))
+                continue
+            for i in range(cute.size(a)):
+                x, y = a[i], b[i]
+                if x[0] != y[0] + 64 * (t // 128) or x[1] != y[1]:
+                    mismatches.append((t, i, x, y))
+                    break
+        checked.append(k.consumer_threads)
+
+    @cute.jit
+    def probe():
+        _, pv_all = k._tiled_mmas()
+        _, pv_one = k._tiled_mmas(warpgroups=1)
+        compare(pv_all, pv_one)
+
+    cute.compile(probe, options="--gpu-arch sm_90a")
+    assert checked == [cfg.consumer_warpgroups * 128]
+    assert not mismatches, mismatches[:5]
