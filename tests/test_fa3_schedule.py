@@ -155,3 +155,25 @@ def test_single_lpt_grid_order_beats_the_per_head_grid(hd, tm, tn, batch, heads,
     lpt = greedy_makespan(lambda t: causal_lpt_order(t, num_m, num_hb, s, 2 * hd * 2, 32 << 20), n, cost)
     assert lpt <= per_head
     assert lpt <= 1.02 * ideal + 1, (lpt, ideal)
+
+
+@pytest.mark.parametrize("scheduler,causal", [("single", True), ("single-lpt", True), ("persistent", False)])
+def test_grid_rules_cover_every_tile(scheduler, causal):
+    """The contract's grid, evaluated as the runtime does, launches one CTA per tile (or, when
+    persistent, no more CTAs than SMs or tiles): what the kernel's tile loop assumes."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90.contract import family_contract
+    from cubinforge.runtime.contract import evaluate
+
+    cfg = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=causal, scheduler=scheduler)
+    boxes = {"q": (64, 128), "k": (64, 128), "v": (64, 128), "o": (64, 128)}
+    grid_rule = family_contract(cfg, boxes, 128)["grid"]
+    for sq, heads, batch in ((1, 1, 1), (1000, 8, 3), (16384, 16, 1), (513, 32, 32)):
+        sizes = {"seqlen_q": sq, "heads_q": heads, "batch": batch, "sm_count": SMS}
+        grid = [evaluate(expr, sizes.__getitem__) for expr in grid_rule]
+        tiles = math.ceil(sq / cfg.tile_m) * heads * batch
+        if scheduler == "persistent":
+            assert grid == [min(tiles, SMS), 1, 1]
+        elif scheduler == "single-lpt":
+            assert grid == [tiles, 1, 1]
+        else:
+            assert grid == [math.ceil(sq / cfg.tile_m), heads, batch]
