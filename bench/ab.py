@@ -78,8 +78,14 @@ EPILOGUE = [
      dict(head_dim=128, causal=True, scheduler="single-lpt", l2_section_mib=32, separate_o_smem=True,
           wg_epilogue=True)),
 ]
+# Causal diagonal blocks masked with a bit mask per row (R2P) instead of 32 compares per row.
+MASK = [
+    *[(label, dict(head_dim=hd, causal=True, mask_bits=mb))
+      for hd in (64, 128, 256) for label, mb in (("default", False), ("mask-bits", True))],
+    ("single-lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="single-lpt", l2_section_mib=32, mask_bits=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
-               "epilogue": EPILOGUE}
+               "epilogue": EPILOGUE, "mask": MASK}
 SEQLENS = (512, 2048, 8192)
 
 

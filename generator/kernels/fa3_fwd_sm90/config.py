@@ -59,6 +59,9 @@ class FwdConfig:
     # with zigzag rounds (schedule.py); > 0 cuts them into sections whose K/V fit this many
     # MiB of L2. Measured against each other by bench.ab "causal-persistent".
     l2_section_mib: int = 0
+    # Mask a row with one bit mask from its kept-column count instead of a compare per
+    # element (mask.apply_mask_bits), as FA4 does. Off until timed.
+    mask_bits: bool = False
     # Sum softmax rows in order instead of as a tree (softmax.py says why). Off until timed.
     in_order_row_sum: bool = False
 

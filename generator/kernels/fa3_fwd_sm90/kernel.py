@@ -33,7 +33,7 @@ from .layouts import (
     smem_store_atom,
     transpose_view,
 )
-from .mask import apply_mask
+from .mask import apply_mask, apply_mask_bits
 from .schedule import causal_lpt_order, strided_tile
 from .softmax import OnlineSoftmax, rescale_rows
 
@@ -412,7 +412,16 @@ class FlashFwdSm90:
         def gemm_pv(stage, zero_init):
             self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
 
+        # Thread 0's coordinates: static, so the mask's column offsets are known at trace time.
+        offsets_rc = acc_as_rows_cols(
+            tiled_mma_qk.get_slice(0).partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
+        )
+
         def mask(acc_S, n_block, causal):
+            if const_expr(self.cfg.mask_bits):
+                apply_mask_bits(acc_S, coords_rc, offsets_rc, m_block, n_block, seqlen_q, seqlen_k,
+                                self.tile_m, self.tile_n, causal)
+                return
             apply_mask(acc_S, coords_rc, m_block, n_block, seqlen_q, seqlen_k,
                        self.tile_m, self.tile_n, causal)
 

@@ -36,3 +36,69 @@ def apply_mask(
             # A select, not an `if`: a branch that writes one register of the fragment
             # becomes a select over the whole fragment, quadratic in its size.
             s_rc[r, c] = -Float32.inf if coords_rc[0, c][1] >= col_limit else s_rc[r, c]
+
+
+def column_offsets(coords_rc) -> list[int]:
+    """A thread's column offsets within its S fragment, relative to its first column, read
+    from the fragment's coordinates at trace time (the same for every thread)."""
+    n = cute.size(coords_rc, mode=[1])
+    first = coords_rc[0, 0][1]
+    return [coords_rc[0, c][1] - first for c in range(n)]
+
+
+def keep_count_rule(offsets: list[int]):
+    """For offsets 8*(c//2) + c%2 (the SM90 WGMMA accumulator: column pairs every 8), the
+    number of leading columns with offset < L is ceil(L/8) + ceil((L-1)/8), each clamped to
+    [0, pairs]. Returns that rule, or None for a fragment of another shape."""
+    expected = [8 * (c // 2) + c % 2 for c in range(len(offsets))]
+    if offsets != expected or len(offsets) > 32 or len(offsets) % 2:
+        return None
+    pairs = len(offsets) // 2
+
+    def keep_count(limit, mn, mx):
+        # Numerators clamped at 0 first: floor and truncating division then agree.
+        even = mn(mx(limit + 7, 0) // 8, pairs)
+        odd = mn(mx(limit + 6, 0) // 8, pairs)
+        return even + odd
+
+    return keep_count
+
+
+@cute.jit
+def apply_mask_bits(
+    acc_S: cute.Tensor,
+    coords_rc: cute.Tensor,
+    offsets_rc: cute.Tensor,  # the same partition for a static thread: static coordinates
+    m_block: Int32,
+    n_block: Int32,
+    seqlen_q: Int32,
+    seqlen_k: Int32,
+    tile_m: cutlass.Constexpr[int],
+    tile_n: cutlass.Constexpr[int],
+    causal: cutlass.Constexpr[bool],
+):
+    """apply_mask with one bit mask per row instead of a compare per element.
+
+    A thread's columns are its first column plus fixed offsets, and the kept columns of a row
+    are a prefix of them, so a row needs only its kept count n: bit c of (1 << n) - 1 says
+    whether column c stays, which ptxas can move into predicates several bits at a time
+    (R2P) rather than comparing each of the 32 columns. Same result as apply_mask
+    (tests/test_fa3_mask.py checks the counting rule against the per-element compare).
+    """
+    s_rc = acc_as_rows_cols(acc_S)
+    ncols = cute.size(s_rc, mode=[1])
+    keep_count = keep_count_rule(column_offsets(offsets_rc))
+    if cutlass.const_expr(keep_count is None):
+        raise ValueError(f"mask_bits: no counting rule for column offsets {column_offsets(offsets_rc)}")
+    first_col = coords_rc[0, 0][1]
+    col_limit_k = seqlen_k - n_block * tile_n
+    for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
+        col_limit = col_limit_k
+        if cutlass.const_expr(causal):
+            row = m_block * tile_m + coords_rc[r, 0][0]
+            col_limit = cutlass.min(col_limit, row + seqlen_k - seqlen_q + 1 - n_block * tile_n)
+        n = keep_count(col_limit - first_col, cutlass.min, cutlass.max)
+        # A shift by 32 is undefined for 32-bit values: n == 32 takes all bits instead.
+        bits = Int32(-1) if n >= 32 else (Int32(1) << cutlass.min(n, 31)) - 1
+        for c in cutlass.range_constexpr(ncols):
+            s_rc[r, c] = s_rc[r, c] if ((bits >> c) & 1) != 0 else -Float32.inf

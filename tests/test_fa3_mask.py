@@ -1,0 +1,34 @@
+"""mask.apply_mask_bits keeps the columns apply_mask keeps: its counting rule, checked
+against the per-element compare for every limit that can occur."""
+
+from __future__ import annotations
+
+import pytest
+
+from cubinforge.generator.kernels.fa3_fwd_sm90.mask import keep_count_rule
+
+
+def wgmma_offsets(ncols):
+    return [8 * (c // 2) + c % 2 for c in range(ncols)]
+
+
+@pytest.mark.parametrize("tile_n", [64, 80, 96, 128])
+def test_keep_count_matches_per_column_compare(tile_n):
+    ncols = tile_n // 4  # a quad's four threads share a row's columns
+    offsets = wgmma_offsets(ncols)
+    rule = keep_count_rule(offsets)
+    assert rule is not None
+    for first_col in (0, 2, 4, 6):  # a thread's first column: 2 * (lane % 4)
+        for limit in range(-2 * tile_n, 3 * tile_n):
+            n = rule(limit - first_col, min, max)
+            kept = [first_col + off < limit for off in offsets]
+            # the kept columns are a prefix, and n counts them ...
+            assert kept == [c < n for c in range(ncols)], (first_col, limit)
+            # ... so bit c of the row's mask says whether column c stays
+            bits = 0xFFFFFFFF if n >= 32 else (1 << min(n, 31)) - 1
+            assert [bool((bits >> c) & 1) for c in range(ncols)] == kept
+
+
+def test_other_fragment_shapes_get_no_rule():
+    assert keep_count_rule([0, 1, 2, 3]) is None
+    assert keep_count_rule(wgmma_offsets(34)) is None  # more columns than bits
