@@ -84,8 +84,20 @@ MASK = [
       for hd in (64, 128, 256) for label, mb in (("default", False), ("mask-bits", True))],
     ("single-lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="single-lpt", l2_section_mib=32, mask_bits=True)),
 ]
+# Tile shapes and pipeline depth FA3's table allows, where they build without spills
+# (hd64 at 192x160 or 192x192 spills with three consumer warpgroups, so it is left out).
+TILES = [
+    *[("persistent", dict(head_dim=hd, causal=False, scheduler="persistent")) for hd in (64, 96, 128, 256)],
+    *[(f"persistent+tile-128x{n}", dict(head_dim=128, causal=False, scheduler="persistent", tile_m=128, tile_n=n))
+      for n in (160, 176)],
+    ("persistent+tile-128x160", dict(head_dim=96, causal=False, scheduler="persistent", tile_m=128, tile_n=160)),
+    ("persistent+tile-128x64", dict(head_dim=256, causal=False, scheduler="persistent", tile_m=128, tile_n=64)),
+    *[("persistent+stages-3", dict(head_dim=hd, causal=False, scheduler="persistent", stages=3)) for hd in (64, 96, 128)],
+    ("stages-3", dict(head_dim=128, causal=True, stages=3)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
-               "epilogue": EPILOGUE, "mask": MASK}
+               "epilogue": EPILOGUE, "mask": MASK,
+               "tiles": TILES}
 SEQLENS = (512, 2048, 8192)
 
 
