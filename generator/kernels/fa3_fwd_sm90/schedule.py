@@ -32,7 +32,9 @@ def causal_lpt_order(tile, num_m, num_hb, seqlen_k, kv_row_bytes, section_bytes:
     """
     if section_bytes == 0:
         return num_m - 1 - tile // num_hb, tile % num_hb
-    per_section = mx(mn(section_bytes // (seqlen_k * kv_row_bytes), num_hb), 1)
+    # floor(S / (seqlen_k * row)) taken as floor(floor(S / row) / seqlen_k): no 32-bit
+    # product that could overflow for very long keys.
+    per_section = mx(mn(section_bytes // kv_row_bytes // seqlen_k, num_hb), 1)
     first_hb = tile // (per_section * num_m) * per_section
     in_section = tile - first_hb * num_m
     pairs = mn(per_section, num_hb - first_hb)  # the last section may be short
