@@ -1,9 +1,11 @@
-"""--ncu: Nsight Compute counters of ours on one cell (tensor pipe, WGMMA, TMA).
+"""--ncu: Nsight Compute counters on one cell, ours beside FA4 and cuDNN (tensor pipe,
+WGMMA, TMA, and the warp stall reasons that say what the schedule waits on).
 
-The target is the torch-free cold-start child with --repeat, so every kernel in the process
-is ours; ncu skips the first launch and profiles the second, with `--clock-control none`
-(the card's clocks are left alone). Metric names differ between ncu releases, so they are
-picked from `ncu --query-metrics` by pattern. Anything missing -> {"skipped": why}.
+Ours runs in the torch-free cold-start child with --repeat, so every kernel in its process
+is ours; the anchors run in _ncu_torch_child.py, their kernel picked by name. ncu skips the
+first launch and profiles the second, with `--clock-control none` (the card's clocks are
+left alone). Metric names differ between ncu releases, so they are picked from
+`ncu --query-metrics` by pattern. Anything missing -> {"skipped": why}, per backend.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ from pathlib import Path
 from .cold_start import HERE, REPO
 
 PATTERN = re.compile(r"(gmma|tma|pipe_tensor)", re.I)
-ALWAYS = ("gpu__time_duration", "sm__throughput", "sm__cycles_elapsed")
+# Average warps stalled per issued instruction, by reason (barrier, long_scoreboard, wait,
+# math_pipe_throttle, ...): where the two schedules differ.
+STALLS = re.compile(r"^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active$")
+ALWAYS = ("gpu__time_duration", "sm__throughput", "sm__cycles_elapsed", "smsp__inst_executed")
 FALLBACK = ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
             "sm__inst_executed_pipe_tensor_op_gmma.sum", "gpu__time_duration.sum")
-MAX_METRICS = 24
+MAX_METRICS = 48
+BACKENDS = ("ours", "fa4", "cudnn")
 
 
 def find_ncu() -> str | None:
@@ -43,6 +49,8 @@ def metric_names(query_output: str) -> list[str]:
 
 
 def with_rollup(base: str) -> str:
+    if STALLS.match(base):
+        return base + ".ratio"
     if base == "gpu__time_duration":
         return base + ".sum"
     if base in ("sm__throughput",) or base.endswith(("cycles_active", "_active")):
@@ -56,6 +64,7 @@ def choose_metrics(names: list[str]) -> list[str]:
     picked = [n for n in names if n in ALWAYS]
     picked += [n for n in names if PATTERN.search(n) and n.startswith(("sm__", "smsp__"))
                and "sparsity" not in n]
+    picked += [n for n in names if STALLS.match(n)]
     seen, out = set(), []
     for n in picked:
         m = with_rollup(n)
@@ -80,33 +89,53 @@ def parse_raw_csv(text: str) -> dict:
     return out
 
 
-def run_ncu(cell, out_dir: Path, log=print) -> dict:
+def target_command(backend: str, cell, repeat: int = 1) -> tuple[list[str], list[str]]:
+    """(ncu filter args, the process to profile) for one backend on one cell."""
+    shape = ["--dtype", cell.dtype, "--head-dim", str(cell.head_dim), "--causal", str(int(cell.causal)),
+             "--batch", str(cell.batch), "--seqlen", str(cell.seqlen_q), "--heads", str(cell.heads)]
+    if backend == "ours":
+        return [], [sys.executable, str(HERE / "_cold_ours.py"), "--repo", str(REPO), *shape,
+                    "--arrays", "raw", "--repeat", str(repeat), "--verify", "0"]
+    from ._ncu_torch_child import KERNEL_REGEX
+
+    return (["--kernel-name", KERNEL_REGEX[backend]],
+            [sys.executable, str(HERE / "_ncu_torch_child.py"), "--backend", backend, *shape,
+             "--repeat", str(repeat)])
+
+
+def run_ncu(cell, out_dir: Path, log=print, backends=BACKENDS) -> dict:
     ncu = find_ncu()
     if ncu is None:
         return {"skipped": "ncu not found on PATH or in /usr/local/cuda/bin", "cell": cell.id}
+    if cell.seqlen_q != cell.seqlen_k or cell.heads != cell.heads_kv:
+        return {"skipped": "--ncu profiles square, non-GQA cells only", "cell": cell.id}
     q = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=120)
     names = metric_names(q.stdout) if q.returncode == 0 else []
     metrics = choose_metrics(names)
-    target = [sys.executable, str(HERE / "_cold_ours.py"), "--repo", str(REPO),
-              "--dtype", cell.dtype, "--head-dim", str(cell.head_dim),
-              "--causal", str(int(cell.causal)), "--batch", str(cell.batch),
-              "--seqlen", str(cell.seqlen_q), "--heads", str(cell.heads),
-              "--arrays", "raw", "--repeat", "2", "--verify", "0"]
-    if cell.seqlen_q != cell.seqlen_k or cell.heads != cell.heads_kv:
-        return {"skipped": "--ncu profiles square, non-GQA cells only", "cell": cell.id}
+    results, transcript = {}, []
+    for backend in backends:
+        results[backend] = profile_one(ncu, backend, cell, metrics, transcript, log)
+    (Path(out_dir) / "ncu.txt").write_text("\n\n".join(transcript))
+    out = {"cell": cell.id, "metrics_requested": metrics, "backends": results}
+    if all(r.get("skipped") for r in results.values()):
+        out["skipped"] = "; ".join(f"{b}: {r['skipped']}" for b, r in results.items())
+    return out
+
+
+def profile_one(ncu: str, backend: str, cell, metrics: list[str], transcript: list[str], log) -> dict:
+    filters, target = target_command(backend, cell)
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--page", "raw",
-           "--launch-skip", "1", "--launch-count", "1", "--metrics", ",".join(metrics), *target]
-    log(f"  ncu: {' '.join(cmd[:12])} ... ({len(metrics)} metrics)")
+           *filters, "--launch-skip", "1", "--launch-count", "1", "--metrics", ",".join(metrics), *target]
+    log(f"  ncu {backend}: {' '.join(cmd[:8])} ... ({len(metrics)} metrics)")
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
-        return {"skipped": "ncu timed out after 300 s", "cell": cell.id}
-    (Path(out_dir) / "ncu.txt").write_text(
-        "$ " + " ".join(cmd) + "\n\n" + p.stdout + ("\n--- stderr ---\n" + p.stderr if p.stderr else ""))
+        return {"skipped": "ncu timed out after 300 s"}
+    transcript.append(f"## {backend}\n$ " + " ".join(cmd) + "\n\n" + p.stdout
+                      + ("\n--- stderr ---\n" + p.stderr[-4000:] if p.stderr else ""))
     values = parse_raw_csv(p.stdout)
     if not values:
         tail = " | ".join((p.stderr or p.stdout).strip().splitlines()[-4:])
-        return {"skipped": f"ncu gave no metrics (exit {p.returncode}): {tail}", "cell": cell.id,
-                "command": cmd}
+        return {"skipped": f"ncu gave no metrics (exit {p.returncode}): {tail}", "command": " ".join(cmd)}
     kernel = values.pop("Kernel Name", None)
-    return {"cell": cell.id, "kernel": kernel, "metrics": values, "command": " ".join(cmd)}
+    return {"kernel": kernel, "metrics": values, "command": " ".join(cmd)}

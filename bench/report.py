@@ -196,9 +196,16 @@ def ncu_section(results: dict) -> str:
     if n.get("skipped"):
         out.append(f"Skipped: {n['skipped']}")
         return "\n".join(out)
-    out.append(f"Cell `{n.get('cell')}`, kernel `{n.get('kernel')}`, `--clock-control none`.")
+    backends = n.get("backends") or {"ours": {"kernel": n.get("kernel"), "metrics": n.get("metrics") or {}}}
+    out.append(f"Cell `{n.get('cell')}`, second launch of each backend's kernel, `--clock-control none`.")
     out.append("")
-    out.append(md_table(["metric", "value"], [[k, str(v)] for k, v in (n.get("metrics") or {}).items()]))
+    for b, r in backends.items():
+        out.append(f"- {b}: " + (f"skipped ({r['skipped']})" if r.get("skipped") else f"kernel `{r.get('kernel')}`"))
+    ran = [b for b, r in backends.items() if not r.get("skipped")]
+    metrics = list(dict.fromkeys(m for b in ran for m in backends[b].get("metrics") or {}))
+    out.append("")
+    out.append(md_table(["metric", *ran], [[m, *[str(backends[b]["metrics"].get(m, "")) for b in ran]]
+                                           for m in metrics]))
     return "\n".join(out)
 
 

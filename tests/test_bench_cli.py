@@ -203,3 +203,54 @@ def test_devarray_capsule_is_what_the_runtime_reads():
     assert got.strides == (768, 256, 64, 1) and got.dtype == "bf16" and got.device == 0
     with pytest.raises(AttributeError):
         a.__cuda_array_interface__  # noqa: B018 - bf16 has no CAI typestr
+
+
+def test_ncu_picks_stall_reasons_as_ratios():
+    names = N.metric_names(QUERY + "smsp__average_warps_issue_stalled_barrier_per_issue_active  stalls\n"
+                           "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active  stalls\n")
+    chosen = N.choose_metrics(names)
+    assert "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio" in chosen
+    assert "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio" in chosen
+
+
+FAKE_NCU = r'''#!/usr/bin/env python3
+import sys
+args = sys.argv[1:]
+if args == ["--query-metrics"]:
+    print(open(sys.argv[0] + ".query").read())
+    sys.exit(0)
+target = " ".join(args)
+if "--backend cudnn" in target:
+    print("==ERROR== No kernels were profiled.", file=sys.stderr)
+    sys.exit(1)
+name = "kernel_flash_fwd_sm90" if "--backend fa4" in target else "kernel_cubinforge_FlashFwdSm90"
+print('"ID","Process ID","Kernel Name","gpu__time_duration.sum",'
+      '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"')
+print('"","","","nsecond",""')
+print(f'"0","1","{name}","{3000 if "fa4" in target else 3100}","0.5"')
+'''
+
+
+def test_ncu_profiles_each_backend_and_the_report_sets_them_side_by_side(tmp_path, monkeypatch):
+    from cubinforge.bench.grid import fa3_cell
+    from cubinforge.bench.report import ncu_section
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ncu").write_text(FAKE_NCU)
+    (bindir / "ncu").chmod(0o755)
+    (bindir / "ncu.query").write_text(QUERY + "smsp__average_warps_issue_stalled_barrier_per_issue_active  x\n")
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    cell = fa3_cell("bf16", 128, 8192, False)
+    res = N.run_ncu(cell, tmp_path, log=lambda *a: None)
+    b = res["backends"]
+    assert b["ours"]["kernel"] == "kernel_cubinforge_FlashFwdSm90"
+    assert b["fa4"]["kernel"] == "kernel_flash_fwd_sm90"
+    assert "--kernel-name regex:flash_fwd" in b["fa4"]["command"]
+    assert b["cudnn"]["skipped"].startswith("ncu gave no metrics")
+    assert "skipped" not in res  # two of three ran
+    text = ncu_section({"ncu": res})
+    assert "| metric | ours | fa4 |" in text
+    assert "| gpu__time_duration.sum (nsecond) | 3100 | 3000 |" in text
+    assert "cudnn: skipped" in text
+    assert (tmp_path / "ncu.txt").read_text().count("$ ") == 3

@@ -1,0 +1,57 @@
+"""Nsight Compute target for the torch-side anchors: one cell, launched 1 + --repeat times.
+
+Run by ncu.py under `ncu`, as `python3 bench/_ncu_torch_child.py --backend fa4|cudnn ...`;
+ncu's kernel-name filter picks the attention kernel out of torch's own launches.
+"""
+
+import argparse
+import os
+import sys
+
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)  # do not let bench/*.py shadow anything
+
+# The kernel each backend launches, as ncu --kernel-name regexes (FA4's CuTe DSL kernel is
+# named after its class; cuDNN's SDPA kernels carry "sdpa"/"fprop").
+KERNEL_REGEX = {"fa4": "regex:flash_fwd", "cudnn": "regex:(?i)sdpa|fprop|fmha"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", choices=sorted(KERNEL_REGEX), required=True)
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--causal", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seqlen", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=1)
+    a = ap.parse_args()
+
+    import torch
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
+    shape = (a.batch, a.seqlen, a.heads, a.head_dim)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=dt) for _ in range(3))
+    if a.backend == "fa4":
+        from flash_attn.cute import flash_attn_func
+
+        def call():
+            flash_attn_func(q, k, v, causal=bool(a.causal))
+    else:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA takes (b, h, s, d)
+
+        def call():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                sdpa(qt, kt, vt, is_causal=bool(a.causal))
+    for _ in range(1 + a.repeat):
+        call()
+    torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
