@@ -614,7 +614,6 @@ class FlashFwdSm90:
                 # Q's buffer (or the CTA's exit) must wait for the store to read it.
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
 
-
     @cute.jit
     def store_lse(self, lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
         """LSE: the thread holding column 0 of a row writes that row."""
