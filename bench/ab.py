@@ -95,9 +95,21 @@ TILES = [
     *[("persistent+stages-3", dict(head_dim=hd, causal=False, scheduler="persistent", stages=3)) for hd in (64, 96, 128)],
     ("stages-3", dict(head_dim=128, causal=True, stages=3)),
 ]
+# Per-tile and per-block instruction savings found in the SASS (fa4-sass-comparison.md).
+OVERHEAD = [
+    *[(label, dict(head_dim=hd, causal=True, **over))
+      for hd in (64, 128, 256)
+      for label, over in (("default", {}), ("direct-block-index", dict(direct_block_index=True)),
+                          ("direct-block-index+mask-bits", dict(direct_block_index=True, mask_bits=True)))],
+    *[(label, dict(head_dim=hd, causal=False, scheduler="persistent", chunked_p_convert=cp))
+      for hd in (192, 256) for label, cp in (("persistent", False), ("persistent+chunked-p", True))],
+    ("chunked-p", dict(head_dim=256, causal=True, chunked_p_convert=True)),
+    ("direct-block-index+mask-bits+in-order-sum",
+     dict(head_dim=128, causal=True, direct_block_index=True, mask_bits=True, in_order_row_sum=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
-               "tiles": TILES}
+               "tiles": TILES, "overhead": OVERHEAD}
 SEQLENS = (512, 2048, 8192)
 
 

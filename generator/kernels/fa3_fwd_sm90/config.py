@@ -62,6 +62,15 @@ class FwdConfig:
     # Mask a row with one bit mask from its kept-column count instead of a compare per
     # element (mask.apply_mask_bits), as FA4 does. Off until timed.
     mask_bits: bool = False
+    # scheduler "single": take (m block, head, batch) from the block index instead of dividing
+    # a linear tile index back into them (4 runtime divisions before the first TMA load,
+    # ~150 instructions per tile by the SASS). Off until timed.
+    direct_block_index: bool = False
+    # Convert S to P (bf16/fp16) in runs of registers instead of through the A-operand view:
+    # the same values in the same registers (checked at trace time), but hd192/256 then
+    # convert in pairs (F2FP 40 -> 20, no PRMT; 499 -> 449 instructions per key block at
+    # hd256). hd64/128 cubins come out the same either way. Off until timed.
+    chunked_p_convert: bool = False
     # Sum softmax rows in order instead of as a tree (softmax.py says why). Off until timed.
     in_order_row_sum: bool = False
 

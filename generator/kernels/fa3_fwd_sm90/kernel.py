@@ -29,6 +29,8 @@ from .config import FwdConfig
 from .layouts import (
     acc_as_operand_a,
     acc_as_rows_cols,
+    convert_in_register_order,
+    register_order_matches,
     smem_layout,
     smem_store_atom,
     transpose_view,
@@ -294,7 +296,12 @@ class FlashFwdSm90:
     def tile_work(self, tile, num_m, mQ, mK):
         """(m_block, head, head_kv, batch, n_block_max) of a linear tile index."""
         heads = mQ.shape[2]
-        if const_expr(self.causal and (self.persistent or self.linear_grid)):
+        if const_expr(self.cfg.direct_block_index and not (self.persistent or self.linear_grid)):
+            # One tile per CTA on the 3-D grid: the block index is the tile, no division.
+            m_block, head, batch = cute.arch.block_idx()
+            if const_expr(self.causal):
+                m_block = num_m - 1 - m_block
+        elif const_expr(self.causal and (self.persistent or self.linear_grid)):
             m_block, hb = causal_lpt_order(
                 tile, num_m, heads * mQ.shape[3], mK.shape[0], 2 * self.hdim * self.cfg.elem_bytes,
                 self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
@@ -426,7 +433,13 @@ class FlashFwdSm90:
                        self.tile_m, self.tile_n, causal)
 
         def to_p(acc_S):
-            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+            if const_expr(self.cfg.chunked_p_convert):
+                # Only valid when the A-operand view keeps the registers where they are.
+                if const_expr(not register_order_matches(acc_as_operand_a(acc_S), tOrP)):
+                    raise ValueError("chunked_p_convert: P's fragment is not S's registers in order")
+                convert_in_register_order(acc_S, tOrP, self.dtype)
+            else:
+                tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
 
         pipe_q.consumer_wait(q_state)
 

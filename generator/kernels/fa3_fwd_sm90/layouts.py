@@ -72,3 +72,25 @@ def acc_as_operand_a(acc: cute.Tensor) -> cute.Tensor:
 def smem_store_atom(dtype):
     """stmatrix for 16-bit outputs: the epilogue writes O rows to smem for the TMA store."""
     return hopper.get_smem_store_op(LayoutEnum.ROW_MAJOR, dtype, cutlass.Float32)
+
+
+def register_order_matches(view: cute.Tensor, frag: cute.Tensor) -> bool:
+    """Whether every logical element sits at the same register index in both (static layouts,
+    evaluated at trace time): then a conversion may walk the registers in their own order."""
+    n = cute.size(view)
+    return n == cute.size(frag) and all(view.layout(i) == frag.layout(i) for i in range(n))
+
+
+@cute.jit
+def convert_in_register_order(src: cute.Tensor, dst: cute.Tensor, dtype, chunk: cutlass.Constexpr[int] = 8):
+    """dst[i] = dtype(src[i]) for every register index i, `chunk` registers at a time.
+
+    Converting through a permuted view can leave ptxas converting one element at a time
+    (hd192/256: 40-48 values per thread); contiguous runs give it pairs to pack.
+    """
+    n = cute.size(src)
+    runs = cute.make_layout((chunk, n // chunk))
+    s = cute.make_tensor(src.iterator, runs)
+    d = cute.make_tensor(dst.iterator, runs)
+    for j in cutlass.range_constexpr(n // chunk):
+        d[None, j].store(s[None, j].load().to(dtype))
