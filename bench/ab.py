@@ -144,13 +144,46 @@ def build(home: Path, experiments: str) -> int:
     return 0
 
 
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv): a ragged GQA shape; one with more tiles
+# (528) than SMs, so a persistent CTA walks several tiles (and causal rows that see no key);
+# one with 64 (head, batch) pairs of 16k keys, so causal orders with L2 sections (3-4 pairs
+# each) run several sections and a short last one.
+CHECK_SHAPES = ((2, 777, 1000, 8, 2), (2, 4097, 3000, 8, 2), (1, 1000, 16000, 64, 8))
+
+
+def check_variant(ours, name: str, hd: int, causal: bool, device: str = "cuda", shapes=CHECK_SHAPES):
+    """(max rel err of O, max LSE err, passed) of one variant against the fp32 reference,
+    outputs poisoned with NaN before each launch."""
+    import torch
+
+    from .reference import attention_torch
+
+    rel, lse_err, ok = 0.0, 0.0, True
+    for b_, sq, sk, hq, hkv in shapes:
+        g = torch.Generator(device=device).manual_seed(sq)
+        q = torch.randn(b_, sq, hq, hd, device=device, dtype=torch.bfloat16, generator=g)
+        k, v = (torch.randn(b_, sk, hkv, hd, device=device, dtype=torch.bfloat16, generator=g) for _ in range(2))
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((b_, hq, sq), float("nan"), device=device)
+        ours.launch(q, k, v, causal, o, lse, variant=name)
+        ref_o, ref_lse = attention_torch(q, k, v, causal)
+        err = float((o.float() - ref_o).norm() / ref_o.norm())
+        ref_lse = ref_lse.reshape(lse.shape)
+        seen = torch.isfinite(ref_lse)  # causal rows with no visible key: LSE = -inf
+        l_err = float((lse[seen] - ref_lse[seen]).abs().max()) if bool(seen.any()) else 0.0
+        unseen_ok = bool((lse[~seen] == float("-inf")).all())
+        rel, lse_err = max(rel, err), max(lse_err, l_err)
+        ok = (ok and err <= 2.5e-3 and l_err <= 1e-3 and unseen_ok
+              and not bool(o.isnan().any()) and not bool(lse.isnan().any()))
+    return rel, lse_err, ok
+
+
 def run(home: Path, out: Path, seqlens) -> int:
     import torch
 
     from .anchors import Ours, Sdpa
     from .flops import tflops
     from .grid import fa3_cell
-    from .reference import attention_torch
     from .timing import median, time_cuda
 
     os.environ["CUBINFORGE_HOME"] = str(home)
@@ -160,20 +193,7 @@ def run(home: Path, out: Path, seqlens) -> int:
     for name in names:
         manifest = json.loads((home / "manifests" / f"{name}.json").read_text())
         hd, causal = manifest["axes"]["head_dim"], manifest["axes"]["causal"]
-        # Correctness first, outputs poisoned: a ragged GQA shape, and one with more tiles
-        # (528) than SMs, so a persistent CTA walks several tiles.
-        rel, ok = 0.0, True
-        for b_, sq, sk in ((2, 777, 1000), (2, 4097, 3000)):
-            g = torch.Generator(device="cuda").manual_seed(sq)
-            q = torch.randn(b_, sq, 8, hd, device="cuda", dtype=torch.bfloat16, generator=g)
-            k, v = (torch.randn(b_, sk, 2, hd, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-            o = torch.full_like(q, float("nan"))
-            lse = torch.full((b_, 8, sq), float("nan"), device="cuda")
-            ours.launch(q, k, v, causal, o, lse, variant=name)
-            ref_o, _ = attention_torch(q, k, v, causal)
-            err = float((o.float() - ref_o).norm() / ref_o.norm())
-            rel = max(rel, err)
-            ok = ok and err <= 2.5e-3 and not bool(o.isnan().any()) and not bool(lse.isnan().any())
+        rel, lse_err, ok = check_variant(ours, name, hd, causal)
         failed += not ok
         for s in seqlens:
             cell = fa3_cell("bf16", hd, s, causal)
@@ -187,16 +207,17 @@ def run(home: Path, out: Path, seqlens) -> int:
                     with ctx:
                         ms[b].append(time_cuda(fns[b], budget_s=0.1).median_ms)
             t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
-            rows.append({"variant": name, "seqlen": s, "rel_err": rel, "ok": ok, **t,
+            rows.append({"variant": name, "seqlen": s, "rel_err": rel, "lse_err": lse_err, "ok": ok, **t,
                          "ratio_cudnn": t["ours"] / t["cudnn"]})
             print(f"{name:60s} s{s:<6d} ours {t['ours']:6.1f} cudnn {t['cudnn']:6.1f} "
-                  f"x{t['ours'] / t['cudnn']:.2f}  rel {rel:.2e} {'ok' if ok else 'FAIL'}", flush=True)
+                  f"x{t['ours'] / t['cudnn']:.2f}  rel {rel:.2e} lse {lse_err:.1e} {'ok' if ok else 'FAIL'}", flush=True)
             del q, k, v
     out.mkdir(parents=True, exist_ok=True)
     (out / "ab.json").write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1))
-    lines = ["| variant | seqlen | ours TFLOPS | cuDNN TFLOPS | ours/cuDNN | rel err |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {r['variant']} | {r['seqlen']} | {r['ours']:.1f} | {r['cudnn']:.1f} | {r['ratio_cudnn']:.2f} | {r['rel_err']:.2e} |"
-              for r in rows]
+    lines = ["| variant | seqlen | ours TFLOPS | cuDNN TFLOPS | ours/cuDNN | rel err | LSE err | correct |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines += [f"| {r['variant']} | {r['seqlen']} | {r['ours']:.1f} | {r['cudnn']:.1f} | {r['ratio_cudnn']:.2f} "
+              f"| {r['rel_err']:.2e} | {r['lse_err']:.1e} | {'yes' if r['ok'] else 'NO'} |" for r in rows]
     (out / "ab.md").write_text("\n".join(lines) + "\n")
     return 1 if failed else 0
 

@@ -1,0 +1,47 @@
+"""bench.ab's correctness gate, run with torch on the CPU where torch is installed (the
+device has it; CI's venv does not, so there this skips)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cubinforge.bench.ab import EXPERIMENTS, check_variant
+
+SMALL = ((1, 70, 50, 4, 2), (2, 33, 90, 4, 1))  # causal sq > sk: rows that see no key
+
+
+class FakeOurs:
+    """Writes the reference (or a wrong answer) into the poisoned outputs."""
+
+    def __init__(self, wrong=None):
+        self.wrong = wrong
+
+    def launch(self, q, k, v, causal, o, lse, variant):
+        from cubinforge.bench.reference import attention_torch
+
+        ref_o, ref_lse = attention_torch(q, k, v, causal if self.wrong != "mask" else not causal)
+        if self.wrong == "unwritten":
+            ref_o[:, -1] = float("nan")
+        o.copy_(ref_o.to(o.dtype))
+        lse.copy_(ref_lse.reshape(lse.shape) + (0.01 if self.wrong == "lse" else 0.0))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_correct_kernel_passes(causal):
+    pytest.importorskip("torch")
+    rel, lse_err, ok = check_variant(FakeOurs(), "x", 64, causal, device="cpu", shapes=SMALL)
+    assert ok and rel < 2.5e-3 and lse_err < 1e-3
+
+
+@pytest.mark.parametrize("wrong", ["mask", "unwritten", "lse"])
+def test_a_wrong_kernel_fails(wrong):
+    pytest.importorskip("torch")
+    assert not check_variant(FakeOurs(wrong), "x", 64, True, device="cpu", shapes=SMALL)[2]
+
+
+def test_experiment_sets_build_valid_configs():
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+
+    for name, items in EXPERIMENTS.items():
+        for label, overrides in items:
+            FwdConfig(arch="sm_90a", dtype="bf16", **overrides)  # raises on a bad combination
