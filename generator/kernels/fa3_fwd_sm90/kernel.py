@@ -109,27 +109,20 @@ class FlashFwdSm90:
         sO_layout = smem_layout(self.dtype, 64, self.hdim, self.num_wg) if self.wg_epilogue else sQ_layout
         sO_box_layout = cute.select(sO_layout, mode=[0, 1]) if self.wg_epilogue else sO_layout
 
-        @cute.struct
-        class SharedStorage:
-            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
-            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
-            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
-            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+        def buffer(layout):
+            return cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(layout)], 1024]
 
-        @cute.struct
-        class SharedStorageSeparateO:
-            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
-            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
-            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
-            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
-            sO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sO_layout)], 1024]
-
+        fields = {
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
+            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
+            "sQ": buffer(sQ_layout),
+            "sK": buffer(sK_layout),
+            "sV": buffer(sV_layout),
+        }
         if const_expr(self.separate_o):
-            SharedStorage = SharedStorageSeparateO
+            fields["sO"] = buffer(sO_layout)
+        SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()

@@ -13,6 +13,16 @@ from cutlass import Float32, Int32
 from .layouts import acc_as_rows_cols
 
 
+def row_col_limit(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, causal):
+    """First column of key block n_block that row r of the fragment must not see: past the
+    key length, or (causal) past the row's diagonal."""
+    col_limit = seqlen_k - n_block * tile_n
+    if cutlass.const_expr(causal):
+        row = m_block * tile_m + coords_rc[r, 0][0]
+        col_limit = cutlass.min(col_limit, row + seqlen_k - seqlen_q + 1 - n_block * tile_n)
+    return col_limit
+
+
 @cute.jit
 def apply_mask(
     acc_S: cute.Tensor,
@@ -26,12 +36,8 @@ def apply_mask(
     causal: cutlass.Constexpr[bool],
 ):
     s_rc = acc_as_rows_cols(acc_S)
-    col_limit_k = seqlen_k - n_block * tile_n
     for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
-        col_limit = col_limit_k
-        if cutlass.const_expr(causal):
-            row = m_block * tile_m + coords_rc[r, 0][0]
-            col_limit = cutlass.min(col_limit, row + seqlen_k - seqlen_q + 1 - n_block * tile_n)
+        col_limit = row_col_limit(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, causal)
         for c in cutlass.range_constexpr(cute.size(s_rc, mode=[1])):
             # A select, not an `if`: a branch that writes one register of the fragment
             # becomes a select over the whole fragment, quadratic in its size.
@@ -91,12 +97,8 @@ def apply_mask_bits(
     if cutlass.const_expr(keep_count is None):
         raise ValueError(f"mask_bits: no counting rule for column offsets {column_offsets(offsets_rc)}")
     first_col = coords_rc[0, 0][1]
-    col_limit_k = seqlen_k - n_block * tile_n
     for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
-        col_limit = col_limit_k
-        if cutlass.const_expr(causal):
-            row = m_block * tile_m + coords_rc[r, 0][0]
-            col_limit = cutlass.min(col_limit, row + seqlen_k - seqlen_q + 1 - n_block * tile_n)
+        col_limit = row_col_limit(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, causal)
         n = keep_count(col_limit - first_col, cutlass.min, cutlass.max)
         # A shift by 32 is undefined for 32-bit values: n == 32 takes all bits instead.
         bits = Int32(-1) if n >= 32 else (Int32(1) << cutlass.min(n, 31)) - 1
