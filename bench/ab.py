@@ -5,9 +5,10 @@
 
 `build` compiles the experiments below through the same steps as `make kernels` (contract
 checked against the cubin, metadata from the ELF) into a registry of their own, one variant
-per experiment, named `<variant>+<label>`. `run` checks each against an fp32 reference on a
-ragged GQA shape, then times it and cuDNN in the same process, in alternating rounds, on the
-FA3 grid's cells, and writes ab.json and ab.md.
+per experiment, named `<variant>+<label>`. `run` checks each against an fp32 reference
+(check_variant: O and LSE, outputs poisoned), then times it beside cuDNN, and FA4 where
+importable, in the same process, in alternating rounds, on the FA3 grid's cells, and writes
+ab.json and ab.md.
 """
 
 from __future__ import annotations
@@ -181,13 +182,19 @@ def check_variant(ours, name: str, hd: int, causal: bool, device: str = "cuda", 
 def run(home: Path, out: Path, seqlens) -> int:
     import torch
 
-    from .anchors import Ours, Sdpa
+    from .anchors import Fa4, Ours, Sdpa, Unavailable
     from .flops import tflops
     from .grid import fa3_cell
     from .timing import median, time_cuda
 
     os.environ["CUBINFORGE_HOME"] = str(home)
-    ours, cudnn = Ours(), Sdpa("cudnn")
+    ours = Ours()
+    anchors = {"cudnn": Sdpa("cudnn")}
+    try:  # FA4 when importable (PYTHONPATH with its wheels, as bench/h200_session.sh sets)
+        anchors["fa4"] = Fa4()
+    except Unavailable as e:
+        print(f"fa4 not timed: {e}", flush=True)
+    backends = {"ours": ours, **anchors}
     names = sorted(p.stem for p in (home / "manifests").glob("*.json"))
     rows, failed = [], 0
     for name in names:
@@ -199,27 +206,37 @@ def run(home: Path, out: Path, seqlens) -> int:
             cell = fa3_cell("bf16", hd, s, causal)
             q = torch.randn(cell.batch, s, cell.heads, hd, device="cuda", dtype=torch.bfloat16)
             k, v = torch.randn_like(q), torch.randn_like(q)
-            fns = {"ours": ours.prepare(cell, q, k, v, variant=name)[0], "cudnn": cudnn.prepare(cell, q, k, v)[0]}
+            fns = {"ours": ours.prepare(cell, q, k, v, variant=name)[0]}
+            fns.update({b: a.prepare(cell, q, k, v)[0] for b, a in anchors.items()})
             ms = {b: [] for b in fns}
-            for r in range(3):
+            for r in range(3):  # alternating order, so drift hits every backend alike
                 for b in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-                    ctx = cudnn.context() if b == "cudnn" else ours.context()
-                    with ctx:
+                    with backends[b].context():
                         ms[b].append(time_cuda(fns[b], budget_s=0.1).median_ms)
             t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
+            best = max(t[b] for b in anchors)
             rows.append({"variant": name, "seqlen": s, "rel_err": rel, "lse_err": lse_err, "ok": ok, **t,
-                         "ratio_cudnn": t["ours"] / t["cudnn"]})
-            print(f"{name:60s} s{s:<6d} ours {t['ours']:6.1f} cudnn {t['cudnn']:6.1f} "
-                  f"x{t['ours'] / t['cudnn']:.2f}  rel {rel:.2e} lse {lse_err:.1e} {'ok' if ok else 'FAIL'}", flush=True)
+                         "ratio_cudnn": t["ours"] / t["cudnn"], "ratio_best": t["ours"] / best})
+            print(f"{name:60s} s{s:<6d} " + " ".join(f"{b} {t[b]:6.1f}" for b in t)
+                  + f"  x{t['ours'] / best:.2f} of best  rel {rel:.2e} lse {lse_err:.1e} {'ok' if ok else 'FAIL'}",
+                  flush=True)
             del q, k, v
     out.mkdir(parents=True, exist_ok=True)
-    (out / "ab.json").write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1))
-    lines = ["| variant | seqlen | ours TFLOPS | cuDNN TFLOPS | ours/cuDNN | rel err | LSE err | correct |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    lines += [f"| {r['variant']} | {r['seqlen']} | {r['ours']:.1f} | {r['cudnn']:.1f} | {r['ratio_cudnn']:.2f} "
-              f"| {r['rel_err']:.2e} | {r['lse_err']:.1e} | {'yes' if r['ok'] else 'NO'} |" for r in rows]
-    (out / "ab.md").write_text("\n".join(lines) + "\n")
+    (out / "ab.json").write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "anchors": list(anchors),
+                                             "rows": rows}, indent=1))
+    (out / "ab.md").write_text(ab_table(rows, list(anchors)))
     return 1 if failed else 0
+
+
+def ab_table(rows: list[dict], anchors: list[str]) -> str:
+    head = ["variant", "seqlen", "ours TFLOPS", *[f"{a} TFLOPS" for a in anchors], "ours/best", "rel err",
+            "LSE err", "correct"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | ---: |" + " ---: |" * (len(head) - 3) + " --- |"]
+    for r in rows:
+        cells = [r["variant"], str(r["seqlen"]), f"{r['ours']:.1f}", *[f"{r[a]:.1f}" for a in anchors],
+                 f"{r['ratio_best']:.2f}", f"{r['rel_err']:.2e}", f"{r['lse_err']:.1e}", "yes" if r["ok"] else "NO"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:

@@ -45,3 +45,19 @@ def test_experiment_sets_build_valid_configs():
     for name, items in EXPERIMENTS.items():
         for label, overrides in items:
             FwdConfig(arch="sm_90a", dtype="bf16", **overrides)  # raises on a bad combination
+
+
+def test_ab_table_has_a_column_per_anchor_and_flags_failures():
+    from cubinforge.bench.ab import ab_table
+
+    rows = [{"variant": "v+x", "seqlen": 512, "ours": 400.0, "cudnn": 500.0, "fa4": 450.0, "ratio_best": 0.8,
+             "rel_err": 2e-3, "lse_err": 1e-6, "ok": True},
+            {"variant": "v+y", "seqlen": 512, "ours": 600.0, "cudnn": 500.0, "fa4": 450.0, "ratio_best": 1.2,
+             "rel_err": 9e-3, "lse_err": 1e-6, "ok": False}]
+    text = ab_table(rows, ["cudnn", "fa4"])
+    lines = text.splitlines()
+    assert lines[0] == ("| variant | seqlen | ours TFLOPS | cudnn TFLOPS | fa4 TFLOPS | ours/best | rel err "
+                        "| LSE err | correct |")
+    assert lines[1].count("|") == lines[0].count("|")
+    assert "| v+x | 512 | 400.0 | 500.0 | 450.0 | 0.80 |" in text
+    assert lines[3].endswith("| NO |")
