@@ -51,8 +51,8 @@ PERSISTENT = [
       )],
     ("persistent-lpt+separate-o", dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)),
     # One tile per CTA, a 1-D grid in LPT order with L2 sections: block dispatch balances it.
-    *[("single-lpt", dict(head_dim=hd, causal=True, scheduler="single-lpt", l2_section_mib=32)) for hd in (64, 128, 256)],
-    ("single-lpt-global", dict(head_dim=128, causal=True, scheduler="single-lpt")),
+    *[("lpt", dict(head_dim=hd, causal=True, scheduler="lpt")) for hd in (64, 128, 256)],
+    ("lpt-global", dict(head_dim=128, causal=True, scheduler="lpt", l2_section_mib=0)),
     # hd64 causal at s512 is the worst cell (0.65): 192-row tiles cover 576 rows there.
     ("tile-128x128", dict(head_dim=64, causal=True, tile_m=128, tile_n=128)),
     ("persistent-lpt+tile-128x128", dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128)),
@@ -75,15 +75,15 @@ EPILOGUE = [
     ("persistent+in-order-sum+separate-o+wg-epilogue",
      dict(head_dim=128, causal=False, scheduler="persistent", in_order_row_sum=True, separate_o_smem=True,
           wg_epilogue=True)),
-    ("single-lpt+separate-o+wg-epilogue",
-     dict(head_dim=128, causal=True, scheduler="single-lpt", l2_section_mib=32, separate_o_smem=True,
+    ("lpt+separate-o+wg-epilogue",
+     dict(head_dim=128, causal=True, scheduler="lpt", separate_o_smem=True,
           wg_epilogue=True)),
 ]
 # Causal diagonal blocks masked with a bit mask per row (R2P) instead of 32 compares per row.
 MASK = [
     *[(label, dict(head_dim=hd, causal=True, mask_bits=mb))
       for hd in (64, 128, 256) for label, mb in (("default", False), ("mask-bits", True))],
-    ("single-lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="single-lpt", l2_section_mib=32, mask_bits=True)),
+    ("lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True)),
 ]
 # Tile shapes and pipeline depth FA3's table allows, where they build without spills
 # (hd64 at 192x160 or 192x192 spills with three consumer warpgroups, so it is left out).

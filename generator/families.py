@@ -77,11 +77,16 @@ FA3_FWD = Family(
         "paged_kv": (False,),
         "pack_gqa": (False,),
         "split_kv": (False,),
-        "scheduler": ("single", "persistent"),
+        # lpt: causal tiles longest first on a 1-D grid (not in the default set until timed)
+        "scheduler": ("single", "persistent", "lpt"),
         "tile_m": (64, 128, 192),
         "tile_n": tuple(range(16, 257, 16)),
     },
     config_axes=("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n"),
+    constraints=(
+        (lambda ax: ax["scheduler"] != "lpt" or ax["causal"],
+         "scheduler=lpt orders causal tiles by cost; non-causal tiles all cost the same (use single or persistent)"),
+    ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={
         ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a needs its own kernel package",
@@ -90,7 +95,6 @@ FA3_FWD = Family(
         ("paged_kv", True): "paged KV is not built yet",
         ("pack_gqa", True): "pack_gqa is not built yet",
         ("split_kv", True): "split KV is not built yet",
-        ("scheduler", "persistent"): "the persistent scheduler is not built yet",
     },
 )
 

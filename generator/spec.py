@@ -39,7 +39,7 @@ AXES: dict[str, Axis] = {
         Axis("paged_kv", (False, True), False, "paged"),
         Axis("pack_gqa", (False, True), False, "packgqa"),
         Axis("split_kv", (False, True), False, "splitkv"),
-        Axis("scheduler", ("single", "persistent"), "single"),
+        Axis("scheduler", ("single", "persistent", "lpt"), "single"),
         Axis("tile_m", (64, 128, 192, 256)),
         Axis("tile_n", tuple(range(16, 257, 16))),
     )

@@ -131,7 +131,7 @@ def test_in_order_row_sum_moves_softmax_work_above_the_pv_wait():
 
 def greedy_makespan(order, num_tiles, cost):
     """Per-SM work when each tile, in index order, goes to the SM that frees up first: how
-    the hardware hands out the blocks of a 1-D grid (scheduler 'single-lpt')."""
+    the hardware hands out the blocks of a 1-D grid (scheduler 'lpt')."""
     import heapq
 
     free = [0] * SMS
@@ -157,7 +157,7 @@ def test_single_lpt_grid_order_beats_the_per_head_grid(hd, tm, tn, batch, heads,
     assert lpt <= 1.02 * ideal + 1, (lpt, ideal)
 
 
-@pytest.mark.parametrize("scheduler,causal", [("single", True), ("single-lpt", True), ("persistent", False)])
+@pytest.mark.parametrize("scheduler,causal", [("single", True), ("lpt", True), ("persistent", False)])
 def test_grid_rules_cover_every_tile(scheduler, causal):
     """The contract's grid, evaluated as the runtime does, launches one CTA per tile (or, when
     persistent, no more CTAs than SMs or tiles): what the kernel's tile loop assumes."""
@@ -173,7 +173,7 @@ def test_grid_rules_cover_every_tile(scheduler, causal):
         tiles = math.ceil(sq / cfg.tile_m) * heads * batch
         if scheduler == "persistent":
             assert grid == [min(tiles, SMS), 1, 1]
-        elif scheduler == "single-lpt":
+        elif scheduler == "lpt":
             assert grid == [tiles, 1, 1]
         else:
             assert grid == [math.ceil(sq / cfg.tile_m), heads, batch]

@@ -84,3 +84,17 @@ def test_parse_name_rejects_non_canonical():
         parse_name("fa3-fwd-sm_90a-bf16-hd128-causal-m128n128")  # default tile is not written
     with pytest.raises(SpecError):
         parse_name("fa4-fwd-sm_90a-bf16-hd128-causal")
+
+
+def test_lpt_scheduler_is_a_causal_axis_value():
+    from cubinforge.generator.spec import SpecError, expand_set, make_variant, parse_name
+
+    v = make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=True, scheduler="lpt")
+    assert v.name == "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"
+    assert parse_name(v.name) == v
+    with pytest.raises(SpecError, match="scheduler=lpt orders causal tiles"):
+        make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=False, scheduler="lpt")
+    names = {x.name for x in expand_set("all")}
+    assert "fa3-fwd-sm_90a-fp16-hd64-causal-lpt" in names
+    assert not any(n.endswith("noncausal-lpt") for n in names)
+    assert not any(x.axes["scheduler"] == "lpt" for x in expand_set("default"))  # not timed yet

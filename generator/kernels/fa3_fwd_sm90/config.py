@@ -43,7 +43,7 @@ class FwdConfig:
     # O-sized multiply off the critical path where O is large. None: see __post_init__.
     rescale_o_early: bool | None = None
     # "single": one tile per CTA. "persistent": one CTA per SM striding over the tiles, so a
-    # tile's epilogue overlaps the next tile's K/V loads. "single-lpt" (causal): one tile per
+    # tile's epilogue overlaps the next tile's K/V loads. "lpt" (causal): one tile per
     # CTA on a 1-D grid in causal_lpt_order, so the hardware's in-order block dispatch hands
     # out the longest tiles first, L2 sections of l2_section_mib (FA4's causal choice).
     scheduler: str = "single"
@@ -58,7 +58,7 @@ class FwdConfig:
     # Causal persistent only: 0 orders all (head, batch) pairs together, longest tiles first
     # with zigzag rounds (schedule.py); > 0 cuts them into sections whose K/V fit this many
     # MiB of L2. Measured against each other by bench.ab "causal-persistent".
-    l2_section_mib: int = 0
+    l2_section_mib: int | None = None  # None: 32 for "lpt" (FA4-like), 0 for "persistent"
     # Mask a row with one bit mask from its kept-column count instead of a compare per
     # element (mask.apply_mask_bits), as FA4 does. Off until timed.
     mask_bits: bool = False
@@ -94,16 +94,18 @@ class FwdConfig:
             object.__setattr__(self, "pingpong", not wide_noncausal)
         if self.rescale_o_early is None:
             object.__setattr__(self, "rescale_o_early", wide_noncausal)
-        if self.scheduler not in ("single", "persistent", "single-lpt"):
-            raise ValueError(f"scheduler must be 'single', 'persistent' or 'single-lpt', got {self.scheduler!r}")
-        if self.scheduler == "single-lpt" and not self.causal:
-            raise ValueError("scheduler 'single-lpt' orders causal tiles; non-causal tiles all cost the same")
+        if self.scheduler not in ("single", "persistent", "lpt"):
+            raise ValueError(f"scheduler must be 'single', 'persistent' or 'lpt', got {self.scheduler!r}")
+        if self.scheduler == "lpt" and not self.causal:
+            raise ValueError("scheduler 'lpt' orders causal tiles; non-causal tiles all cost the same")
         if self.tile_m % 64 or self.tile_m // 64 not in (1, 2, 3):
             raise ValueError(f"tile_m must be 64, 128 or 192 (one warpgroup per 64 rows), got {self.tile_m}")
         if self.tile_n % 16:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
+        if self.l2_section_mib is None:
+            object.__setattr__(self, "l2_section_mib", 32 if self.scheduler == "lpt" else 0)
         if self.l2_section_mib < 0:
             raise ValueError(f"l2_section_mib must be >= 0, got {self.l2_section_mib}")
         if self.smem_bytes > SMEM_LIMIT:

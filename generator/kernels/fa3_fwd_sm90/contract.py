@@ -86,7 +86,7 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             if cfg.scheduler == "persistent"
             # One CTA per tile on a 1-D grid: the kernel maps blockIdx.x through its tile order.
             else [["seqlen_q", cfg.tile_m, "ceil_div", "heads_q", "*", "batch", "*"], [1], [1]]
-            if cfg.scheduler == "single-lpt"
+            if cfg.scheduler == "lpt"
             else [["seqlen_q", cfg.tile_m, "ceil_div"], ["heads_q"], ["batch"]]
         ),
         "symbols": {

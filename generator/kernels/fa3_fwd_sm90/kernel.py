@@ -61,7 +61,7 @@ class FlashFwdSm90:
         self.overlap = cfg.intra_wg_overlap
         self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
         self.persistent = cfg.scheduler == "persistent"
-        self.linear_grid = cfg.scheduler == "single-lpt"
+        self.linear_grid = cfg.scheduler == "lpt"
         self.separate_o = cfg.separate_o_smem
         self.wg_epilogue = cfg.wg_epilogue
         # Rows of O one TMA store writes: the whole tile, or one warpgroup's slab.
