@@ -11,7 +11,7 @@ import math
 import pytest
 
 from cubinforge.generator.kernels.fa3_fwd_sm90.config import SMEM_LIMIT, FwdConfig
-from cubinforge.generator.kernels.fa3_fwd_sm90.schedule import causal_lpt_order, strided_tile
+from cubinforge.generator.kernels.fa3_fwd_sm90.schedule import causal_lpt_order, next_tile, strided_tile
 
 SMS = 132
 
@@ -39,10 +39,11 @@ def test_strided_tiles_cover_every_tile_once(num_tiles, zigzag):
     ctas = min(SMS, num_tiles)
     seen = []
     for c in range(ctas):
-        k = 0
-        while (t := strided_tile(k, c, ctas, zigzag)) < num_tiles:
+        k, t = 0, strided_tile(0, c, ctas, zigzag)
+        while t < num_tiles:  # the kernel's loop: strided_tile first, then next_tile
             seen.append(t)
             k += 1
+            t = next_tile(k, t, c, ctas, zigzag)
     assert sorted(seen) == list(range(num_tiles))
 
 

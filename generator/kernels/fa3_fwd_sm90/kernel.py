@@ -36,7 +36,7 @@ from .layouts import (
     transpose_view,
 )
 from .mask import apply_mask, apply_mask_bits
-from .schedule import causal_lpt_order, strided_tile
+from .schedule import causal_lpt_order, next_tile, strided_tile
 from .softmax import OnlineSoftmax, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
@@ -251,10 +251,7 @@ class FlashFwdSm90:
                         q_state, kv_state, m_block, head, head_kv, batch, n_block_max,
                     )
                     k += 1
-                    if const_expr(zigzag):
-                        tile = strided_tile(k, cta, ctas, zigzag)
-                    else:
-                        tile += ctas
+                    tile = next_tile(k, tile, cta, ctas, zigzag)
                 # Keep the CTA alive until the consumers released every slot we filled.
                 pipe_v.producer_tail(kv_state)
         else:
@@ -276,10 +273,7 @@ class FlashFwdSm90:
                     ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
                 )
                 k += 1
-                if const_expr(zigzag):
-                    tile = strided_tile(k, cta, ctas, zigzag)
-                else:
-                    tile += ctas
+                tile = next_tile(k, tile, cta, ctas, zigzag)
             if const_expr(self.separate_o):
                 # The last O store must have read shared memory before the CTA exits.
                 if ctidx % (128 if self.wg_epilogue else self.consumer_threads) == 0:

@@ -19,6 +19,11 @@ def strided_tile(k, cta, ctas, zigzag: bool):
     return k * ctas + cta
 
 
+def next_tile(k, tile, cta, ctas, zigzag: bool):
+    """The tile after `tile`, which was round k - 1 of the stride: strided_tile(k, ...)."""
+    return strided_tile(k, cta, ctas, zigzag) if zigzag else tile + ctas
+
+
 def causal_lpt_order(tile, num_m, num_hb, seqlen_k, kv_row_bytes, section_bytes: int, mn=min, mx=max):
     """(m_block, head*batch index) of linear tile `tile` for causal work, longest first.
 
