@@ -35,8 +35,14 @@ def compile_variant(cfg: FwdConfig):
     odd = {k: s for k, s in kernel.swizzles.items() if s != "S<3,4,3>"}
     if odd:
         raise RuntimeError(f"expected 128-byte swizzle (S<3,4,3>) on every TMA tile, got {odd}")
+    from .checks import problems
+
+    cubin = bytes(compiled.__cubin__)
+    found = problems(cubin, cfg, int(kernel.dynamic_smem_bytes), (cfg.threads, 1, 1))
+    if found:
+        raise RuntimeError("static checks of the sm_100a cubin failed:\n  - " + "\n  - ".join(found))
     return KernelBuild(
-        cubin=bytes(compiled.__cubin__),
+        cubin=cubin,
         entry=entries[0],
         block=(cfg.threads, 1, 1),
         cluster=(1, 1, 1),

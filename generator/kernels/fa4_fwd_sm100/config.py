@@ -23,12 +23,17 @@ REGISTER_LIMIT = 255
 REGISTERS_PER_SM = 64 * 1024
 TMEM_COLUMNS = 512
 
-# Warp roles, one CTA: softmax warpgroup, correction warpgroup, MMA warp, load warp.
+# Warp roles, one CTA of three warpgroups: softmax, correction, then the MMA warp, the load
+# warp and two idle warps (setmaxnreg acts on whole warpgroups).
 SOFTMAX_WARPS = (0, 1, 2, 3)
 CORRECTION_WARPS = (4, 5, 6, 7)
 MMA_WARP = 8
 LOAD_WARP = 9
-THREADS = 32 * 10
+THREADS = 32 * 12
+# Registers per thread after setmaxnreg: (softmax, correction, MMA/load warpgroup). 384
+# threads start at 168 (65536 / 384, rounded down to 8); a sub-partition holds one warp of
+# each warpgroup, so the three must sum to <= 512. The correction warpgroup keeps its 168.
+REGISTER_SPLIT = (240, 168, 104)
 
 
 def default_tile(head_dim: int, causal: bool = False) -> tuple[int, int]:

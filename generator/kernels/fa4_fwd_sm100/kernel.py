@@ -32,7 +32,7 @@ from cutlass import Float32, Int32, const_expr
 from cutlass import pipeline
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
 
-from .config import CORRECTION_WARPS, LOAD_WARP, MMA_WARP, SOFTMAX_WARPS, FwdConfig
+from .config import CORRECTION_WARPS, LOAD_WARP, MMA_WARP, REGISTER_SPLIT, SOFTMAX_WARPS, FwdConfig
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 LN2 = math.log(2.0)
@@ -42,6 +42,8 @@ BAR_TMEM_ALLOC = 1
 BAR_EPILOGUE = 2
 # Columns one correction step moves between TMEM and registers.
 O_CHUNK = 16
+# 32-bit TMEM columns of P one softmax store writes (32 16-bit values).
+P_CHUNK = 16
 
 
 def _group(threads: int):
@@ -236,15 +238,22 @@ class FlashFwdSm100:
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
         n_blocks = self.num_key_blocks(m_block, seqlen_q, seqlen_k)
 
-        if warp_idx == LOAD_WARP:
-            self.load(mQ, mK, mVt, sQ, sK, sV, tma_q, tma_k, tma_v, qk_mma, pv_mma,
-                      pipe_q, pipe_k, pipe_v, m_block, head, head_kv, batch, n_blocks)
-        if warp_idx == MMA_WARP:
-            tmem.wait_for_alloc()
-            tmem_ptr = tmem.retrieve_ptr(Float32)
-            self.mma(qk_mma, pv_mma, sQ, sK, sV, tP_layout, tmem_ptr,
-                     pipe_q, pipe_k, pipe_v, pipe_s, pipe_p, pipe_o, n_blocks)
+        # Registers: a warp lives on one of the SM's four sub-partitions (16K registers each), and
+        # each holds one warp of every warpgroup, so the three warpgroups' counts sum to <= 512.
+        # The issuing warpgroup needs few; the softmax holds a 128-column row of S.
+        softmax_regs, _, other_regs = REGISTER_SPLIT
+        if warp_idx >= MMA_WARP:
+            cute.arch.setmaxregister_decrease(other_regs)
+            if warp_idx == LOAD_WARP:
+                self.load(mQ, mK, mVt, sQ, sK, sV, tma_q, tma_k, tma_v, qk_mma, pv_mma,
+                          pipe_q, pipe_k, pipe_v, m_block, head, head_kv, batch, n_blocks)
+            if warp_idx == MMA_WARP:
+                tmem.wait_for_alloc()
+                tmem_ptr = tmem.retrieve_ptr(Float32)
+                self.mma(qk_mma, pv_mma, sQ, sK, sV, tP_layout, tmem_ptr,
+                         pipe_q, pipe_k, pipe_v, pipe_s, pipe_p, pipe_o, n_blocks)
         if warp_idx < len(SOFTMAX_WARPS):
+            cute.arch.setmaxregister_increase(softmax_regs)
             tmem.wait_for_alloc()
             tmem_ptr = tmem.retrieve_ptr(Float32)
             self.softmax(qk_mma, tmem_ptr, row_scale, row_max_s, pipe_s, pipe_p, pipe_scale,
@@ -372,13 +381,18 @@ class FlashFwdSm100:
         thr_load = tcgen05.make_tmem_copy(load_atom, tStS).get_slice(tidx)
         tLtS = thr_load.partition_S(tStS)
         tLcS = thr_load.partition_D(tScS)
-        # P: the same lanes, tile_n 16-bit values packed two to a 32-bit column.
+        # P: the same lanes, tile_n 16-bit values packed two to a 32-bit column, stored in chunks
+        # of P_CHUNK columns so S (tile_n registers) and P are never both whole in registers.
         p_cols = self.tile_n * self.dtype.width // 32
         tStP = cute.make_tensor(tStS.iterator + self.cfg.tmem_p, cute.composition(tStS.layout, cute.make_layout((128, p_cols))))
-        store_atom = cute.make_copy_atom(tcgen05.copy.St32x32bOp(tcgen05.copy.Repetition(p_cols)), Float32)
+        store_atom = cute.make_copy_atom(tcgen05.copy.St32x32bOp(tcgen05.copy.Repetition(P_CHUNK)), Float32)
         thr_store = tcgen05.make_tmem_copy(store_atom, tStP).get_slice(tidx)
-        tPtP = thr_store.partition_D(tStP)
-        tPcP = thr_store.partition_S(cute.make_tensor(tScS.iterator, cute.composition(tScS.layout, cute.make_layout((128, p_cols)))))
+        tPtP = thr_store.partition_D(tStP)  # (TMEM view, 1, p_cols / P_CHUNK)
+        # The thread's registers for it: shaped by the same copy over coordinates (never by the
+        # TMEM view, which spans the warp's 32 lanes).
+        tPcP = thr_store.partition_S(
+            cute.make_tensor(tScS.iterator, cute.composition(tScS.layout, cute.make_layout((128, p_cols))))
+        )
 
         row = m_block * self.tile_m + tidx
         # Keys this row may see: the key length, and (causal) up to its diagonal.
@@ -409,11 +423,14 @@ class FlashFwdSm100:
             l_run = l_run * shrink + rS.load().reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             m_run = m_new
             # P into TMEM once the previous PV MMA has read the previous P.
-            rP = cute.make_rmem_tensor(tPcP.shape, Float32)
-            rP_half = cute.make_tensor(cute.recast_ptr(rP.iterator, dtype=self.dtype), rS.layout)
-            rP_half.store(rS.load().to(self.dtype))
             pipe_p.producer_acquire(p_state)
-            cute.copy(thr_store, rP, tPtP)
+            # One chunk of P is one 32-column TMEM load of S: rS[None, 0, c].
+            for c in cutlass.range_constexpr(p_cols // P_CHUNK):
+                rP = cute.make_rmem_tensor(tPcP[None, None, c].shape, Float32)
+                s_chunk = rS[None, c, 0, 0]
+                rP_half = cute.make_tensor(cute.recast_ptr(rP.iterator, dtype=self.dtype), s_chunk.layout)
+                rP_half.store(s_chunk.load().to(self.dtype))
+                cute.copy(thr_store, rP, tPtP[None, None, c])
             cute.arch.fence_view_async_tmem_store()
             pipe_p.producer_commit(p_state)
             p_state.advance()
@@ -450,6 +467,10 @@ class FlashFwdSm100:
         tOtO_c = cute.make_tensor(tOtO.iterator, cute.composition(tOtO.layout, cute.make_layout((128, O_CHUNK))))
         tLtO = thr_load.partition_S(tOtO_c)
         tStO = thr_store.partition_D(tOtO_c)
+        # Registers for one chunk, shaped from coordinates (the TMEM view spans the warp's lanes).
+        pv_thr = pv_mma.get_slice(0)
+        tOcO = pv_thr.partition_C(cute.make_identity_tensor(self.pv_tiler[:2]))
+        tLcO = thr_load.partition_D(cute.make_tensor(tOcO.iterator, cute.composition(tOcO.layout, cute.make_layout((128, O_CHUNK)))))
         c_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         o_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         # Block 0's factor is not needed: its PV overwrites O.
@@ -464,7 +485,7 @@ class FlashFwdSm100:
             # PV of block n-1 is done: shrink O before PV of block n adds to it.
             pipe_o.consumer_wait(o_state)
             for c in cutlass.range_constexpr(self.hdim // O_CHUNK):
-                rO = cute.make_rmem_tensor(thr_load.partition_D(tOtO_c).shape, Float32)
+                rO = cute.make_rmem_tensor(tLcO.shape, Float32)
                 cute.copy(thr_load, cute.make_tensor(tLtO.iterator + c * O_CHUNK, tLtO.layout), rO)
                 rO.store(rO.load() * shrink)
                 cute.copy(thr_store, rO, cute.make_tensor(tStO.iterator + c * O_CHUNK, tStO.layout))
