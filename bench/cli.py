@@ -322,9 +322,9 @@ def _write_numbers(results: dict, out_dir: Path) -> None:
     import json
 
     from .variants import registry_home
-    from .verified import manifest_sha, verified_doc
+    from .verified import manifest_reader, verified_doc
 
-    doc = verified_doc(results, manifest_sha(registry_home()), "results.json")
+    doc = verified_doc(results, manifest_reader(registry_home()), "results.json")
     (out_dir / "verified.json").write_text(json.dumps(doc, indent=1) + "\n")
     R.write_csv(results.get("grid") or [], out_dir / "results.csv")
     R.write_markdown(results, out_dir / "results.md")

@@ -18,18 +18,20 @@ from pathlib import Path
 VERIFICATION_VERSION = 1
 
 
-def verified_doc(results: dict, sha_of, source: str) -> dict:
-    """Records from a results dict; `sha_of(variant)` is the cubin sha256 the run used, or None."""
+def verified_doc(results: dict, manifest_of, source: str) -> dict:
+    """Records from a results dict; `manifest_of(variant)` is the manifest the run launched
+    (its cubin sha256, family and arch), or None when it cannot be read."""
     cases: dict[str, list[dict]] = {}
     for c in results.get("correctness") or []:
         cases.setdefault(c.get("ran_variant") or c["variant"], []).append(c)
     archs = {v["name"]: v.get("arch") for v in results.get("variants") or []}
     records = []
     for name in sorted(cases):
-        family = "fa4_fwd" if name.startswith("fa4-fwd-") else "fa3_fwd"
+        m = manifest_of(name) or {}
         records.append({
-            "variant": name, "family": family, "arch": archs.get(name) or name.split("-")[2],
-            "cubin_sha256": sha_of(name), "device": results.get("gpu"), "driver": results.get("driver"),
+            "variant": name, "family": m.get("family"), "arch": (m.get("axes") or {}).get("arch") or archs.get(name),
+            "cubin_sha256": (m.get("cubin") or {}).get("sha256"),
+            "device": results.get("gpu"), "driver": results.get("driver"),
             "commit": results.get("commit"), "date": results.get("date"),
             "result": "passed" if all(c.get("passed") for c in cases[name]) else "failed",
             "cases": len(cases[name]), "source": source,
@@ -37,13 +39,14 @@ def verified_doc(results: dict, sha_of, source: str) -> dict:
     return {"verification_version": VERIFICATION_VERSION, "records": records}
 
 
-def manifest_sha(home: Path):
-    def sha_of(name: str):
+def manifest_reader(home: Path):
+    def manifest_of(name: str):
         try:
-            return json.loads((home / "manifests" / f"{name}.json").read_text())["cubin"]["sha256"]
-        except (OSError, ValueError, KeyError):
+            m = json.loads((home / "manifests" / f"{name}.json").read_text())
+        except (OSError, ValueError):
             return None
-    return sha_of
+        return m if isinstance(m, dict) else None
+    return manifest_of
 
 
 def main(argv=None) -> int:
@@ -55,7 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     results = json.loads(args.results.read_text())
-    doc = verified_doc(results, manifest_sha(args.home), str(args.results))
+    doc = verified_doc(results, manifest_reader(args.home), str(args.results))
     out = args.out or args.results.with_name("verified.json")
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"{out}: {len(doc['records'])} records")

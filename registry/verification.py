@@ -60,6 +60,8 @@ def load_records(path: str | Path) -> list[dict]:
             raise VerificationError(f"{path}: record {i} lacks {', '.join(missing)}")
         if r["result"] not in ("passed", "failed"):
             raise VerificationError(f"{path}: record {i} result must be 'passed' or 'failed', not {r['result']!r}")
+        if r["result"] == "passed" and r["cubin_sha256"] is None and not (r["family"] and r["arch"]):
+            raise VerificationError(f"{path}: record {i} names neither a cubin nor a family and arch")
         sha = r["cubin_sha256"]
         if sha is not None and not (isinstance(sha, str) and _SHA.match(sha)):
             raise VerificationError(f"{path}: record {i} cubin_sha256 must be 64 lowercase hex digits or null")

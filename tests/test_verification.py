@@ -132,8 +132,13 @@ def test_bench_writes_records_verify_import_reads(tmp_path):
                                 "passed": True},
                                {"variant": "fa3-fwd-sm_90a-bf16-hd64-causal", "ran_variant": "fa3-fwd-sm_90a-bf16-hd64-causal",
                                 "passed": False}]}
-    doc = verified_doc(results, lambda n: "a" * 64, "results.json")
+    manifest = {"family": "fa3_fwd", "axes": {"arch": "sm_90a"}, "cubin": {"sha256": "a" * 64}}
+    doc = verified_doc(results, lambda n: manifest, "results.json")
     (r,) = doc["records"]
     assert r["result"] == "failed" and r["cases"] == 2 and r["cubin_sha256"] == "a" * 64
+    assert r["family"] == "fa3_fwd" and r["arch"] == "sm_90a"
+    # A run whose manifests cannot be read still records what it can.
+    (u,) = verified_doc(results, lambda n: None, "results.json")["records"]
+    assert u["cubin_sha256"] is None and u["family"] is None and u["arch"] == "sm_90a"
     p = _write(tmp_path / "verified.json", doc["records"])
     assert V.load_records(p)[0]["variant"] == "fa3-fwd-sm_90a-bf16-hd64-causal"

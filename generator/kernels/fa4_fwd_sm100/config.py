@@ -37,8 +37,9 @@ REGISTER_SPLIT = (240, 168, 104)
 
 
 def default_tile(head_dim: int, causal: bool = False) -> tuple[int, int]:
-    """The (tile_m, tile_n) this family uses; `causal` is part of the spec's interface."""
-    return DEFAULT_TILES[head_dim]
+    """The (tile_m, tile_n) this family uses; `causal` is part of the spec's interface. An
+    unsupported head dim gets 128 x 128 here so the spec can say why it is unsupported."""
+    return DEFAULT_TILES.get(head_dim, (128, 128))
 
 
 @dataclass(frozen=True)

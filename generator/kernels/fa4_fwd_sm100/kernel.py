@@ -260,15 +260,16 @@ class FlashFwdSm100:
                          softmax_scale_log2, tidx, m_block, n_blocks, seqlen_q, seqlen_k)
         if warp_idx >= CORRECTION_WARPS[0] and warp_idx <= CORRECTION_WARPS[-1]:
             tmem.allocate(self.cfg.tmem_columns)
+            tmem.relinquish_alloc_permit()  # this CTA allocates nothing more
             tmem.wait_for_alloc()
             tmem_ptr = tmem.retrieve_ptr(Float32)
             ctidx = tidx - 32 * CORRECTION_WARPS[0]
             self.correction(pv_mma, tmem_ptr, row_scale, row_max_s, sO, mO, mLSE, tma_o,
                             pipe_scale, pipe_o, softmax_scale_log2, ctidx,
                             m_block, head, batch, n_blocks, seqlen_q)
-            # Every TMEM reader is done: the softmax's last load preceded its last message,
-            # the MMA's last write preceded the final O commit the epilogue waited for.
-            tmem.relinquish_alloc_permit()
+            # Every TMEM user is done: the softmax's last store preceded P's last hand-off, the
+            # MMA's last write preceded the final O commit the epilogue waited for, and the
+            # epilogue's barrier follows every correction thread's last load.
             tmem.free(tmem_ptr)
 
     @cute.jit
@@ -307,8 +308,9 @@ class FlashFwdSm100:
             cute.copy(tma_v, tVg[None, 0, n], tVs[None, kv_state.index],
                       tma_bar_ptr=pipe_v.producer_get_barrier(kv_state))
             kv_state.advance()
-        # Stay until the MMA warp has read every slot we filled.
-        pipe_k.producer_tail(kv_state)
+        # Stay until the MMA warp has read every slot we filled (producer_tail advances the
+        # state it is given: K's gets a copy, so V's waits on the same slots and phases).
+        pipe_k.producer_tail(kv_state.clone())
         pipe_v.producer_tail(kv_state)
 
     # ------------------------------------------------------------------ MMA warp
@@ -394,7 +396,8 @@ class FlashFwdSm100:
             cute.make_tensor(tScS.iterator, cute.composition(tScS.layout, cute.make_layout((128, p_cols))))
         )
 
-        row = m_block * self.tile_m + tidx
+        # This thread's row: its TMEM lane (the same for every column it holds).
+        row = m_block * self.tile_m + tLcS[0][0]
         # Keys this row may see: the key length, and (causal) up to its diagonal.
         key_limit = seqlen_k
         if const_expr(self.causal):
@@ -532,7 +535,7 @@ class FlashFwdSm100:
             rOh = cute.make_rmem_tensor(rO.shape, self.dtype)
             rOh.store(rO.load().to(self.dtype))
             cute.copy(smem_store, rOh, tLsO[None, 0, 0, c])
-        row = m_block * self.tile_m + tidx
+        row = m_block * self.tile_m + tLcO[0][0]  # this thread's row (its TMEM lane)
         if row < seqlen_q:
             mLSE[row, head, batch] = (
                 -Float32.inf if empty
