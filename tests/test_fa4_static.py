@@ -102,3 +102,17 @@ def test_every_fa4_manifest_is_unverified_and_refused(fa4_registry):
         assert "has ever been run on a GPU" in v["reason"] and refuses_unverified(v)
         with pytest.raises(UnverifiedVariant, match="CUBINFORGE_ALLOW_UNVERIFIED=1"):
             Kernel(load_manifest(m), b"")
+
+
+def test_the_checks_reject_a_cubin_that_is_not_the_design(demo_registry):
+    """A real sm_100a cubin of another kernel (the demo) fails the checks, each for its reason."""
+    from cubinforge.generator.kernels.fa4_fwd_sm100.checks import problems
+    from cubinforge.generator.kernels.fa4_fwd_sm100.config import FwdConfig
+
+    m = json.loads((demo_registry.manifests_dir / "demo-scale-sm_100a-bf16.json").read_text())
+    found = problems(demo_registry.read_blob(m["cubin"]["sha256"]), FwdConfig("sm_100a", "bf16", 128, False),
+                     1024, (384, 1, 1))
+    text = "\n".join(found)
+    for why in ("UTCHMMA by A operand", "UTMALDG, expected 6", "no TMEM allocation", "setmaxnreg",
+                "never reads ['SR_CTAID.Y', 'SR_CTAID.Z']"):
+        assert why in text, text

@@ -13,7 +13,8 @@ What is checked, per cubin:
 - registers <= 255 and <= 64K / threads, the setmaxnreg split as configured (and within a
   sub-partition's 16K registers), shared memory <= 227 KiB, TMEM columns <= 512 and a
   power of two >= 32;
-- the cubin is sm_100a and requires exactly the contract's block.
+- the cubin is sm_100a and requires exactly the contract's block; it reads blockIdx.x/y/z (the
+  contract's grid: m blocks, heads, batch) and no cluster rank (the contract's 1x1x1 cluster).
 The contract's parameter layout is checked against EIATTR_KPARAM_INFO by the pipeline
 (generator/contract.py), for every variant of every family.
 """
@@ -88,6 +89,16 @@ def problems(cubin: bytes, cfg: FwdConfig, dynamic_smem_bytes: int, block: tuple
         out.append(f"{c['utmaldg']} UTMALDG, expected {3 * boxes} (Q, K, V at {boxes} box(es) each)")
     if c["utmastg"] != boxes:
         out.append(f"{c['utmastg']} UTMASTG, expected {boxes} (O)")
+    # Grid and cluster as the contract says: the tile comes from blockIdx.x/y/z (m block, head,
+    # batch) and nothing reads a cluster rank (cluster 1x1x1, no multicast, no 2-CTA MMA).
+    special = set(re.findall(r"\bSR_[A-Za-z_]+(?:\.[XYZ])?", sass))
+    missing = {"SR_CTAID.X", "SR_CTAID.Y", "SR_CTAID.Z"} - special
+    if missing:
+        out.append(f"the kernel never reads {sorted(missing)}: its grid is not (m blocks, heads, batch)")
+    # (SR_CgaCtaId is read by every kernel that forms shared-memory window addresses; not a cluster use.)
+    cluster = sorted(r for r in special if "CLUSTER" in r.upper())
+    if cluster or ".2CTA" in sass:
+        out.append(f"cluster use in a 1x1x1-cluster kernel: {cluster or '2-CTA instructions'}")
     for key, what in (("tmem_alloc", "TMEM allocation"), ("tmem_dealloc", "TMEM release"),
                       ("ldtm", "TMEM load"), ("sttm", "TMEM store")):
         if not c[key]:
