@@ -32,6 +32,7 @@ from cutlass import Float32, Int32, const_expr
 from cutlass import pipeline
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
 
+from .mask import first_masked_block, key_blocks
 from .config import CORRECTION_WARPS, LOAD_WARP, MMA_WARP, REGISTER_SPLIT, SOFTMAX_WARPS, FwdConfig
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
@@ -274,13 +275,9 @@ class FlashFwdSm100:
 
     @cute.jit
     def num_key_blocks(self, m_block, seqlen_q, seqlen_k):
-        """Key blocks this tile visits (0 .. n-1). Causal is aligned bottom-right; a tile
-        whose rows see no key still visits block 0, fully masked: O = 0, LSE = -inf."""
-        n = (seqlen_k + self.tile_n - 1) // self.tile_n
-        if const_expr(self.causal):
-            last_key = (m_block + 1) * self.tile_m + seqlen_k - seqlen_q
-            n = cutlass.min(n, (last_key + self.tile_n - 1) // self.tile_n)
-        return cutlass.max(n, 1)
+        """Key blocks this tile visits (0 .. n-1): mask.key_blocks."""
+        return key_blocks(m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n, self.causal,
+                          mn=cutlass.min, mx=cutlass.max)
 
     # ------------------------------------------------------------------ load warp
     @cute.jit
@@ -402,6 +399,9 @@ class FlashFwdSm100:
         key_limit = seqlen_k
         if const_expr(self.causal):
             key_limit = cutlass.min(key_limit, row + seqlen_k - seqlen_q + 1)
+        # Blocks before this one are wholly visible to every row of the tile: no mask.
+        first_masked = first_masked_block(m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n, self.causal,
+                                          mn=cutlass.min, mx=cutlass.max)
         s_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         p_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
         c_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
@@ -414,10 +414,12 @@ class FlashFwdSm100:
             cute.arch.fence_view_async_tmem_load()
             pipe_s.consumer_release(s_state)
             s_state.advance()
-            limit = key_limit - n * self.tile_n
-            for i in cutlass.range_constexpr(cute.size(rS)):
-                # A select, not a branch: the fragment stays in registers.
-                rS[i] = -Float32.inf if tLcS[i][1] >= limit else rS[i]
+            if n >= first_masked:
+                # Only blocks with a key past seqlen_k or past some row's diagonal.
+                limit = key_limit - n * self.tile_n
+                for i in cutlass.range_constexpr(cute.size(rS)):
+                    # A select per element, not a branch: the fragment stays in registers.
+                    rS[i] = -Float32.inf if tLcS[i][1] >= limit else rS[i]
             m_new = cute.arch.fmax(m_run, rS.load().reduce(cute.ReductionOp.MAX, -Float32.inf, 0))
             # A row with every key masked so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
             m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
