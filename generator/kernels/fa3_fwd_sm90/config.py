@@ -33,6 +33,9 @@ TUNED: dict[tuple[int, bool, str], dict[str, bool]] = {
     (192, False, "persistent"): {"chunked_p_convert": True},
     (256, False, "persistent"): {"chunked_p_convert": True},
     (128, True, "lpt"): {"mask_bits": True},
+    # hd128 causal up to ~768 rows (runtime/dispatch.py): persistent + separate O, 0.84 / 0.87
+    # at 512 / 1k where lpt gave 0.76 / 0.92.
+    (128, True, "persistent"): {"separate_o_smem": True},
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum")
 # L2 section of the lpt order (FA4's); persistent causal orders all (head, batch) pairs
