@@ -100,9 +100,32 @@ OVERHEAD = [
       for hd in (192, 256) for label, cp in (("persistent", False), ("persistent+chunked-p", True))],
     ("chunked-p", dict(head_dim=256, causal=True, chunked_p_convert=True)),
 ]
+# Short causal prefill, the gap left after the 2026-12-01 promotion (hd64 0.69-0.75, hd128 0.76
+# at 512-1k): the smaller tile and the short-sequence variants with the epilogue overlaps
+# that won for non-causal.
+SHORT_CAUSAL = [
+    ("persistent-lpt+tile-128x128", dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128)),
+    ("persistent-lpt+tile-128x128+separate-o",
+     dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128, separate_o_smem=True)),
+    ("persistent-lpt+tile-128x128+separate-o+wg-epilogue",
+     dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128, separate_o_smem=True,
+          wg_epilogue=True)),
+    ("persistent-lpt+tile-128x128+separate-o+wg-epilogue+mask-bits",
+     dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128, separate_o_smem=True,
+          wg_epilogue=True, mask_bits=True)),
+    ("persistent-lpt+separate-o+wg-epilogue",
+     dict(head_dim=64, causal=True, scheduler="persistent", separate_o_smem=True, wg_epilogue=True)),
+    ("persistent-lpt+separate-o", dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)),
+    ("persistent-lpt+separate-o+wg-epilogue",
+     dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True, wg_epilogue=True)),
+    ("persistent-lpt+separate-o+wg-epilogue+mask-bits",
+     dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True, wg_epilogue=True,
+          mask_bits=True)),
+    ("lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
-               "tiles": TILES, "overhead": OVERHEAD}
+               "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL}
 SEQLENS = (512, 2048, 8192)
 
 
