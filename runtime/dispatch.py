@@ -61,11 +61,13 @@ PREFERENCES: tuple[Preference, ...] = (
     Preference(
         "hd64-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 64, "seqlen_q": (None, 1536)},
         {"tile_m": 128},
-        f"{_AB}: 128x128 tiles 0.75 / 0.81 at 512 / 1k keys, 192x128 0.69 / 0.74; 192 rows lead from 2k"),
+        f"{_AB} and its short-causal A/B (bench/results/2026-12-01-h200/short-causal/): 128x128 tiles 233 / 315 "
+        "TFLOPS at 512 / 1k keys, 192x128 212 / 285; 192 rows lead from 2k"),
     Preference(
         "hd64-causal", {"family": "fa3_fwd", "causal": True, "head_dim": 64, "seqlen_q": (1537, None)},
         {"tile_m": 192},
-        f"{_AB}: 192x128 tiles 0.92 / 0.93 at 2k / 8k keys, 128x128 0.87 / 0.83"),
+        f"short-causal A/B (bench/results/2026-12-01-h200/short-causal/): 192x128 tiles 403 / 528 TFLOPS at "
+        "2k / 8k keys, 128x128 384 / 473"),
 )
 
 

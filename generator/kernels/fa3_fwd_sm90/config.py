@@ -24,18 +24,25 @@ DEFAULT_TILES = {64: (192, 128), 96: (128, 128), 128: (128, 128), 192: (128, 96)
 # - hd192/256 non-causal: chunked P conversion, 0.94-1.00 and 0.96/1.00/1.00 (was 0.91-0.98);
 # - hd128 causal: lpt + bit-mask masking, 0.76/0.92/0.98/1.00 (was 0.80/0.92/0.94/0.96);
 # - hd256 causal: lpt alone, 0.87/0.98/0.98/0.97 (was 0.88/0.93/0.90/0.90);
-# - hd64 causal: persistent (longest first), 0.69/0.74/0.92/0.93 (was 0.65/0.71/0.90/0.93).
-# Which scheduler each ships with is the set's business (spec.SETS "default").
-TUNED: dict[tuple[int, bool, str], dict[str, bool]] = {
-    (64, False, "persistent"): {"separate_o_smem": True, "wg_epilogue": True},
-    (96, False, "persistent"): {"separate_o_smem": True},
-    (128, False, "persistent"): {"separate_o_smem": True, "in_order_row_sum": True},
-    (192, False, "persistent"): {"chunked_p_convert": True},
-    (256, False, "persistent"): {"chunked_p_convert": True},
-    (128, True, "lpt"): {"mask_bits": True},
+# - hd64 causal: persistent (longest first), 0.69/0.74/0.92/0.93 (was 0.65/0.71/0.90/0.93);
+#   then (short-causal A/B, same day, ours / cuDNN: bench/results/2026-12-01-h200/short-causal/)
+#   persistent + separate O + per-
+#   warpgroup epilogue 0.79 / 0.83 / 1.01 / 1.19 (528 TFLOPS at 8k, was 501); its 128x128 short-
+#   sequence variant with bit masks too 0.88 / 0.92 / 0.96 / 1.09 (was 0.75 / 0.81 / 0.87 / 0.98).
+# Which scheduler each ships with is the set's business (spec.SETS "default"); the key's last
+# item is the tile, None for the head dim's default tile.
+TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
+    (64, False, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True},
+    (96, False, "persistent", None): {"separate_o_smem": True},
+    (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True},
+    (192, False, "persistent", None): {"chunked_p_convert": True},
+    (256, False, "persistent", None): {"chunked_p_convert": True},
+    (128, True, "lpt", None): {"mask_bits": True},
     # hd128 causal up to ~768 rows (runtime/dispatch.py): persistent + separate O, 0.84 / 0.87
     # at 512 / 1k where lpt gave 0.76 / 0.92.
-    (128, True, "persistent"): {"separate_o_smem": True},
+    (128, True, "persistent", None): {"separate_o_smem": True},
+    (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True},
+    (64, True, "persistent", (128, 128)): {"separate_o_smem": True, "wg_epilogue": True, "mask_bits": True},
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum")
 # L2 section of the lpt order (FA4's); persistent causal orders all (head, batch) pairs
@@ -126,9 +133,9 @@ class FwdConfig:
             raise ValueError(f"tile_m must be 64, 128 or 192 (one warpgroup per 64 rows), got {self.tile_m}")
         if self.tile_n % 16:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
-        # Measured with the default tile only; another tile starts from all switches off.
-        default = (self.tile_m, self.tile_n) == (tm, tn)
-        tuned = TUNED.get((self.head_dim, self.causal, self.scheduler), {}) if default else {}
+        # A tile nobody measured starts from all switches off.
+        tile = None if (self.tile_m, self.tile_n) == (tm, tn) else (self.tile_m, self.tile_n)
+        tuned = TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
         for name in SWITCHES:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, False))
