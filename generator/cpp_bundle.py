@@ -33,7 +33,8 @@ import jinja2
 
 from cubinforge.runtime.arrays import DTYPE_BYTES as DTYPES
 from cubinforge.runtime.contract import BINARY_OPS as _BINARY, load_contract
-from cubinforge.runtime.dispatch import DEFAULT_AXES, preference_table
+from cubinforge.runtime.axes import default_axes
+from cubinforge.runtime.dispatch import preference_table
 from cubinforge.runtime.errors import ContractError
 from cubinforge.runtime.registry_source import MANIFEST_VERSION
 
@@ -119,7 +120,7 @@ class _Variant:
             raise self.error(str(e)) from None
         self.family = manifest.get("family", "")
         axes = dict(manifest.get("axes", {}))
-        for k, v in DEFAULT_AXES.items():
+        for k, v in default_axes().items():
             axes.setdefault(k, v)
         self.axes = [(k, axis_text(v)) for k, v in axes.items()]
         self.sha256 = manifest["cubin"]["sha256"]
@@ -400,7 +401,8 @@ def render_cpp_bundle(manifests: list[dict], cubin_bytes_by_sha: dict, out_dir,
     path = out / HEADER_NAME
     path.write_text(env.get_template("bundle.h.j2").render(
         namespace=namespace, variants=variants, embed=embed, cubin_ids=cubin_ids,
-        cubins_header=CUBINS_HEADER_NAME, preferences=_preferences()))
+        cubins_header=CUBINS_HEADER_NAME, preferences=_preferences(),
+        default_axes=[(k, axis_text(v)) for k, v in default_axes().items()]))
     written.append(path)
     return written
 

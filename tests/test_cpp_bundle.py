@@ -36,7 +36,7 @@ def test_renders_header_and_cubin_files(tmp_path: Path):
     assert '{"varlen", "false"}' in header and '{"head_dim", "128"}' in header
     from cubinforge.runtime.dispatch import PREFERENCES
 
-    assert f"inline constexpr cf::Bundle kBundle = {{kVariants, 7, kPreferences, {len(PREFERENCES)}}};" in header
+    assert f"inline constexpr cf::Bundle kBundle = {{kVariants, 7, kPreferences, {len(PREFERENCES)}," in header
     assert '{"seqlen_q", nullptr, false, 0, true, 768}' in header  # the dispatcher's rules, generated
 
 
@@ -111,9 +111,18 @@ def test_cubin_bytes_must_match_the_manifest(tmp_path: Path):
         render_cpp_bundle([m], {}, tmp_path)
 
 
-def test_default_axes_match_the_python_runtime():
-    runtime = pytest.importorskip("cubinforge.runtime.registry_source")
-    assert cpp_bundle.DEFAULT_AXES == runtime.DEFAULT_AXES
+def test_default_axes_are_generated_from_the_axis_table(tmp_path: Path):
+    from cubinforge.runtime.axes import default_axes
+
+    DEFAULT_AXES = default_axes()
+
+    manifests, blobs = _broken(lambda m: None)
+    header = render_cpp_bundle(manifests, blobs, tmp_path)[-1].read_text()
+    table = header[header.index("kDefaultAxes[] = {"):header.index("};", header.index("kDefaultAxes[] = {"))]
+    assert table.count("{\"") == len(DEFAULT_AXES)
+    for k, v in DEFAULT_AXES.items():
+        assert f'{{"{k}", "{cpp_bundle.axis_text(v)}"}}' in table
+    assert f"kDefaultAxes, {len(DEFAULT_AXES)}}};" in header
 
 
 def test_cli_reads_a_cubinforge_home(tmp_path: Path, capsys):
