@@ -60,7 +60,9 @@ def test_non_default_axes_append_tokens():
 
 def test_filters_accept_comma_lists_and_cli_spellings():
     vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90"})
-    assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
+    assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent-m128n128",
+                                    "fa3-fwd-sm_90a-bf16-hd64-causal-persistent",
+                                    "fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
     assert len(select("default", {"causal": ["0"]})) == 10
 
 
