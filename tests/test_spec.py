@@ -10,7 +10,8 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 
 def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
-    assert len(select("default")) == 2 * 5 * 2
+    # bf16/fp16 x 5 head dims x causal/non-causal, plus the dispatcher's two short-causal forms
+    assert len(select("default")) == 2 * 5 * 2 + 2 * 2
     assert len(select("demo")) == 4
     assert {v.family for v in select("all")} == {"fa3_fwd"}  # test/demo families stay out of `all`
 
@@ -46,7 +47,9 @@ def test_non_default_axes_append_tokens():
 
 def test_filters_accept_comma_lists_and_cli_spellings():
     vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90"})
-    assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
+    assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent-m128n128",
+                                    "fa3-fwd-sm_90a-bf16-hd64-causal-persistent",
+                                    "fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
     assert len(select("default", {"causal": ["0"]})) == 10
 
 
