@@ -16,7 +16,7 @@ CONTRACT_VERSION = 1
 KERNEL_SECTIONS = ("grid", "symbols", "tensors", "scalars", "checks", "params")
 OPERATORS = {"+", "-", "*", "/", "//", "ceil_div", "min", "max", "==", "!=", "<", "<=", "%", "rsqrt", "log2e_mul"}
 UNARY = {"rsqrt", "log2e_mul"}
-DTYPES = {"bf16", "fp16", "e4m3", "f32"}
+DTYPES = {"bf16", "fp16", "e4m3", "f32", "i32"}
 FIELD_TYPES = {"i32": 4, "i64": 8, "u64": 8, "f32": 4, "ptr": 8}
 SCALAR_TYPES = {"i32": 4, "i64": 8, "f32": 4}
 TENSORMAP_KEYS = ("tensor", "dtype", "dims", "box", "element_strides", "interleave", "swizzle", "l2_promotion", "oob_fill")

@@ -224,6 +224,21 @@ def parse_name(name: str) -> Variant:
 ALL = "*"  # in a set: every value the family supports
 
 # A set is a list of (family, {axis: values or ALL}); axes left out take their default.
+
+_INFERENCE_FORMS = (  # (split_kv, pack_gqa, paged_kv): every form with at least one on
+    (True, False, False), (False, True, False), (True, True, False), (False, False, True),
+    (True, False, True), (False, True, True), (True, True, True),
+)
+INFERENCE_SET = [
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
+                 "split_kv": [s], "pack_gqa": [p], "paged_kv": [g]})
+    for s, p, g in _INFERENCE_FORMS
+] + [("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
+DECODE_DEFAULT = [
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
+                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True]}),
+    ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
+]
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # Non-causal ships persistent (measured faster at 512-1k tokens, equal beyond); causal keeps
     # one tile per CTA (a static persistent stride balances the uneven causal tiles badly).
@@ -234,7 +249,11 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "scheduler": ["persistent"]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL, "causal": [True],
                      "scheduler": ["single"]}),
+        # Decode: pack-GQA, with and without split-KV, dense or paged, and the combine.
+        *DECODE_DEFAULT,
     ],
+    # Inference (issue 11): split-KV decode, pack-GQA, paged KV, and the combine kernel.
+    "inference": INFERENCE_SET,
     "all": [
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all
     ],

@@ -19,6 +19,9 @@ SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
 SUPPORTED_ARCHS = ("sm_90a",)
 # Dynamic shared memory one CTA may use on sm_90 (227 KiB); the barriers take under 1 KiB.
 SMEM_LIMIT = 227 * 1024 - 1024
+# paged_kv: rows of one TMA box where a page is smaller than a K/V tile (page sizes that are
+# multiples of it take that path; others are refused by the runtime).
+PAGE_CHUNK = 16
 
 
 def default_tile(head_dim: int, causal: bool = False) -> tuple[int, int]:
@@ -73,6 +76,18 @@ class FwdConfig:
     chunked_p_convert: bool = False
     # Sum softmax rows in order instead of as a tree (softmax.py says why). Off until timed.
     in_order_row_sum: bool = False
+    # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
+    # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers.
+    # split_kv: the key range of a tile is cut into num_splits parts (grid x), each writing
+    # fp32 partial O and LSE for the attn_combine family to reduce.
+    split_kv: bool = False
+    # pack_gqa: the query heads of one KV head share the M tile (rows = tokens x group), Q
+    # loaded by the consumers row by row; grid y counts KV heads.
+    pack_gqa: bool = False
+    # paged_kv: K and V come from a paged cache (num_pages, page_size, heads_kv, d) through
+    # page_table (batch, max_pages); the producer picks a whole-tile TMA box where a page
+    # holds whole tiles, else boxes of PAGE_CHUNK rows.
+    paged_kv: bool = False
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -104,6 +119,12 @@ class FwdConfig:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
+        if self.inference and self.scheduler != "single":
+            raise ValueError("split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler 'single'")
+        if self.inference and (self.separate_o_smem or self.wg_epilogue):
+            raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
+        if self.paged_kv and self.tile_n % PAGE_CHUNK:
+            raise ValueError(f"paged_kv loads pages in boxes of {PAGE_CHUNK} rows: tile_n must be a multiple")
         if self.l2_section_mib is None:
             object.__setattr__(self, "l2_section_mib", 32 if self.scheduler == "lpt" else 0)
         if self.l2_section_mib < 0:
@@ -120,6 +141,11 @@ class FwdConfig:
         q = self.tile_m * self.head_dim * self.elem_bytes
         kv = 2 * self.stages * self.tile_n * self.head_dim * self.elem_bytes
         return q + kv + (q if self.separate_o_smem else 0)
+
+    @property
+    def inference(self) -> bool:
+        """Whether any inference axis is on (the seqused_k / register-epilogue kernel form)."""
+        return self.split_kv or self.pack_gqa or self.paged_kv
 
     @property
     def consumer_warpgroups(self) -> int:
