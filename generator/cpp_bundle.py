@@ -46,7 +46,7 @@ BINARY_OPS = {
     "min": "Min", "max": "Max", "==": "Eq", "!=": "Ne", "<": "Lt", "<=": "Le", "%": "Mod",
 }
 UNARY_OPS = {"rsqrt": "Rsqrt", "log2e_mul": "Log2eMul"}
-DTYPES = {"bf16": 2, "fp16": 2, "e4m3": 1, "f32": 4}
+DTYPES = {"bf16": 2, "fp16": 2, "e4m3": 1, "f32": 4, "i32": 4}
 # Axes a manifest may leave out, with the value selection assumes for them; the same table as
 # runtime/registry_source.py DEFAULT_AXES (tests/test_cpp_bundle.py checks they agree).
 DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False}

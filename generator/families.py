@@ -120,7 +120,19 @@ ATTN_COMBINE = Family(
     not_yet={("arch", "sm_100a"): "attn_combine is built for sm_90a only so far"},
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, DEMO_SCALE, ATTN_COMBINE)}
+# New k/v tokens into a dense or paged cache at cache_seqlens, before attention.
+KV_APPEND = Family(
+    name="kv_append",
+    template="kv_append_variant.py.j2",
+    package="cubinforge.generator.kernels.kv_append",
+    config_class="AppendConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256),
+               "paged_kv": (False, True)},
+    config_axes=("arch", "dtype", "head_dim", "paged_kv"),
+    not_yet={("arch", "sm_100a"): "kv_append is built for sm_90a only so far"},
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, DEMO_SCALE, ATTN_COMBINE, KV_APPEND)}
 
 
 def register_family(family: Family) -> None:

@@ -229,15 +229,19 @@ _INFERENCE_FORMS = (  # (split_kv, pack_gqa, paged_kv): every form with at least
     (True, False, False), (False, True, False), (True, True, False), (False, False, True),
     (True, False, True), (False, True, True), (True, True, True),
 )
+# Pack-GQA forms take 64-row tiles (decode rows are tokens x group: few), the others the
+# family's default tile.
 INFERENCE_SET = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
-                 "split_kv": [s], "pack_gqa": [p], "paged_kv": [g]})
+                 "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **({"tile_m": [64]} if p else {})})
     for s, p, g in _INFERENCE_FORMS
-] + [("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
+] + [("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]}),
+      ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]})]
 DECODE_DEFAULT = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
-                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True]}),
+                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True], "tile_m": [64]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
+    ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),
 ]
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # Non-causal ships persistent (measured faster at 512-1k tokens, equal beyond); causal keeps

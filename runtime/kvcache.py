@@ -5,6 +5,9 @@ variants with the inference axes (split_kv, pack_gqa, paged_kv) and the ``attn_c
 family; which one runs, and with how many splits, is decided here from the problem and the
 device's SM count (``plan_decode``: plain data, so a dispatcher elsewhere can own it later).
 
+New k/v (batch, seqlen_new, heads_kv, d) are first written into the cache at cache_seqlens
+by the ``kv_append`` family, and attention then sees cache_seqlens + seqlen_new keys.
+
 Layouts as FlashAttention's: q (batch, seqlen_q, heads_q, d); a dense cache (batch,
 seqlen_cache, heads_kv, d) or a paged one (num_pages, page_size, heads_kv, d) with
 page_table int32 (batch, max_pages); cache_seqlens int32 (batch,) or an int; out like q;
@@ -34,6 +37,7 @@ from .registry_source import Manifest, Source, VariantNotFound, default_source, 
 
 FAMILY = "fa3_fwd"
 COMBINE_FAMILY = "attn_combine"
+APPEND_FAMILY = "kv_append"
 # Split heuristic constants (FA3's shape): splits only while the tiles fill under 80% of
 # the SMs, each split keeps at least MIN_BLOCKS_PER_SPLIT key blocks, and the smallest
 # count within 85% of the best wave efficiency wins.
@@ -133,14 +137,17 @@ def _kernel(manifest: Manifest, source: Source | None) -> Kernel:
     return ent[1]
 
 
-def _combine_kernel(arch: str, dtype: str, head_dim: int, source: Source | None) -> Kernel:
-    found, _ = manifests(source or default_source(), COMBINE_FAMILY)
-    hits = [m for m in found if m.axes.get("arch") == arch and m.axes.get("dtype") == dtype
-            and m.axes.get("head_dim") == head_dim]
+def _family_kernel(family: str, source: Source | None, **axes) -> Kernel:
+    found, _ = manifests(source or default_source(), family)
+    hits = [m for m in found if all(m.axes.get(k) == v and type(m.axes.get(k)) is type(v) for k, v in axes.items())]
     if not hits:
-        raise VariantNotFound(f"no {COMBINE_FAMILY} variant for {arch} {dtype} hd{head_dim} in the registry; "
+        raise VariantNotFound(f"no {family} variant with {axes} in the registry; "
                               f"build it with `make kernels ARCH=sm90 SET=inference`")
     return _kernel(min(hits, key=lambda m: m.variant), source)
+
+
+def _combine_kernel(arch: str, dtype: str, head_dim: int, source: Source | None) -> Kernel:
+    return _family_kernel(COMBINE_FAMILY, source, arch=arch, dtype=dtype, head_dim=head_dim)
 
 
 def clear_cache() -> None:
@@ -205,9 +212,10 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     """flash_attn_with_kvcache's checks, choice of variants and buffers, without launching:
     the plan a serving loop computes once and runs every step (``PreparedAttention.run``)."""
     handle, _keep = (stream, None) if type(stream) is int else driver.resolve_stream(stream)
-    if k is not None or v is not None:
-        raise InputError("appending new k/v to the cache is not built yet: write them into the cache, "
-                         "then call with k=None, v=None")
+    if (k is None) != (v is None):
+        raise InputError("k and v are appended together: pass both or neither")
+    if k is not None and cache_seqlens is None:
+        raise InputError("appending k/v needs cache_seqlens (where each sequence's new tokens go)")
     if cache_batch_idx is not None:
         raise InputError("cache_batch_idx is not supported yet: index the cache per batch row")
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
@@ -245,7 +253,21 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
             raise InputError(f"a dense cache has one row per batch: k_cache.shape[0] = {ka.shape[0]}, batch = {b}")
         capacity = ka.shape[1]
 
+    kn, vn = _wrap(k, handle, "k"), _wrap(v, handle, "v")
+    s_new = 0
+    if kn is not None:
+        if kn.ndim != 4 or kn.shape[0] != b or kn.shape[2:] != (hkv, d) or vn.shape != kn.shape:
+            raise InputError(f"k and v to append must be (batch={b}, seqlen_new, heads_kv={hkv}, head_dim={d}) "
+                             f"alike; got k {kn.shape}, v {vn.shape}")
+        if kn.dtype != qa.dtype or vn.dtype != qa.dtype:
+            raise InputError(f"k and v to append must be {qa.dtype} like q; got {kn.dtype}, {vn.dtype}")
+        for n, a in (("k", kn), ("v", vn)):
+            if a.strides[-1] != 1 and a.shape[-1] != 1:
+                raise InputError(f"{n}: the last dimension must be contiguous (stride 1); strides are {a.strides}")
+        s_new = kn.shape[1]
     arrays = {"q": qa, "k": ka, "v": va}
+    if kn is not None:
+        arrays["k_new"], arrays["v_new"] = kn, vn
     if paged:
         arrays["page_table"] = pt
     if out is not None:
@@ -255,8 +277,9 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     seq_int = None
     if cache_seqlens is None or isinstance(cache_seqlens, int):
         seq_int = capacity if cache_seqlens is None else int(cache_seqlens)
-        if not 0 <= seq_int <= capacity:
-            raise InputError(f"cache_seqlens = {seq_int} is outside the cache's capacity 0..{capacity}")
+        if not 0 <= seq_int <= capacity - s_new:
+            raise InputError(f"cache_seqlens = {seq_int}{f' + {s_new} new tokens' if s_new else ''} is outside "
+                             f"the cache's capacity 0..{capacity}")
     else:
         sa = _wrap(cache_seqlens, handle, "cache_seqlens")
         if sa.dtype != "i32" or sa.shape != (b,):
@@ -273,22 +296,36 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
             raise InputError(f"lse must be float32 (batch, heads_q, seqlen_q) = {(b, hq, sq)}; got {la.dtype} {la.shape}")
     if check and "seqused_k" in arrays:
         lens = _to_host_i32(arrays["seqused_k"], device, handle)
-        bad = [(i, n) for i, n in enumerate(lens) if not 0 <= n <= capacity]
+        bad = [(i, n) for i, n in enumerate(lens) if not 0 <= n <= capacity - s_new]
         if bad:
-            raise InputError(f"cache_seqlens outside 0..{capacity} (the cache's capacity) at "
+            raise InputError(f"cache_seqlens{f' + {s_new} new tokens' if s_new else ''} outside 0..{capacity} "
+                             f"(the cache's capacity) at "
                              f"{', '.join(f'[{i}] = {n}' for i, n in bad[:8])}")
     if check and paged:
         lens = _to_host_i32(arrays["seqused_k"], device, handle) if "seqused_k" in arrays else [seq_int] * b
         table = _to_host_i32(pt, device, handle)
         npages, mp = ka.shape[0], pt.shape[1]
         for i in range(b):
-            for j in range(-(-lens[i] // ka.shape[1])):
+            for j in range(-(-(lens[i] + s_new) // ka.shape[1])):
                 p = table[i * mp + j]
                 if not 0 <= p < npages:
                     raise InputError(f"page_table[{i}, {j}] = {p} is not a page of the cache (0..{npages - 1}); "
                                      f"sequence {i} has {lens[i]} keys")
     if seq_int is not None:
         arrays["seqused_k"] = _fill_i32(seq_int, b, device, stream, handle)
+    launches = []
+    if kn is not None:
+        # The companion kernel writes the new tokens and the key counts attention reads.
+        app = _family_kernel(APPEND_FAMILY, source, arch=driver.device_arch(device), dtype=qa.dtype, head_dim=d,
+                             paged_kv=paged)
+        used = OwnedDeviceArray.empty((b,), "i32", device, stream)
+        app_arrays = {"k": arrays.pop("k_new"), "v": arrays.pop("v_new"), "k_cache": ka, "v_cache": va,
+                      "cache_seqlens": arrays["seqused_k"], "seqused_k": used}
+        if paged:
+            app_arrays["page_table"] = arrays["page_table"]
+        launches.append((app, app.plan(app_arrays, {}, handle)))
+        arrays["cache_seqlens"] = arrays["seqused_k"]
+        arrays["seqused_k"] = used
 
     arch = driver.device_arch(device)
     sms = driver.sm_count(device)
@@ -301,15 +338,15 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         lse = arrays["lse"] = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream)
     if not fwd.manifest.axes.get("split_kv"):
         kern = {n: arrays[n] for n in fwd.contract.tensors}
-        return PreparedAttention(out, lse, plan, [(fwd, fwd.plan(kern, scalars, handle))], arrays)
+        return PreparedAttention(out, lse, plan, launches + [(fwd, fwd.plan(kern, scalars, handle))], arrays)
     o_part = OwnedDeviceArray.empty((splits, b, sq, hq, d), "f32", device, stream)
     l_part = OwnedDeviceArray.empty((splits, b, hq, sq), "f32", device, stream)
     kern = {n: arrays[n] for n in fwd.contract.tensors if n not in ("o_partial", "lse_partial")}
     kern["o_partial"], kern["lse_partial"] = o_part, l_part
     comb = _combine_kernel(arch, qa.dtype, d, source)
     parts = {"o_partial": o_part, "lse_partial": l_part, "o": arrays["o"], "lse": arrays["lse"]}
-    return PreparedAttention(out, lse, plan, [(fwd, fwd.plan(kern, scalars, handle)), (comb, comb.plan(parts, {}, handle))],
-                             {**arrays, **parts})
+    return PreparedAttention(out, lse, plan, launches + [(fwd, fwd.plan(kern, scalars, handle)),
+                                                         (comb, comb.plan(parts, {}, handle))], {**arrays, **parts})
 
 
 @dataclass

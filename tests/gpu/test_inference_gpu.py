@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from cubinforge.runtime import InputError, VariantNotFound, as_device_array, driver
+from cubinforge.runtime import InputError, as_device_array, driver
 from cubinforge.runtime.registry_source import default_source, manifests
 
 RTOL_O = 2.5e-3
@@ -339,3 +339,50 @@ def test_bad_inputs_are_refused():
     table1 = upload(np.zeros((2, 4), np.int32).view(np.uint32), "i32")
     with pytest.raises(InputError, match="page size 1"):
         flash_attn_with_kvcache(qd, k1, k1, cache_seqlens=2, page_table=table1)
+
+
+def _need_append(paged):
+    if NO_GPU is not None:
+        pytest.skip(NO_GPU)
+    found, _ = manifests(default_source(), "kv_append")
+    if not any(m.axes.get("dtype") == "bf16" and m.axes.get("head_dim") == 128
+               and bool(m.axes.get("paged_kv")) == paged for m in found):
+        pytest.skip(f"no kv_append bf16 hd128 paged={paged} in the registry")
+
+
+@pytest.mark.parametrize("page_size", [None, 16, 256])
+@pytest.mark.parametrize("s_new", [1, 4])
+def test_append_then_attend(page_size, s_new):
+    """New k/v land in the cache at cache_seqlens (checked in the cache afterwards, the rest
+    of the cache untouched) and attention sees cache_seqlens + s_new keys, causal."""
+    from cubinforge.runtime import flash_attn_with_kvcache
+    _need_append(page_size is not None)
+    need(paged_kv=page_size is not None, pack_gqa=True)
+    need_combine()
+    rng = np.random.default_rng(17 + s_new + (page_size or 0))
+    b, hq, hkv, d, capacity = 3, 16, 4, 128, 768
+    lens = np.array([0, 100, 768 - s_new], np.int32)
+    qh, qd = rand(rng, (b, s_new, hq, d), "bf16")
+    nkh, nkd = rand(rng, (b, s_new, hkv, d), "bf16")
+    nvh, nvd = rand(rng, (b, s_new, hkv, d), "bf16")
+    k_rows, v_rows, kd, vd, table = make_cache(rng, b, capacity, hkv, d, "bf16", page_size)
+    before = download(kd)
+    out, lse = poisoned((b, s_new, hq, d), "bf16"), poisoned((b, hq, s_new), "f32")
+    flash_attn_with_kvcache(qd, kd, vd, k=nkd, v=nvd, cache_seqlens=upload(lens.view(np.uint32), "i32"),
+                            page_table=table, causal=True, out=out, lse=lse, check=True)
+    for i in range(b):
+        k_rows[i][lens[i]:lens[i] + s_new] = nkh[i]
+        v_rows[i][lens[i]:lens[i] + s_new] = nvh[i]
+    after = download(kd)
+    if page_size is None:
+        want = np.stack(k_rows)
+    else:
+        t = download(table).astype(np.int64)
+        want = before.copy()
+        for i in range(b):
+            for j in range(s_new):
+                p = lens[i] + j
+                want[t[i, p // page_size], p % page_size] = nkh[i, j]
+    assert np.array_equal(after, want), "k_cache after the append differs from the expected cache"
+    ref_o, ref_lse = reference(qh, k_rows, v_rows, lens + s_new, 1 / math.sqrt(d), True)
+    check(download(out), download(lse), ref_o, ref_lse, f"append s_new={s_new} page={page_size}")

@@ -38,7 +38,9 @@ class FwdConfig:
     causal: bool
     tile_m: int = 0  # 0: the family's default for this head dim
     tile_n: int = 0
-    stages: int = 2
+    # K/V pipeline slots. None: 2, or 3 for the inference forms where they fit (decode
+    # streams K/V: more bytes in flight per SM).
+    stages: int | None = None
     # FA3's two overlaps; switches so each can be measured by leaving it out.
     intra_wg_overlap: bool = True
     pingpong: bool | None = None  # None: see __post_init__
@@ -101,6 +103,10 @@ class FwdConfig:
             object.__setattr__(self, "tile_m", tm)
         if not self.tile_n:
             object.__setattr__(self, "tile_n", tn)
+        if self.stages is None:
+            object.__setattr__(self, "stages", 2)
+            if self.inference and self.smem_for(3) <= SMEM_LIMIT:
+                object.__setattr__(self, "stages", 3)
         # Side by side on the H200 at 8k (early dev run, figures not kept): for hd192/256
         # non-causal, dropping the schedule barrier and rescaling O early gained ~2%; causal
         # did not gain (ab.md: hd256 causal 683 vs 682 TFLOPS), so it keeps the FA3 schedule.
@@ -138,8 +144,11 @@ class FwdConfig:
     @property
     def smem_bytes(self) -> int:
         """Shared memory of the Q, K, V (and O) tiles, before alignment padding."""
+        return self.smem_for(self.stages)
+
+    def smem_for(self, stages: int) -> int:
         q = self.tile_m * self.head_dim * self.elem_bytes
-        kv = 2 * self.stages * self.tile_n * self.head_dim * self.elem_bytes
+        kv = 2 * stages * self.tile_n * self.head_dim * self.elem_bytes
         return q + kv + (q if self.separate_o_smem else 0)
 
     @property

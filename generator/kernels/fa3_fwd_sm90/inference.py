@@ -39,6 +39,10 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self.split = cfg.split_kv
         self.pack = cfg.pack_gqa
         self.paged = cfg.paged_kv
+        if self.paged and self.num_wg == 2:
+            # The producer computes page addresses: FA3's split for a non-TMA producer
+            # (24 registers spilled in the paged variants).
+            self.consumer_regs, self.producer_regs = 232, 40
 
     # ------------------------------------------------------------------ host side
     @cute.jit
