@@ -132,7 +132,18 @@ KV_APPEND = Family(
     not_yet={("arch", "sm_100a"): "kv_append is built for sm_90a only so far"},
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, DEMO_SCALE, ATTN_COMBINE, KV_APPEND)}
+# Paged -> dense copy of the used keys: the path for page sizes the paged kernels do not take.
+KV_GATHER = Family(
+    name="kv_gather",
+    template="kv_gather_variant.py.j2",
+    package="cubinforge.generator.kernels.kv_gather",
+    config_class="GatherConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256)},
+    config_axes=("arch", "dtype", "head_dim"),
+    not_yet={("arch", "sm_100a"): "kv_gather is built for sm_90a only so far"},
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, DEMO_SCALE, ATTN_COMBINE, KV_APPEND, KV_GATHER)}
 
 
 def register_family(family: Family) -> None:

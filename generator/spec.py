@@ -236,12 +236,14 @@ INFERENCE_SET = [
                  "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **({"tile_m": [64]} if p else {})})
     for s, p, g in _INFERENCE_FORMS
 ] + [("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]}),
-      ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]})]
+      ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]}),
+      ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
 DECODE_DEFAULT = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
                  "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True], "tile_m": [64]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
     ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),
+    ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128]}),
 ]
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # Non-causal ships persistent (measured faster at 512-1k tokens, equal beyond); causal keeps

@@ -38,6 +38,7 @@ from .registry_source import Manifest, Source, VariantNotFound, default_source, 
 FAMILY = "fa3_fwd"
 COMBINE_FAMILY = "attn_combine"
 APPEND_FAMILY = "kv_append"
+GATHER_FAMILY = "kv_gather"
 # Split heuristic constants (FA3's shape): splits only while the tiles fill under 80% of
 # the SMs, each split keeps at least MIN_BLOCKS_PER_SPLIT key blocks, and the smallest
 # count within 85% of the best wave efficiency wins.
@@ -244,9 +245,6 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         if pt.dtype != "i32" or pt.ndim != 2 or pt.shape[0] != b:
             raise InputError(f"page_table must be int32 (batch={b}, max_pages); got {pt.dtype} {pt.shape}")
         page_size = ka.shape[1]
-        if page_size % PAGE_CHUNK:
-            raise InputError(f"page size {page_size} is not supported: the paged kernels take page sizes "
-                             f"that are multiples of {PAGE_CHUNK} (16, 32, 64, 128, 256, ...)")
         capacity = pt.shape[1] * page_size
     else:
         if ka.shape[0] != b:
@@ -326,6 +324,15 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         launches.append((app, app.plan(app_arrays, {}, handle)))
         arrays["cache_seqlens"] = arrays["seqused_k"]
         arrays["seqused_k"] = used
+    if paged and ka.shape[1] % PAGE_CHUNK:
+        # Pages the paged kernels do not take (not a multiple of PAGE_CHUNK rows, e.g. 1):
+        # gather the used keys into a dense cache and attend to that. Correct, not fast.
+        gat = _family_kernel(GATHER_FAMILY, source, arch=driver.device_arch(device), dtype=qa.dtype, head_dim=d)
+        kd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
+        vd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
+        launches.append((gat, gat.plan({"k_cache": ka, "v_cache": va, "page_table": arrays.pop("page_table"),
+                                        "seqused_k": arrays["seqused_k"], "k": kd_, "v": vd_}, {}, handle)))
+        arrays["k"], arrays["v"], paged = kd_, vd_, False
 
     arch = driver.device_arch(device)
     sms = driver.sm_count(device)

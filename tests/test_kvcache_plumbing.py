@@ -96,3 +96,16 @@ def test_explicit_unpacked_form_is_used_when_built(fake_driver):
     kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=4000, pack_gqa=False, num_splits=3)
     assert "packgqa" not in fake_driver[0][0] and "splitkv" in fake_driver[0][0]
     assert fake_driver[0][1] == (3, 8, 2)  # 1 m tile x 3 splits, 8 query heads, batch 2
+
+
+def test_small_pages_gather_then_attend_dense(fake_driver):
+    found, _ = manifests(default_source(), "kv_gather")
+    if not found:
+        pytest.skip("no kv_gather built")
+    b, hq, hkv, d = 2, 16, 4, 128
+    q = arr((b, 1, hq, d), "bf16")
+    k, v, table = arr((512, 1, hkv, d), "bf16"), arr((512, 1, hkv, d), "bf16"), arr((b, 200), "i32")
+    kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=arr((b,), "i32"), page_table=table)
+    names = [n for n, _ in fake_driver]
+    assert names[0].startswith("kv-gather") and fake_driver[0][1] == (200, hkv, b)
+    assert "paged" not in names[1], names

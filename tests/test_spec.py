@@ -11,11 +11,11 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
     # dense: 2 dtypes x 5 head dims x causal or not; decode (issue 11): 8 bf16 hd128 forms,
-    # 2 combines, 2 appends
-    assert len(select("default")) == 2 * 5 * 2 + 8 + 2 + 2
+    # 2 combines, 2 appends, 1 gather
+    assert len(select("default")) == 2 * 5 * 2 + 8 + 2 + 2 + 1
     assert len(select("demo")) == 4
     # test/demo families stay out of `all`
-    assert {v.family for v in select("all")} == {"fa3_fwd", "attn_combine", "kv_append"}
+    assert {v.family for v in select("all")} == {"fa3_fwd", "attn_combine", "kv_append", "kv_gather"}
 
 
 def test_default_set_is_sm90_bf16_fp16_all_head_dims_both_causal():
