@@ -273,7 +273,11 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     if lse is not None:
         arrays["lse"] = _wrap(lse, handle, "lse")
     seq_int = None
-    if cache_seqlens is None or isinstance(cache_seqlens, int):
+    is_int = cache_seqlens is None or (hasattr(cache_seqlens, "__index__") and not hasattr(cache_seqlens, "__dlpack__")
+                                       and not hasattr(cache_seqlens, "__cuda_array_interface__"))
+    if is_int:
+        if cache_seqlens is not None:
+            cache_seqlens = cache_seqlens.__index__()
         seq_int = capacity if cache_seqlens is None else int(cache_seqlens)
         if not 0 <= seq_int <= capacity - s_new:
             raise InputError(f"cache_seqlens = {seq_int}{f' + {s_new} new tokens' if s_new else ''} is outside "
@@ -317,7 +321,7 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         app = _family_kernel(APPEND_FAMILY, source, arch=driver.device_arch(device), dtype=qa.dtype, head_dim=d,
                              paged_kv=paged)
         used = OwnedDeviceArray.empty((b,), "i32", device, stream)
-        app_arrays = {"k": arrays.pop("k_new"), "v": arrays.pop("v_new"), "k_cache": ka, "v_cache": va,
+        app_arrays = {"k": arrays.pop("k_new"), "v": arrays.pop("v_new"), "k_cache": arrays["k"], "v_cache": arrays["v"],
                       "cache_seqlens": arrays["seqused_k"], "seqused_k": used}
         if paged:
             app_arrays["page_table"] = arrays["page_table"]
@@ -330,7 +334,7 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         gat = _family_kernel(GATHER_FAMILY, source, arch=driver.device_arch(device), dtype=qa.dtype, head_dim=d)
         kd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
         vd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
-        launches.append((gat, gat.plan({"k_cache": ka, "v_cache": va, "page_table": arrays.pop("page_table"),
+        launches.append((gat, gat.plan({"k_cache": arrays["k"], "v_cache": arrays["v"], "page_table": arrays.pop("page_table"),
                                         "seqused_k": arrays["seqused_k"], "k": kd_, "v": vd_}, {}, handle)))
         arrays["k"], arrays["v"], paged = kd_, vd_, False
 
