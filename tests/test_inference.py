@@ -83,7 +83,7 @@ def test_pack_gqa_heuristic():
 
 def test_default_set_serves_decode_and_keeps_the_dense_variants():
     names = [v.name for v in spec.expand_set("default")]
-    assert "fa3-fwd-sm_90a-bf16-hd128-causal" in names  # unchanged dense names
+    assert "fa3-fwd-sm_90a-bf16-hd128-causal-lpt" in names  # the dense names stay
     assert "attn-combine-sm_90a-bf16-hd128" in names
     decode = [n for n in names if "packgqa" in n]
     assert any("splitkv" in n and "paged" in n for n in decode)
