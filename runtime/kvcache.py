@@ -191,7 +191,7 @@ def _to_host_i32(a: DeviceArray, device: int, handle: int) -> list:
     with driver.device_context(device):
         d = driver.drv()
         driver.call("cuStreamSynchronize", d.CUstream(handle))
-        driver.call("cuMemcpyDtoH", ctypes.addressof(buf), d.CUdeviceptr(a.ptr), 4 * n)
+        driver.call("cuMemcpyDtoH", ctypes.addressof(buf), a.ptr, 4 * n)
     return list(buf)[:n]
 
 
@@ -365,7 +365,9 @@ class PreparedAttention:
     """A checked kvcache call: its launches with their parameter bytes, and the buffers they
     use (kept alive here). ``run`` launches them and nothing else (no allocation, no sync),
     so a serving loop can prepare once per batch shape and buffers, and a CUDA graph can
-    capture ``run``. ``kernels`` names the variants, in launch order."""
+    capture ``run``. Its buffers were allocated (and constant key counts written) on the
+    stream it was prepared on: run it there, or order that stream first. ``kernels`` names
+    the variants, in launch order."""
     out: Any
     lse: Any
     plan: DecodePlan
