@@ -12,6 +12,9 @@ import tempfile
 import time
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+# Read when cutlass is imported: --keep-cubin copies go to scratch, not the working directory.
+os.environ.setdefault("CUTE_DSL_DUMP_DIR", os.path.join(tempfile.gettempdir(), "cubinforge-dsl-dump"))
+os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
 import cutlass  # noqa: E402  (the package is imported only by compile workers)
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32  # noqa: E402
@@ -121,8 +124,6 @@ def contract(cfg: CombineConfig) -> dict:
 
 
 def compile_variant(cfg: CombineConfig) -> KernelBuild:
-    os.environ.setdefault("CUTE_DSL_DUMP_DIR", os.path.join(tempfile.gettempdir(), "cubinforge-dsl-dump"))
-    os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
     from cutlass.cute.runtime import make_fake_tensor
 
     from ...cubin_elf import read_cubin
