@@ -14,11 +14,13 @@ from cubinforge.runtime import kvcache, launcher, tensormap
 from cubinforge.runtime.arrays import DeviceArray, OwnedDeviceArray
 from cubinforge.runtime.contract import bind
 from cubinforge.runtime.params import build_params
-from cubinforge.runtime.registry_source import default_source, manifests
+from cubinforge.runtime.registry_source import LocalSource, manifests
 
-_found, _ = manifests(default_source(), "fa3_fwd")
+# Pinned here: other tests swap the process's default source while they run.
+SRC = LocalSource()
+_found, _ = manifests(SRC, "fa3_fwd")
 HAVE = [m for m in _found if m.axes.get("pack_gqa") and m.axes.get("dtype") == "bf16" and m.axes.get("head_dim") == 128]
-pytestmark = pytest.mark.skipif(len(HAVE) < 4, reason=f"no bf16 hd128 decode variants in {default_source().home}")
+pytestmark = pytest.mark.skipif(len(HAVE) < 4, reason=f"no bf16 hd128 decode variants in {SRC.home}")
 _ptr = itertools.count(1 << 32, 1 << 24)
 
 
@@ -67,7 +69,7 @@ def test_every_launch_binds_its_contract(fake_driver, paged, num_splits, sq, cau
         k, v, table = arr((b, 4096, hkv, d), "bf16"), arr((b, 4096, hkv, d), "bf16"), None
     seqlens = arr((b,), "i32")
     out, lse = kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table, causal=causal,
-                                               num_splits=num_splits)
+                                               num_splits=num_splits, source=SRC)
     names = [n for n, _ in fake_driver]
     assert all("packgqa" in n for n in names if n.startswith("fa3")), names
     assert all(("paged" in n) == paged for n in names if n.startswith("fa3")), names
@@ -81,7 +83,7 @@ def test_append_binds_and_runs_first(fake_driver):
     q = arr((b, 2, hq, d), "bf16")
     k, v, table = arr((64, 16, hkv, d), "bf16"), arr((64, 16, hkv, d), "bf16"), arr((b, 16), "i32")
     kvcache.flash_attn_with_kvcache(q, k, v, k=arr((b, 2, hkv, d), "bf16"), v=arr((b, 2, hkv, d), "bf16"),
-                                    cache_seqlens=100, page_table=table)
+                                    cache_seqlens=100, page_table=table, source=SRC)
     names = [n for n, _ in fake_driver]
     if not names[0].startswith("kv-append"):
         pytest.fail(f"append must launch first: {names}")
@@ -93,19 +95,19 @@ def test_explicit_unpacked_form_is_used_when_built(fake_driver):
         pytest.skip("no unpacked split form built (SET=inference)")
     q = arr((2, 1, 8, 128), "bf16")
     k, v = arr((2, 4096, 8, 128), "bf16"), arr((2, 4096, 8, 128), "bf16")
-    kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=4000, pack_gqa=False, num_splits=3)
+    kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=4000, pack_gqa=False, num_splits=3, source=SRC)
     assert "packgqa" not in fake_driver[0][0] and "splitkv" in fake_driver[0][0]
     assert fake_driver[0][1] == (3, 8, 2)  # 1 m tile x 3 splits, 8 query heads, batch 2
 
 
 def test_small_pages_gather_then_attend_dense(fake_driver):
-    found, _ = manifests(default_source(), "kv_gather")
+    found, _ = manifests(SRC, "kv_gather")
     if not found:
         pytest.skip("no kv_gather built")
     b, hq, hkv, d = 2, 16, 4, 128
     q = arr((b, 1, hq, d), "bf16")
     k, v, table = arr((512, 1, hkv, d), "bf16"), arr((512, 1, hkv, d), "bf16"), arr((b, 200), "i32")
-    kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=arr((b,), "i32"), page_table=table)
+    kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=arr((b,), "i32"), page_table=table, source=SRC)
     names = [n for n, _ in fake_driver]
     assert names[0].startswith("kv-gather") and fake_driver[0][1] == (200, hkv, b)
     assert "paged" not in names[1], names

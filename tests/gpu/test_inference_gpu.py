@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 
 from cubinforge.runtime import InputError, as_device_array, driver
-from cubinforge.runtime.registry_source import default_source, manifests
+from cubinforge.runtime.registry_source import LocalSource, manifests
+
+# Pinned at import: other tests swap the process's default source while they run.
+SRC = LocalSource()
 
 RTOL_O = 2.5e-3
 ATOL_LSE = 1e-3
@@ -38,7 +41,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_
 def _variants():
     if NO_GPU is not None:
         return []
-    found, _ = manifests(default_source(), "fa3_fwd")
+    found, _ = manifests(SRC, "fa3_fwd")
     return [m for m in found if m.contract.arch == ARCH
             and any(m.axes.get(a) for a in ("split_kv", "pack_gqa", "paged_kv"))]
 
@@ -51,13 +54,13 @@ def need(dtype="bf16", head_dim=128, **axes):
     ok = [m for m in VARIANTS if m.axes.get("dtype") == dtype and m.axes.get("head_dim") == head_dim
           and all(bool(m.axes.get(k)) == v for k, v in axes.items())]
     if not ok:
-        pytest.skip(f"no inference variant {dtype} hd{head_dim} {axes} in {default_source().home}")
+        pytest.skip(f"no inference variant {dtype} hd{head_dim} {axes} in {SRC.home}")
 
 
 def need_combine(dtype="bf16", head_dim=128):
     if NO_GPU is not None:
         pytest.skip(NO_GPU)
-    found, _ = manifests(default_source(), "attn_combine")
+    found, _ = manifests(SRC, "attn_combine")
     if not any(m.axes.get("dtype") == dtype and m.axes.get("head_dim") == head_dim for m in found):
         pytest.skip(f"no attn_combine {dtype} hd{head_dim} in the registry")
 
@@ -210,7 +213,7 @@ def run_case(rng, *, b, sq, hq, hkv, lens, capacity, causal, num_splits, pack_gq
     out, lse = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
     scale = 1 / math.sqrt(d)
     prepared = prepare_kvcache(qd, kd, vd, cache_seqlens=seqlens, page_table=table, causal=causal,
-                               num_splits=num_splits, pack_gqa=pack_gqa, out=out, lse=lse)
+                               num_splits=num_splits, pack_gqa=pack_gqa, out=out, lse=lse, source=SRC)
     prepared.run()
     ref_o, ref_lse = reference(qh, k_rows, v_rows, lens, scale, causal)
     what = (f"b={b} sq={sq} {hq}/{hkv} lens={list(lens)[:6]} causal={causal} splits={num_splits}"
@@ -252,7 +255,7 @@ def test_decode_forms_ragged(sq, causal, num_splits, pack_gqa):
 def need_gather():
     if NO_GPU is not None:
         pytest.skip(NO_GPU)
-    found, _ = manifests(default_source(), "kv_gather")
+    found, _ = manifests(SRC, "kv_gather")
     if not any(m.axes.get("dtype") == "bf16" and m.axes.get("head_dim") == 128 for m in found):
         pytest.skip("no kv_gather bf16 hd128 in the registry (page sizes below 16 go through it)")
 
@@ -299,7 +302,7 @@ def test_int_cache_seqlens_and_no_out():
     qh, qd = rand(rng, (2, 1, 16, 128), "bf16")
     kh, kd = rand(rng, (2, 600, 4, 128), "bf16")
     vh, vd = rand(rng, (2, 600, 4, 128), "bf16")
-    out, lse = flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=555)
+    out, lse = flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=555, source=SRC)
     ref_o, ref_lse = reference(qh, list(kh), list(vh), [555, 555], 1 / math.sqrt(128), True)
     check(download(out), download(lse), ref_o, ref_lse, "int cache_seqlens")
 
@@ -318,7 +321,7 @@ def test_combine_lse_and_empty_splits():
     op_d = upload(op_bits, "f32")
     lp_d = upload(lp.astype(np.float32).view(np.uint32), "f32")
     out, lse = poisoned((b, sq, h, d), "bf16"), poisoned((b, h, sq), "f32")
-    flash_attn_combine(op_d, lp_d, out=out, lse=lse)
+    flash_attn_combine(op_d, lp_d, out=out, lse=lse, source=SRC)
     lp32, op32 = lp.astype(np.float32).astype(np.float64), op.astype(np.float32).astype(np.float64)
     m = lp32.max(0)
     ms = np.where(np.isfinite(m), m, 0)
@@ -340,20 +343,20 @@ def test_bad_inputs_are_refused():
     bad_table = upload(np.array([[0, 1], [2, 9]], np.int32).view(np.uint32), "i32")
     lens = upload(np.array([20, 32], np.int32).view(np.uint32), "i32")
     with pytest.raises(InputError, match=r"page_table\[1, 1\] = 9"):
-        flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=lens, page_table=bad_table, check=True)
+        flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=lens, page_table=bad_table, check=True, source=SRC)
     too_long = upload(np.array([20, 40], np.int32).view(np.uint32), "i32")
     with pytest.raises(InputError, match="capacity"):
-        flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=too_long, page_table=bad_table, check=True)
+        flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=too_long, page_table=bad_table, check=True, source=SRC)
     with pytest.raises(InputError, match="capacity"):
-        flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=33, page_table=bad_table)
+        flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=33, page_table=bad_table, source=SRC)
     with pytest.raises(InputError, match="int32"):
-        flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=lens, page_table=upload(np.zeros((2, 2), np.float32).view(np.uint32), "f32"))
+        flash_attn_with_kvcache(qd, kd, vd, cache_seqlens=lens, page_table=upload(np.zeros((2, 2), np.float32).view(np.uint32), "f32"), source=SRC)
 
 
 def _need_append(paged):
     if NO_GPU is not None:
         pytest.skip(NO_GPU)
-    found, _ = manifests(default_source(), "kv_append")
+    found, _ = manifests(SRC, "kv_append")
     if not any(m.axes.get("dtype") == "bf16" and m.axes.get("head_dim") == 128
                and bool(m.axes.get("paged_kv")) == paged for m in found):
         pytest.skip(f"no kv_append bf16 hd128 paged={paged} in the registry")
@@ -378,7 +381,7 @@ def test_append_then_attend(page_size, s_new):
     before = download(kd)
     out, lse = poisoned((b, s_new, hq, d), "bf16"), poisoned((b, hq, s_new), "f32")
     flash_attn_with_kvcache(qd, kd, vd, k=nkd, v=nvd, cache_seqlens=upload(lens.view(np.uint32), "i32"),
-                            page_table=table, causal=True, out=out, lse=lse, check=True)
+                            page_table=table, causal=True, out=out, lse=lse, check=True, source=SRC)
     for i in range(b):
         k_rows[i][lens[i]:lens[i] + s_new] = nkh[i]
         v_rows[i][lens[i]:lens[i] + s_new] = nvh[i]
