@@ -9,7 +9,7 @@ from . import add_axis_options, axis_filters, families, open_registry
 
 def register(sub) -> None:
     p = sub.add_parser("build", help="cross-compile variants into the local registry")
-    p.add_argument("--set", default="default", help="named set: smoke, default, all, demo (default: default)")
+    p.add_argument("--set", default="default", help="named set: smoke, default, inference, all, demo (default: default)")
     add_axis_options(p)
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="parallel compile workers")
     p.add_argument("--force", action="store_true", help="rebuild even when the registry is current")
