@@ -220,6 +220,6 @@ def run(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
         unpublished = publisher.wait() if publisher else {}
     for o in outcomes:
         if o.variant in unpublished:
-            o.status, o.error = "failed", f"built and stored, but publishing failed: {unpublished[o.variant]}"
+            o.status, o.error = "failed", f"in the registry, but publishing failed: {unpublished[o.variant]}"
     echo(summary(outcomes, time.perf_counter() - start))
     return 1 if any(o.status == "failed" for o in outcomes) else 0
