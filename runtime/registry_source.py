@@ -179,7 +179,9 @@ def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | 
            **more) -> Manifest:
     """The variant of ``family`` whose axes equal ``axes`` (plus DEFAULT_AXES for those not
     given). Axes not asked for (scheduler, tiles) may take any value; among several such
-    matches the first by name is taken, so the choice is stable. Nothing else is substituted."""
+    matches the first by name is taken, so the choice is stable. Nothing else is substituted.
+    With CUBINFORGE_COMPILE_ON_MISS=1, a miss on a LocalSource first compiles exactly the asked
+    variant into it (runtime/compile_on_miss.py), then selects again."""
     want = dict(DEFAULT_AXES)
     want.update(axes or {})
     want.update(more)
@@ -194,6 +196,16 @@ def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | 
         return matches[0]
 
     lines = [f"no {family} variant with {_fmt(want)} in {source!r}."]
+    from . import compile_on_miss  # only on a miss; it runs the build in a subprocess
+
+    if compile_on_miss.enabled() and isinstance(source, LocalSource):
+        ok, said = compile_on_miss.compile_variant(source.home, family, want)
+        if ok:
+            found, broken = manifests(source, family)
+            matches = sorted((m for m in found if not differs(m)), key=lambda m: m.variant)
+            if matches:
+                return matches[0]
+        lines.append(f"{compile_on_miss.ENV}=1 tried to compile it: {said}")
     if not found:
         lines.append(f"The registry holds no {family} variants at all"
                      + (" (build some: make kernels)." if not broken else "."))
