@@ -109,32 +109,55 @@ def run_jobs(client, jobs: list[RemoteJob], on_result: Callable[[CompileResult],
         on_result(result)
 
 
-@contextmanager
-def connect(address: str, wait_s: float = 60.0) -> Iterator:
-    """A distributed.Client for `address`: tcp://HOST:PORT, or local:N for a LocalCluster of N
-    single-threaded worker processes (closed again on exit)."""
+def check_address(address: str) -> int | None:
+    """N for local:N, None for a scheduler URL; a ValueError naming what would work otherwise."""
+    local = re.fullmatch(r"local:(\d+)", address.strip())
+    if local:
+        if int(local.group(1)) < 1:
+            raise ValueError(f"cluster address {address!r}: a LocalCluster needs at least 1 worker")
+        return int(local.group(1))
+    if not _SCHEME.match(address.strip()):
+        raise ValueError(f"cluster address {address!r}: expected {ADDRESS_HELP}")
+    return None
+
+
+def open_client(address: str, wait_s: float = 60.0) -> tuple:
+    """(a distributed.Client for `address`, a function that closes it and any LocalCluster).
+    The client is not made the process default, so it can be opened and closed on any thread."""
+    n = check_address(address)
     try:
         from distributed import Client, LocalCluster
     except ImportError:
         raise ModuleNotFoundError("--cluster needs Dask distributed: pip install 'cubinforge[cluster]'") from None
-    local = re.fullmatch(r"local:(\d+)", address.strip())
-    if local:
-        n = int(local.group(1))
-        if n < 1:
-            raise ValueError(f"--cluster {address!r}: a LocalCluster needs at least 1 worker")
-        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                          silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-            yield client
-        return
-    if not _SCHEME.match(address.strip()):
-        raise ValueError(f"--cluster {address!r}: expected {ADDRESS_HELP}")
-    with Client(address.strip(), timeout=f"{wait_s}s") as client:
-        try:
-            client.wait_for_workers(1, timeout=wait_s)
-        except TimeoutError:
-            raise ValueError(f"the Dask scheduler at {address} has no workers after {wait_s:.0f} s: start some "
-                             f"(`dask worker {address}`)") from None
+    if n is not None:
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                               silence_logs=logging.ERROR)
+        client = Client(cluster, set_as_default=False)
+
+        def close() -> None:
+            client.close()
+            cluster.close()
+
+        return client, close
+    client = Client(address.strip(), timeout=f"{wait_s}s", set_as_default=False)
+    try:
+        client.wait_for_workers(1, timeout=wait_s)
+    except TimeoutError:
+        client.close()
+        raise ValueError(f"the Dask scheduler at {address} has no workers after {wait_s:.0f} s: start some "
+                         f"(`dask worker {address}`)") from None
+    return client, client.close
+
+
+@contextmanager
+def connect(address: str, wait_s: float = 60.0) -> Iterator:
+    """A distributed.Client for `address`: tcp://HOST:PORT, or local:N for a LocalCluster of N
+    single-threaded worker processes (closed again on exit)."""
+    client, close = open_client(address, wait_s)
+    try:
         yield client
+    finally:
+        close()
 
 
 def describe(client) -> str:
