@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 from types import SimpleNamespace
 
 import pytest
 
-from cubinforge.generator import build, spec
-from cubinforge.registry import Registry
+pytest.importorskip("sqlalchemy", reason="the registry needs the server extra")
+pytest.importorskip("distributed", reason="needs the cluster extra (dask distributed)")
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
-                                reason="needs the cluster extra (dask distributed)")
+from cubinforge.generator import build, spec  # noqa: E402
+from cubinforge.registry import Registry  # noqa: E402
 
 
 def _untimed(d):
