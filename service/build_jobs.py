@@ -3,28 +3,35 @@ tcp://scheduler:8786), a select that no published variant fits, for a problem th
 allows, starts a job that compiles exactly that variant on the Dask cluster, publishes it
 into this server's registry, and is polled at GET /v1/jobs/{id}; the next select finds it.
 
-Jobs run one at a time in a thread of this process (the cluster does the parallel work).
-Their state is a JSON file per job under $CUBINFORGE_HOME/jobs/, so any server worker can
-answer GET /v1/jobs/{id}. A select for a variant whose job is still running, or failed in
-the last FAILED_HOLD_S seconds, gets that job again rather than a second build. Without a
-backend a miss stays a 404 naming the nearest variants; nothing is ever substituted.
+The service does not import the generator (the layers: service builds on registry and
+runtime): it runs the `cubinforge build --exact` command the runtime's compile-on-miss runs
+(runtime/compile_on_miss.py), first with --list to learn the variant's name or the spec's
+refusal, then with --cluster to build it into a registry of its own, from which the job
+publishes through the importer. Jobs run one at a time in a thread of this process (the
+cluster does the parallel work). Their state is a JSON file per job under
+$CUBINFORGE_HOME/jobs/, so any server worker can answer GET /v1/jobs/{id}. A select for a
+variant whose job is still running, or failed in the last FAILED_HOLD_S seconds, gets that
+job again rather than a second build. Without a backend a miss stays a 404 naming the
+nearest variants; nothing is ever substituted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import subprocess
 import threading
 import time
 import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
 from cubinforge.runtime.cache import atomic_write
+from cubinforge.runtime.compile_on_miss import command
 
 from .config import Settings
 
@@ -32,7 +39,9 @@ log = logging.getLogger("cubinforge.service")
 
 EXACT = ("arch", "dtype", "head_dim", "causal", "varlen", "paged_kv")  # what a select fixes (selection.py)
 FAILED_HOLD_S = 300
+BUILD_TIMEOUT_S = 3600
 _ID = re.compile(r"^[0-9a-f]{32}$")
+_ADDRESS = re.compile(r"^(local:[1-9][0-9]*|(tcp|tls|ucx|ws|wss)://.+)$")
 
 
 def _now() -> str:
@@ -61,72 +70,63 @@ class JobFiles:
 
 class BuildJobs:
     def __init__(self, settings: Settings):
+        if not _ADDRESS.match(settings.build_backend or ""):  # a typo fails at start, not at the first miss
+            raise ValueError(f"CUBINFORGE_BUILD_BACKEND={settings.build_backend!r}: expected tcp://HOST:PORT "
+                             f"(a running Dask scheduler) or local:N (a LocalCluster of N workers)")
         self.settings = settings
-        from cubinforge.generator.cluster import check_address
-
-        check_address(settings.build_backend)  # a typo fails at start, not at the first miss
         self.backend = settings.build_backend
         self.files = JobFiles(Path(settings.home) / "jobs")
+        self.build_home = Path(settings.home) / "on-demand"  # the builder's registry (the build's client side)
         self._by_variant: dict[str, str] = {}  # variant -> its latest job id (this process)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cubinforge-build")
-        self._exit = ExitStack()
-        self._client = None
+
+    def _build(self, problem: dict, *extra: str, timeout: float) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "CUBINFORGE_DATABASE_URL"}  # never the server's DB
+        cmd = command(self.build_home, problem["family"], {a: problem[a] for a in EXACT}) + list(extra)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)
 
     # ------------------------------------------------------------ on a miss
     def on_miss(self, problem: dict) -> tuple[dict | None, str | None]:
         """(the job building the variant this problem needs, None), or (None, why the spec cannot)."""
-        from cubinforge.generator.on_demand import variant_for
-        from cubinforge.generator.spec import SpecError
-
-        try:
-            variant = variant_for(problem["family"], {a: problem[a] for a in EXACT})
-        except (SpecError, ValueError) as e:
-            return None, str(e)
+        named = self._build(problem, "--list", timeout=120)
+        if named.returncode != 0:
+            return None, (named.stderr.strip() or named.stdout.strip()).removeprefix("cubinforge build: error: ")
+        name = named.stdout.split()[-1]
         with self._lock:
-            latest = self._by_variant.get(variant.name)
+            latest = self._by_variant.get(name)
             job = self.files.read(latest) if latest else None
             if job and (job["status"] in ("queued", "building") or
                         (job["status"] == "failed" and time.time() - job["finished"] < FAILED_HOLD_S)):
                 return job, None
-            job = self.files.write({"id": uuid.uuid4().hex, "variant": variant.name, "status": "queued",
+            job = self.files.write({"id": uuid.uuid4().hex, "variant": name, "status": "queued",
                                     "backend": self.backend, "created_at": _now(), "finished": None,
                                     "error": None, "log": None})
-            self._by_variant[variant.name] = job["id"]
-        self._pool.submit(self._run, job, variant)
+            self._by_variant[name] = job["id"]
+        self._pool.submit(self._run, job, problem)
         return job, None
 
     # ------------------------------------------------------------ the job
-    def _cluster(self):
-        if self._client is None:  # started on the first miss, kept until the server stops
-            from cubinforge.generator.cluster import open_client
-
-            self._client, close = open_client(self.backend)
-            self._exit.callback(close)
-        return self._client
-
-    def _run(self, job: dict, variant) -> None:
-        from cubinforge.generator import build
-        from cubinforge.registry import Registry
-
+    def _run(self, job: dict, problem: dict) -> None:
         from .importer import import_artifacts
         from .publisher import read_local
 
+        name = job["variant"]
         self.files.write({**job, "status": "building"})
         try:
-            registry = Registry(home=Path(self.settings.home) / "on-demand")  # the builder's own, client-side
-            (outcome,) = build.build([variant], registry, client=self._cluster(), progress=False)
-            summary = build.summary([outcome])
-            if outcome.status == "failed":
-                raise RuntimeError(f"the build failed:\n{summary}")
-            (name, status), = import_artifacts(self.settings, [read_local(registry.home, variant.name)],
-                                               require_signature=self.settings.require_signature,
-                                               publisher="build-on-miss")
+            built = self._build(problem, "--cluster", self.backend, timeout=BUILD_TIMEOUT_S)
+            said = (built.stdout + built.stderr).strip()[-6000:]
+            if built.returncode != 0:
+                raise RuntimeError(f"the build failed:\n{said}")
+            (_, status), = import_artifacts(self.settings, [read_local(self.build_home, name)],
+                                            require_signature=self.settings.require_signature,
+                                            publisher="build-on-miss")
             if status.startswith("refused"):
                 raise RuntimeError(f"built, but this server refused to publish it: {status}")
-            self.files.write({**job, "status": "published", "finished": time.time(), "log": summary})
+            self.files.write({**job, "status": "published", "finished": time.time(), "log": built.stdout.strip()})
         except Exception as exc:  # noqa: BLE001 - the job reports it; the server goes on
-            log.warning("on-demand build of %s failed: %s", variant.name, exc)
+            log.warning("on-demand build of %s failed: %s", name, exc)
             error = str(exc) if isinstance(exc, RuntimeError) else traceback.format_exc()
             self.files.write({**job, "status": "failed", "finished": time.time(), "error": error})
 
@@ -141,5 +141,4 @@ class BuildJobs:
         return self.files.read(job_id)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)  # a running build fails and says so
-        self._exit.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)  # a running build finishes in its subprocess
