@@ -77,6 +77,9 @@ FA3_FWD = Family(
         "paged_kv": (False,),
         "pack_gqa": (False,),
         "split_kv": (False,),
+        "softcap": (False, True),
+        "local": (False, True),
+        "learnable_sink": (False, True),
         # lpt: causal tiles longest first on a 1-D grid (not in the default set until timed)
         "scheduler": ("single", "persistent", "lpt"),
         "tile_m": (64, 128, 192),
@@ -86,6 +89,8 @@ FA3_FWD = Family(
     constraints=(
         (lambda ax: ax["scheduler"] != "lpt" or ax["causal"],
          "scheduler=lpt orders causal tiles by cost; non-causal tiles all cost the same (use single or persistent)"),
+        (lambda ax: not (ax["local"] and ax["causal"]),
+         "local=1 is a sliding window with its own right edge; causal (the window (-1, 0)) is causal=1, local=0"),
     ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={

@@ -39,6 +39,9 @@ AXES: dict[str, Axis] = {
         Axis("paged_kv", (False, True), False, "paged"),
         Axis("pack_gqa", (False, True), False, "packgqa"),
         Axis("split_kv", (False, True), False, "splitkv"),
+        Axis("softcap", (False, True), False, "softcap"),
+        Axis("local", (False, True), False, "local"),
+        Axis("learnable_sink", (False, True), False, "sink"),
         Axis("scheduler", ("single", "persistent", "lpt"), "single"),
         Axis("tile_m", (64, 128, 192, 256)),
         Axis("tile_n", tuple(range(16, 257, 16))),
@@ -234,6 +237,35 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "scheduler": ["persistent"]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL, "causal": [True],
                      "scheduler": ["single"]}),
+        # The commonest model variants (the rest are SET=variants): Gemma-2's softcap, a window.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True],
+                     "softcap": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
+                     "local": [True], "scheduler": ["persistent"]}),
+    ],
+    # What models ship with: softcap (Gemma-2), sliding windows (Mistral, Gemma), learnable
+    # sinks (gpt-oss: hd64, window 128, sinks). Local variants are non-causal (a window's
+    # right side does what causal does) and persistent: windowed tiles cost about the same.
+    "variants": [
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 256], "causal": [True],
+                     "softcap": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 256], "causal": [False],
+                     "softcap": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 256], "causal": [False],
+                     "local": [True], "scheduler": ["persistent"]}),
+        # hd64 local at 128 x 128: at the default 192 x 128 (three consumer warpgroups, 160
+        # registers) the window's two-edge mask spills (~100 LDL/STL); 128 x 128 spills none.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [False],
+                     "local": [True], "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 256], "causal": [False],
+                     "local": [True], "softcap": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [True],
+                     "learnable_sink": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64, 128], "causal": [False],
+                     "learnable_sink": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False],
+                     "local": [True], "learnable_sink": [True], "scheduler": ["persistent"],
+                     "tile_m": [128], "tile_n": [128]}),
     ],
     "all": [
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all

@@ -24,7 +24,8 @@ from .errors import ContractError, IntegrityError, VariantNotFound
 
 MANIFEST_VERSION = 1
 # Axes a caller may leave out: they mean "the plain kernel", never "whatever exists".
-DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False}
+DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False,
+                "softcap": False, "local": False, "learnable_sink": False}
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 

@@ -32,8 +32,9 @@ def test_every_default_variant_renders_valid_python_with_its_config():
         call = _config_call(text)
         kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
         want = {a: v.axes[a] for a in ("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n")}
-        if v.axes["scheduler"] != "single":  # non-default axes are written too
-            want["scheduler"] = v.axes["scheduler"]
+        for axis in ("scheduler", "softcap", "local", "learnable_sink"):  # non-default axes are written too
+            if v.axes[axis] != spec.AXES[axis].default:
+                want[axis] = v.axes[axis]
         assert kwargs == want
 
 

@@ -10,7 +10,8 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 
 def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
-    assert len(select("default")) == 2 * 5 * 2
+    # dtype x head dim x causal, plus two model variants (hd128 softcap causal, hd128 local)
+    assert len(select("default")) == 2 * 5 * 2 + 2
     assert len(select("demo")) == 4
     assert {v.family for v in select("all")} == {"fa3_fwd"}  # test/demo families stay out of `all`
 
@@ -45,9 +46,9 @@ def test_non_default_axes_append_tokens():
 
 
 def test_filters_accept_comma_lists_and_cli_spellings():
-    vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90"})
+    vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90", "softcap": "0"})
     assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal", "fa3-fwd-sm_90a-bf16-hd128-causal"]
-    assert len(select("default", {"causal": ["0"]})) == 10
+    assert len(select("default", {"causal": ["0"], "local": ["0"]})) == 10
 
 
 @pytest.mark.parametrize("text,arch", [("sm90", "sm_90a"), ("sm_90a", "sm_90a"), ("90", "sm_90a"), ("sm100", "sm_100a")])

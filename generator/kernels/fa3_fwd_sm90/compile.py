@@ -48,10 +48,18 @@ def compile_cubin(cfg: FwdConfig):
 
     q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv), bshd(seqlen_q, heads_q)
     lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
+    # The variants' runtime values; left out (None) when off, so those cubins stay as they were.
+    extra = {}
+    if cfg.softcap:
+        extra["softcap_pre"] = cutlass.Float32(1.0 / math.sqrt(d) / 30.0)
+    if cfg.local:
+        extra["window_left"], extra["window_right"] = cutlass.Int32(128), cutlass.Int32(0)
+    if cfg.learnable_sink:
+        extra["mSink"] = make_fake_tensor(cutlass.Float32, (heads_q,), stride=(1,), assumed_align=4)
     kernel = FlashFwdSm90(cfg)
     t0 = time.perf_counter()
     compiled = cute.compile(
-        kernel, q, k, v, o, lse, cutlass.Float32(1.0 / math.sqrt(d) * math.log2(math.e)),
+        kernel, q, k, v, o, lse, cutlass.Float32(1.0 / math.sqrt(d) * math.log2(math.e)), **extra,
         options=f"--gpu-arch {cfg.arch} --keep-cubin",
     )
     return compiled, kernel, time.perf_counter() - t0

@@ -73,6 +73,14 @@ class FwdConfig:
     chunked_p_convert: bool = False
     # Sum softmax rows in order instead of as a tree (softmax.py says why). Off until timed.
     in_order_row_sum: bool = False
+    # What models ship with (runtime values are the contract's scalars and tensors):
+    # scores become c * tanh(s * scale / c) before the softmax; c is the scalar `softcap`.
+    softcap: bool = False
+    # A sliding window (window_left, window_right), bottom-right aligned (block_range.py);
+    # key blocks outside it are never loaded. Causal (the window (-1, 0)) keeps its own path.
+    local: bool = False
+    # One logit per query head added to each row's softmax denominator (gpt-oss, FA4).
+    learnable_sink: bool = False
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -102,6 +110,10 @@ class FwdConfig:
             raise ValueError(f"tile_m must be 64, 128 or 192 (one warpgroup per 64 rows), got {self.tile_m}")
         if self.tile_n % 16:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
+        if self.local and self.causal:
+            raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
+        if self.local and self.mask_bits:
+            raise ValueError("mask_bits counts a prefix of kept columns; a window's kept columns are not one")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.l2_section_mib is None:

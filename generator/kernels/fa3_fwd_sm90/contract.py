@@ -48,6 +48,14 @@ def _lay_out(params: list[dict]) -> list[dict]:
     return params
 
 
+def window_expr(side: str, reach: str) -> list:
+    """One side of the window as the kernel takes it (block_range.window_bounds): a negative
+    value is unbounded, which `reach` (seqlen_k on the left, seqlen_q on the right) already
+    is, and nothing beyond `reach` differs from it, so no kernel sum can overflow:
+    min(max(w, -1) + (w < 0) * (reach + 1), reach)."""
+    return [side, -1, "max", side, 0, "<", reach, 1, "+", "*", "+", reach, "min"]
+
+
 def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int) -> dict:
     """Grid, symbols, tensors, scalars, checks and params for one compiled variant."""
     d = cfg.head_dim
@@ -73,11 +81,34 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swizzle),
         _tensormap("tma_o", 8, "o", cfg.dtype, boxes["o"], swizzle),
         {"name": "softmax_scale_log2", "ordinal": 9, "kind": "scalar", "size": 4, "align": 4,
-         "type": "f32", "value": ["softmax_scale", "log2e_mul"]},
+         # softcap: the softmax exponent is softcap * tanh(..) * log2(e) (softmax.apply_softcap).
+         "type": "f32", "value": ["softcap", "log2e_mul"] if cfg.softcap else ["softmax_scale", "log2e_mul"]},
         # The two tiled-MMA arguments are compile-time only; the DSL still gives each a byte.
         {"name": "tiled_mma_qk", "ordinal": 10, "kind": "struct", "size": 1, "align": 1, "fields": []},
         {"name": "tiled_mma_pv", "ordinal": 11, "kind": "struct", "size": 1, "align": 1, "fields": []},
     ]
+    # The variants' arguments follow, in the kernel's order, each only where its axis is on.
+    scalars = {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}}
+    tensors = {}
+    if cfg.softcap:
+        scalars["softcap"] = {"type": "f32"}  # no default: a softcap variant needs its cap
+        params.append({"name": "softcap_pre", "ordinal": len(params), "kind": "scalar", "size": 4,
+                       "align": 4, "type": "f32", "value": ["softmax_scale", "softcap", "/"]})
+    if cfg.local:
+        # FlashAttention's window_size: -1 (any negative) is unbounded; the default is (-1, -1).
+        scalars["window_left"] = {"type": "i32", "default": [-1]}
+        scalars["window_right"] = {"type": "i32", "default": [-1]}
+        for side, reach in (("window_left", "seqlen_k"), ("window_right", "seqlen_q")):
+            params.append({"name": side, "ordinal": len(params), "kind": "scalar", "size": 4, "align": 4,
+                           "type": "i32", "value": window_expr(side, reach)})
+    if cfg.learnable_sink:
+        tensors["learnable_sink"] = {"role": "input", "dtype": "f32", "dims": ["heads_q"],
+                                     "contiguous_dim": 0, "align_bytes": 4}
+        params.append({
+            "name": "learnable_sink", "ordinal": len(params), "kind": "struct", "size": 16, "align": 8,
+            "fields": [{"offset": 0, "type": "ptr", "value": ["learnable_sink.ptr"]},
+                       {"offset": 8, "type": "i32", "value": ["heads_q"]}],
+        })
     bshd = {"contiguous_dim": 3, "align_bytes": 16}
     return {
         "grid": (
@@ -104,8 +135,9 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             "o": {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
             "lse": {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
                     "contiguous_dim": 2, "align_bytes": 4},
+            **tensors,
         },
-        "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}},
+        "scalars": scalars,
         "checks": [
             {"expr": ["heads_q", "heads_kv", "%", 0, "=="],
              "message": "heads_q must be a multiple of heads_kv (MHA, GQA or MQA)"},

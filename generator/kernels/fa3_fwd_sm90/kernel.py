@@ -35,9 +35,10 @@ from .layouts import (
     smem_store_atom,
     transpose_view,
 )
-from .mask import apply_mask, apply_mask_bits
+from . import block_range
+from .mask import apply_mask, apply_mask_bits, apply_window_mask
 from .schedule import causal_lpt_order, next_tile, strided_tile
-from .softmax import OnlineSoftmax, rescale_rows
+from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 # The H200's SM count: only the DSL's own (unused) host launcher sees it; launchers take the
@@ -52,6 +53,9 @@ class FlashFwdSm90:
         self.tile_m, self.tile_n, self.hdim = cfg.tile_m, cfg.tile_n, cfg.head_dim
         self.stages = cfg.stages
         self.causal = cfg.causal
+        self.local = cfg.local
+        self.softcap = cfg.softcap
+        self.sink = cfg.learnable_sink
         self.num_wg = cfg.consumer_warpgroups
         self.num_threads = cfg.threads
         self.consumer_threads = 128 * self.num_wg
@@ -91,7 +95,11 @@ class FlashFwdSm90:
         mV: cute.Tensor,
         mO: cute.Tensor,  # like mQ
         mLSE: cute.Tensor,  # (batch, heads_q, seqlen_q) float32
-        softmax_scale_log2: Float32,
+        softmax_scale_log2: Float32,  # softcap: softcap * log2(e)
+        softcap_pre: Float32 | None = None,  # softcap: softmax_scale / softcap
+        window_left: Int32 | None = None,  # local: resolved (block_range.window_bounds)
+        window_right: Int32 | None = None,
+        mSink: cute.Tensor | None = None,  # learnable_sink: (heads_q,) float32
     ):
         # Kernel view: (seqlen, head_dim, heads, batch) so a tile is a slice of modes 0 and 1.
         bshd_to_sdhb = [1, 3, 2, 0]
@@ -160,6 +168,7 @@ class FlashFwdSm90:
             softmax_scale_log2,
             sQ_layout, sK_layout, sV_layout, sO_layout,
             tiled_mma_qk, tiled_mma_pv,
+            softcap_pre, window_left, window_right, mSink,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
 
     # ---------------------------------------------------------------- device side
@@ -182,6 +191,10 @@ class FlashFwdSm90:
         sO_layout: cute.ComposedLayout,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
+        softcap_pre: Float32 | None,
+        window_left: Int32 | None,
+        window_right: Int32 | None,
+        mSink: cute.Tensor | None,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -245,10 +258,12 @@ class FlashFwdSm90:
                 k = Int32(0)
                 tile = strided_tile(k, cta, ctas, zigzag)
                 while tile < num_tiles:
-                    m_block, head, head_kv, batch, n_block_max = self.tile_work(tile, num_m, mQ, mK)
+                    m_block, head, head_kv, batch, n_block_max = self.tile_work(
+                        tile, num_m, mQ, mK, window_right)
+                    n_block_min = self.first_block(m_block, mQ, mK, window_left)
                     q_state, kv_state = self.produce(
                         mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v, pipe_q, pipe_k, pipe_v,
-                        q_state, kv_state, m_block, head, head_kv, batch, n_block_max,
+                        q_state, kv_state, m_block, head, head_kv, batch, n_block_max, n_block_min,
                     )
                     k += 1
                     tile = next_tile(k, tile, cta, ctas, zigzag)
@@ -266,11 +281,14 @@ class FlashFwdSm90:
             k = Int32(0)
             tile = strided_tile(k, cta, ctas, zigzag)
             while tile < num_tiles:
-                m_block, head, head_kv, batch, n_block_max = self.tile_work(tile, num_m, mQ, mK)
+                m_block, head, head_kv, batch, n_block_max = self.tile_work(
+                    tile, num_m, mQ, mK, window_right)
+                n_block_min = self.first_block(m_block, mQ, mK, window_left)
                 q_state, kv_state = self.consume(
                     mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
                     pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
                     ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
+                    n_block_min, softcap_pre, window_left, window_right, mSink,
                 )
                 k += 1
                 tile = next_tile(k, tile, cta, ctas, zigzag)
@@ -280,7 +298,7 @@ class FlashFwdSm90:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
-    def tile_work(self, tile, num_m, mQ, mK):
+    def tile_work(self, tile, num_m, mQ, mK, window_right=None):
         """(m_block, head, head_kv, batch, n_block_max) of a linear tile index."""
         heads = mQ.shape[2]
         if const_expr(self.cfg.direct_block_index and not (self.persistent or self.linear_grid)):
@@ -307,21 +325,30 @@ class FlashFwdSm90:
                 m_block = num_m - 1 - m_block
         head_kv = head // (mQ.shape[2] // mK.shape[2])
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
-        n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
-        if const_expr(self.causal):
-            # Last key any row of this tile may see: (m_block+1)*tile_m - 1 + seqlen_k - seqlen_q.
-            # A tile whose rows see no key still visits block 0, fully masked: O = 0, LSE = -inf.
-            last_key = (m_block + 1) * self.tile_m + seqlen_k - seqlen_q
-            n_block_max = cutlass.max(
-                cutlass.min(n_block_max, (last_key + self.tile_n - 1) // self.tile_n), 1
-            )
+        n_block_max = block_range.n_block_max(
+            m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n, self.causal, self.local, window_right,
+            mn=cutlass.min, mx=cutlass.max,
+        )
         return m_block, head, head_kv, batch, n_block_max
+
+    def first_block(self, m_block, mQ, mK, window_left):
+        """The first key block the tile visits: 0 (a Python int, so nothing is traced) unless
+        local."""
+        if const_expr(not self.local):
+            return 0
+        return block_range.n_block_min(
+            m_block, mQ.shape[0], mK.shape[0], self.tile_m, self.tile_n, True, window_left, mx=cutlass.max
+        )
 
     @cute.jit
     def produce(
         self, mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v, pipe_q, pipe_k, pipe_v,
-        q_state, kv_state, m_block, head, head_kv, batch, n_block_max,
+        q_state, kv_state, m_block, head, head_kv, batch, n_block_max, n_block_min,
     ):
+        # Blocks n_block_max - 1 down to n_block_min (0 unless local), the consumers' order.
+        n_blocks = n_block_max
+        if const_expr(self.local):
+            n_blocks = n_block_max - n_block_min
         gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
         gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
         gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
@@ -345,7 +372,7 @@ class FlashFwdSm90:
 
         if const_expr(self.overlap):
             # Consumers take K[j] then V[j+1]: load in that order.
-            for i in cutlass.range(n_block_max - 1, unroll=1):
+            for i in cutlass.range(n_blocks - 1, unroll=1):
                 n_block = n_block_max - 1 - i
                 v_state = kv_state.clone()
                 kv_state.advance()
@@ -356,11 +383,11 @@ class FlashFwdSm90:
                 cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
                           tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
             pipe_v.producer_acquire(kv_state)
-            cute.copy(tma_v, tVgV[None, 0], tVsV[None, kv_state.index],
+            cute.copy(tma_v, tVgV[None, n_block_min], tVsV[None, kv_state.index],
                       tma_bar_ptr=pipe_v.producer_get_barrier(kv_state))
             kv_state.advance()
         else:
-            for i in cutlass.range(n_block_max, unroll=1):
+            for i in cutlass.range(n_blocks, unroll=1):
                 n_block = n_block_max - 1 - i
                 if i > 0:
                     pipe_k.producer_acquire(kv_state)
@@ -378,6 +405,7 @@ class FlashFwdSm90:
         self, mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
         pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
         tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
+        n_block_min, softcap_pre, window_left, window_right, mSink,
     ):
         wg = cute.arch.make_warp_uniform(tidx // 128)
         wg_first_thread = cute.make_layout(self.num_wg, stride=128)
@@ -412,6 +440,11 @@ class FlashFwdSm90:
         )
 
         def mask(acc_S, n_block, causal):
+            if const_expr(self.local):
+                # Every block masked here is masked at both window edges and the key length.
+                apply_window_mask(acc_S, coords_rc, m_block, n_block, seqlen_q, seqlen_k,
+                                  window_left, window_right, self.tile_m, self.tile_n)
+                return
             if const_expr(self.cfg.mask_bits):
                 apply_mask_bits(acc_S, coords_rc, offsets_rc, m_block, n_block, seqlen_q, seqlen_k,
                                 self.tile_m, self.tile_n, causal)
@@ -434,16 +467,20 @@ class FlashFwdSm90:
         # Blocks needing a causal mask: those reaching past the diagonal of the first row.
         n_block_causal = n_block_max
         if const_expr(self.causal):
-            n_block_causal = cutlass.max(
-                (m_block * self.tile_m + seqlen_k - seqlen_q) // self.tile_n, 0
+            n_block_causal = block_range.n_block_right_masked(
+                m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n, mx=cutlass.max
             )
-        # First block: S, mask (key tail and diagonal), softmax; no PV yet.
+        elif const_expr(self.local):
+            n_block_causal = 0  # plain_step masks every local block
+        # First block: S, mask (key tail and diagonal or window), softmax; no PV yet.
         n_block = n_block_max - 1
         pipe_k.consumer_wait(kv_state)
         acc_S = gemm_qk(kv_state.index)
         warpgroup.wait_group(0)
         pipe_k.consumer_release(kv_state)
-        mask(acc_S, n_block, self.causal)
+        if const_expr(self.softcap):
+            apply_softcap(acc_S, softcap_pre)
+        mask(acc_S, n_block, self.causal or self.local)
         softmax.step(acc_S, is_first=True)
         to_p(acc_S)
 
@@ -454,16 +491,35 @@ class FlashFwdSm90:
             n_masked = 0
             if const_expr(self.causal):
                 n_masked = cutlass.max(cutlass.min(n_block_max - 1 - n_block_causal, n_block_max - 1), 0)
+            n_unmasked = None
+            if const_expr(self.local):
+                # Right edge masked, inside every row's window, left edge masked (block_range.py).
+                n_masked, n_unmasked, n_masked_left = block_range.local_block_counts(
+                    n_block_min, n_block_max,
+                    block_range.n_block_right_masked(m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n,
+                                                     True, window_right, mx=cutlass.max),
+                    block_range.n_block_left_masked(m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n,
+                                                    window_left, mx=cutlass.max),
+                    mn=cutlass.min, mx=cutlass.max,
+                )
             for i in cutlass.range(n_masked, unroll=1):
                 kv_state = self.overlapped_step(
                     kv_state, n_block_max - 2 - i, gemm_qk, gemm_pv, mask, to_p, softmax,
-                    acc_O, scale_prev, pipe_k, pipe_v, wg, True,
+                    acc_O, scale_prev, pipe_k, pipe_v, wg, True, softcap_pre,
                 )
-            for i in cutlass.range(n_block_max - 1 - n_masked, unroll=1):
+            if const_expr(not self.local):
+                n_unmasked = n_block_max - 1 - n_masked
+            for i in cutlass.range(n_unmasked, unroll=1):
                 kv_state = self.overlapped_step(
                     kv_state, n_block_max - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
-                    softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False,
+                    softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False, softcap_pre,
                 )
+            if const_expr(self.local):
+                for i in cutlass.range(n_masked_left, unroll=1):
+                    kv_state = self.overlapped_step(
+                        kv_state, n_block_max - 2 - n_masked - n_unmasked - i, gemm_qk, gemm_pv, mask,
+                        to_p, softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, True, softcap_pre,
+                    )
             self.release_q_early(pipe_q, q_state)
             # Last PV.
             if const_expr(self.rescale_early):
@@ -479,14 +535,20 @@ class FlashFwdSm90:
             warpgroup.wait_group(0)
             pipe_v.consumer_release(kv_state)
             kv_state.advance()
-            for i in cutlass.range(n_block_max - 1, unroll=1):
+            n_rest = n_block_max - 1
+            if const_expr(self.local):
+                n_rest = n_block_max - 1 - n_block_min
+            for i in cutlass.range(n_rest, unroll=1):
                 kv_state = self.plain_step(
                     kv_state, n_block_max - 2 - i, n_block_causal, gemm_qk, gemm_pv, mask,
-                    to_p, softmax, acc_O, pipe_k, pipe_v,
+                    to_p, softmax, acc_O, pipe_k, pipe_v, softcap_pre,
                 )
             self.release_q_early(pipe_q, q_state)
 
-        inv_sum, lse = softmax.finish()
+        sink = None
+        if const_expr(self.sink):
+            sink = Float32(mSink[head])
+        inv_sum, lse = softmax.finish(sink)
         rescale_rows(acc_O, inv_sum)
         self.epilogue(acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
         if const_expr(self.persistent and not self.separate_o):
@@ -506,13 +568,15 @@ class FlashFwdSm90:
     @cute.jit
     def plain_step(
         self, kv_state, n_block, n_block_causal, gemm_qk, gemm_pv, mask, to_p, softmax, acc_O,
-        pipe_k, pipe_v,
+        pipe_k, pipe_v, softcap_pre=None,
     ):
         """One key block with no overlap inside the warpgroup (kept to measure the overlap)."""
         pipe_k.consumer_wait(kv_state)
         acc_S = gemm_qk(kv_state.index)
         warpgroup.wait_group(0)
         pipe_k.consumer_release(kv_state)
+        if const_expr(self.softcap):
+            apply_softcap(acc_S, softcap_pre)
         if n_block >= n_block_causal:
             mask(acc_S, n_block, True)
         row_scale = softmax.step(acc_S, is_first=False)
@@ -528,7 +592,7 @@ class FlashFwdSm90:
     @cute.jit
     def overlapped_step(
         self, kv_state, n_block, gemm_qk, gemm_pv, mask, to_p, softmax, acc_O, scale_prev,
-        pipe_k, pipe_v, wg, causal_mask: cutlass.Constexpr[bool],
+        pipe_k, pipe_v, wg, causal_mask: cutlass.Constexpr[bool], softcap_pre=None,
     ):
         """QK^T of block n_block runs while PV of the previous block and this softmax do."""
         v_state = kv_state.clone()
@@ -543,6 +607,8 @@ class FlashFwdSm90:
         self.schedule_pass(wg)
         warpgroup.wait_group(1)  # S is ready; PV still running
         pipe_k.consumer_release(kv_state)
+        if const_expr(self.softcap):
+            apply_softcap(acc_S, softcap_pre)
         if const_expr(causal_mask):
             mask(acc_S, n_block, True)
         row_scale = softmax.step(acc_S, is_first=False)
