@@ -64,7 +64,8 @@ class Ours:
     """
 
     name = "ours"
-    UNREACHABLE_AXES = ("varlen", "paged_kv", "pack_gqa", "split_kv")  # not the dense path
+    # Not the dense path; the model variants need their own arguments (bench/model_variants.py).
+    UNREACHABLE_AXES = ("varlen", "paged_kv", "pack_gqa", "split_kv", "softcap", "local", "learnable_sink")
 
     def __init__(self):
         import torch

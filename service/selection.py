@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from .store import Record
 
-EXACT_AXES = ("family", "arch", "dtype", "head_dim", "causal", "varlen", "paged_kv")
+EXACT_AXES = ("family", "arch", "dtype", "head_dim", "causal", "varlen", "paged_kv",
+              "softcap", "local", "learnable_sink")
+# Exact axes a record or a problem may leave out: they mean False (plain attention).
+_FALSE_UNLESS_GIVEN = ("varlen", "paged_kv", "softcap", "local", "learnable_sink")
 SM_COUNT = {"sm_90a": 132, "sm_100a": 148}  # H100/H200 SXM, B200: enough to judge "fills the GPU"
 
 
 def _axis(rec: Record, axis: str):
-    return rec.family if axis == "family" else rec.axes.get(axis, False if axis in ("varlen", "paged_kv") else None)
+    return rec.family if axis == "family" else rec.axes.get(axis, False if axis in _FALSE_UNLESS_GIVEN else None)
 
 
 def exact_values(problem: dict) -> dict:
-    return {a: problem[a] for a in EXACT_AXES}
+    return {a: problem.get(a, False) if a in _FALSE_UNLESS_GIVEN else problem[a] for a in EXACT_AXES}
 
 
 def choose(problem: dict, records: list[Record]) -> tuple[Record | None, list[str], int]:
