@@ -44,7 +44,8 @@ class Family:
         """The family's own default tile for the head dim; the table here until its package exists."""
         fn = _tile_function(self.tile_function) if self.tile_function else None
         if fn is not None:
-            return tuple(fn(axes["head_dim"], bool(axes.get("causal", False))))
+            extra = (axes["head_dim_v"],) if "head_dim_v" in axes else ()
+            return tuple(fn(axes["head_dim"], bool(axes.get("causal", False)), *extra))
         if self.default_tiles is None:
             return None
         return self.default_tiles[axes["head_dim"]]
@@ -62,6 +63,12 @@ def _tile_function(ref: str) -> Callable | None:
         return None
 
 
+def _dv_pairs() -> tuple:
+    """(head_dim, head_dim_v) pairs with their own value head dim: the kernel package's table
+    (config.py imports no cutlass)."""
+    from .kernels.fa3_fwd_sm90.config import HEAD_DIM_V_TILES
+    return tuple(HEAD_DIM_V_TILES)
+
 
 FA3_FWD = Family(
     name="fa3_fwd",
@@ -72,6 +79,7 @@ FA3_FWD = Family(
         "arch": ("sm_90a",),
         "dtype": ("bf16", "fp16"),
         "head_dim": (64, 96, 128, 192, 256),
+        "head_dim_v": (64, 96, 128, 192, 256),  # = head_dim, or a pair of HEAD_DIM_V_TILES
         "causal": (False, True),
         "varlen": (False,),
         "paged_kv": (False,),
@@ -89,6 +97,8 @@ FA3_FWD = Family(
     constraints=(
         (lambda ax: ax["scheduler"] != "lpt" or ax["causal"],
          "scheduler=lpt orders causal tiles by cost; non-causal tiles all cost the same (use single or persistent)"),
+        (lambda ax: ax["head_dim_v"] == ax["head_dim"] or (ax["head_dim"], ax["head_dim_v"]) in _dv_pairs(),
+         "head_dim_v must equal head_dim or make a pair the kernel builds: (192, 128), (128, 64), (96, 64)"),
         (lambda ax: not (ax["local"] and ax["causal"]),
          "local=1 is a sliding window with its own right edge; causal (the window (-1, 0)) is causal=1, local=0"),
     ),

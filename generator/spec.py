@@ -34,6 +34,7 @@ AXES: dict[str, Axis] = {
         Axis("arch", ("sm_90a", "sm_100a")),
         Axis("dtype", ("bf16", "fp16", "e4m3")),
         Axis("head_dim", (64, 96, 128, 192, 256)),
+        Axis("head_dim_v", (64, 96, 128, 192, 256)),  # default: head_dim (DERIVED_DEFAULTS)
         Axis("causal", (False, True)),
         Axis("varlen", (False, True), False, "varlen"),
         Axis("paged_kv", (False, True), False, "paged"),
@@ -48,6 +49,15 @@ AXES: dict[str, Axis] = {
     )
 }
 TILE_AXES = ("tile_m", "tile_n")
+# Axes whose default is another axis's value, left out of the name when they equal it.
+DERIVED_DEFAULTS = {"head_dim_v": "head_dim"}
+
+
+def axis_default(axis: str, axes: Mapping[str, Any]) -> Any:
+    """The value `axis` takes when not given, for a variant whose other axes are `axes`."""
+    if axis in DERIVED_DEFAULTS:
+        return axes.get(DERIVED_DEFAULTS[axis])
+    return AXES[axis].default
 
 
 @dataclass(frozen=True)
@@ -146,6 +156,8 @@ def make_variant(family: str, **axes: Any) -> Variant:
             continue
         if axis in axes:
             values[axis] = parse_value(axis, axes[axis])
+        elif axis in DERIVED_DEFAULTS:
+            values[axis] = values[DERIVED_DEFAULTS[axis]]
         elif AXES[axis].default is not None:
             values[axis] = AXES[axis].default
         else:
@@ -176,6 +188,9 @@ def variant_name(v: Variant) -> str:
         spec = AXES[axis]
         if axis == "head_dim":
             tokens.append(f"hd{value}")
+        elif axis in DERIVED_DEFAULTS:
+            if value != ax[DERIVED_DEFAULTS[axis]]:
+                tokens.append(f"dv{value}")
         elif axis == "causal":
             tokens.append("causal" if value else "noncausal")
         elif spec.flag:
@@ -209,6 +224,8 @@ def parse_name(name: str) -> Variant:
             axes["tile_m"], axes["tile_n"] = int(m.group(1)), int(m.group(2))
         elif (m := re.fullmatch(r"hd(\d+)", tok)) and "head_dim" in fam.axes:
             axes["head_dim"] = int(m.group(1))
+        elif (m := re.fullmatch(r"dv(\d+)", tok)) and "head_dim_v" in fam.axes:
+            axes["head_dim_v"] = int(m.group(1))
         elif tok in ("causal", "noncausal") and "causal" in fam.axes:
             axes["causal"] = tok == "causal"
         else:
@@ -242,6 +259,8 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "softcap": [True]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
                      "local": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [192], "head_dim_v": [128],
+                     "causal": [True]}),
     ],
     # What models ship with: softcap (Gemma-2), sliding windows (Mistral, Gemma), learnable
     # sinks (gpt-oss: hd64, window 128, sinks). Local variants are non-causal (a window's
@@ -266,6 +285,15 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False],
                      "local": [True], "learnable_sink": [True], "scheduler": ["persistent"],
                      "tile_m": [128], "tile_n": [128]}),
+        # Value head dim != head dim: DeepSeek MLA prefill (192, 128), and (128, 64), (96, 64).
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
+                     "causal": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
+                     "causal": [False], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 96], "head_dim_v": [64],
+                     "causal": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 96], "head_dim_v": [64],
+                     "causal": [False], "scheduler": ["persistent"]}),
     ],
     "all": [
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all

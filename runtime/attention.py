@@ -25,26 +25,31 @@ _kernels_lock = threading.Lock()
 
 def select_attention_variant(dtype: str, head_dim: int, causal: bool = False, *, arch: str | None = None,
                              device: int = 0, source: Source | None = None, local: bool = False,
-                             softcap: bool = False, learnable_sink: bool = False) -> Manifest:
+                             softcap: bool = False, learnable_sink: bool = False,
+                             head_dim_v: int | None = None) -> Manifest:
     """The manifest ``flash_attn_func`` would launch for these inputs (no launch, no GPU needed
     when ``arch`` is given). ``local``, ``softcap``, ``learnable_sink`` are the variant axes
-    (runtime.variants.resolve derives them from flash_attn_func's arguments)."""
+    (runtime.variants.resolve derives them from flash_attn_func's arguments); ``head_dim_v``
+    is v's head dim (default: ``head_dim``)."""
     arch = arch or driver.device_arch(device)
     return select(FAMILY, {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal),
                            "local": bool(local), "softcap": bool(softcap),
-                           "learnable_sink": bool(learnable_sink)}, source=source)
+                           "learnable_sink": bool(learnable_sink),
+                           "head_dim_v": int(head_dim if head_dim_v is None else head_dim_v)}, source=source)
 
 
-def _kernel(arch: str, dtype: str, head_dim: int, va: VariantArgs, source: Source | None) -> Kernel:
+def _kernel(arch: str, dtype: str, head_dim: int, head_dim_v: int, va: VariantArgs,
+            source: Source | None) -> Kernel:
     # Keyed by the source's id; the entry holds the source, so the id cannot be reused by
     # another source while the entry exists.
-    key = (id(source), arch, dtype, head_dim, va.causal, va.local, va.softcap, va.learnable_sink)
+    key = (id(source), arch, dtype, head_dim, head_dim_v, va.causal, va.local, va.softcap, va.learnable_sink)
     ent = _kernels.get(key)
     if ent is None or ent[0] is not source:
         with _kernels_lock:
             ent = _kernels.get(key)
             if ent is None or ent[0] is not source:
-                m = select_attention_variant(dtype, head_dim, source=source, arch=arch, **va.axes)
+                m = select_attention_variant(dtype, head_dim, source=source, arch=arch, head_dim_v=head_dim_v,
+                                             **va.axes)
                 ent = _kernels[key] = (source, Kernel.from_manifest(m, source or default_source()))
     return ent[1]
 
@@ -81,8 +86,9 @@ def _check_inputs(q: DeviceArray, k: DeviceArray, v: DeviceArray) -> None:
             raise InputError(f"{n} must be (batch, seqlen, heads, head_dim); got {a.ndim} dims {a.shape}")
     if not q.dtype == k.dtype == v.dtype:
         raise InputError(f"q, k, v must share one dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
-    if k.shape != v.shape:
-        raise InputError(f"k and v must have the same shape; got k {k.shape}, v {v.shape}")
+    if k.shape[:3] != v.shape[:3]:
+        raise InputError(f"k and v must agree in (batch, seqlen_k, heads_kv); got k {k.shape}, v {v.shape} "
+                         f"(v's head dim may differ: head_dim_v)")
     if q.shape[0] != k.shape[0]:
         raise InputError(f"batch differs: q.shape[0] = {q.shape[0]}, k.shape[0] = {k.shape[0]}")
     if q.shape[3] != k.shape[3]:
@@ -168,14 +174,17 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         arrays["lse"] = la
     _check_inputs(qa, ka, va)
     b, sq, hq, d = qa.shape
+    dv = va.shape[3]
+    o_shape = (b, sq, hq, dv)
     if sa is not None:
         if sa.dtype != "f32" or sa.shape != (hq,):
             raise InputError(f"learnable_sink must be float32 (heads_q,) = ({hq},); got {sa.dtype} {sa.shape}")
         arrays["learnable_sink"] = sa
     if "o" in arrays:
         o = arrays["o"]
-        if o.shape != qa.shape or o.dtype != qa.dtype:
-            raise InputError(f"out must be {qa.shape} {qa.dtype} like q; got {o.shape} {o.dtype}")
+        if o.shape != o_shape or o.dtype != qa.dtype:
+            raise InputError(f"out must be {o_shape} {qa.dtype} (q's shape with v's head dim); "
+                             f"got {o.shape} {o.dtype}")
         _check_layout("out", o)
     if "lse" in arrays:
         la = arrays["lse"]
@@ -184,12 +193,12 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
                              f"got {la.dtype} {la.shape}")
     arrays, device = resolve_devices(arrays)
 
-    kernel = _kernel(driver.device_arch(device), qa.dtype, d, va_args, source)
+    kernel = _kernel(driver.device_arch(device), qa.dtype, d, dv, va_args, source)
     specs = kernel.contract.tensors
     if "o" not in arrays:
         align = specs["o"].align_bytes if "o" in specs else 16
-        arrays["o"] = OwnedDeviceArray.empty(qa.shape, qa.dtype, device, stream,
-                                             _padded_strides(qa.shape, max(1, align // qa.itemsize)))
+        arrays["o"] = OwnedDeviceArray.empty(o_shape, qa.dtype, device, stream,
+                                             _padded_strides(o_shape, max(1, align // qa.itemsize)))
         out = arrays["o"]
     if "lse" not in arrays and "lse" in specs:
         align = specs["lse"].align_bytes

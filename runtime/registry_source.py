@@ -167,6 +167,14 @@ def manifests(source: Source | None = None, family: str | None = None) -> tuple[
     return found, broken
 
 
+def _axis(m: Manifest, k: str):
+    """m's value of axis k; manifests written before an axis existed have its default (a
+    value head dim is the head dim)."""
+    if k in m.axes:
+        return m.axes[k]
+    return m.axes.get("head_dim") if k == "head_dim_v" else DEFAULT_AXES.get(k)
+
+
 def _same(a, b) -> bool:
     # JSON true == 1 in Python; an axis value must match in kind as well as value.
     return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
@@ -188,7 +196,7 @@ def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | 
     found, broken = manifests(source, family)
 
     def differs(m: Manifest) -> list[str]:
-        return [k for k, v in want.items() if not _same(m.axes.get(k, DEFAULT_AXES.get(k)), v)]
+        return [k for k, v in want.items() if not _same(_axis(m, k), v)]
 
     matches = sorted((m for m in found if not differs(m)), key=lambda m: m.variant)
     if matches:
@@ -200,14 +208,14 @@ def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | 
                      + (" (build some: make kernels)." if not broken else "."))
     else:
         for k, v in want.items():
-            have = sorted({repr(m.axes.get(k, DEFAULT_AXES.get(k))) for m in found})
-            if not any(_same(m.axes.get(k, DEFAULT_AXES.get(k)), v) for m in found):
+            have = sorted({repr(_axis(m, k)) for m in found})
+            if not any(_same(_axis(m, k), v) for m in found):
                 lines.append(f"No {family} variant has {k}={v!r} (available: {', '.join(have)}).")
         ranked = sorted(found, key=lambda m: (len(differs(m)), m.variant))
         best = len(differs(ranked[0]))
         near = [m for m in ranked if len(differs(m)) == best][:8]
         lines.append("Nearest: " + "; ".join(
-            f"{m.variant} (differs in {', '.join(f'{k}={m.axes.get(k, DEFAULT_AXES.get(k))!r}' for k in differs(m))})"
+            f"{m.variant} (differs in {', '.join(f'{k}={_axis(m, k)!r}' for k in differs(m))})"
             for m in near))
     if broken:
         lines.append(f"{len(broken)} manifest(s) could not be read: " + "; ".join(broken[:5]))

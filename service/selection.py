@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .store import Record
 
-EXACT_AXES = ("family", "arch", "dtype", "head_dim", "causal", "varlen", "paged_kv",
+EXACT_AXES = ("family", "arch", "dtype", "head_dim", "head_dim_v", "causal", "varlen", "paged_kv",
               "softcap", "local", "learnable_sink")
 # Exact axes a record or a problem may leave out: they mean False (plain attention).
 _FALSE_UNLESS_GIVEN = ("varlen", "paged_kv", "softcap", "local", "learnable_sink")
@@ -17,11 +17,21 @@ SM_COUNT = {"sm_90a": 132, "sm_100a": 148}  # H100/H200 SXM, B200: enough to jud
 
 
 def _axis(rec: Record, axis: str):
-    return rec.family if axis == "family" else rec.axes.get(axis, False if axis in _FALSE_UNLESS_GIVEN else None)
+    if axis == "family":
+        return rec.family
+    if axis == "head_dim_v":                    # left out: V is as wide as Q and K
+        return rec.axes.get(axis, rec.axes.get("head_dim"))
+    return rec.axes.get(axis, False if axis in _FALSE_UNLESS_GIVEN else None)
+
+
+def _given(problem: dict, axis: str):
+    if axis == "head_dim_v":
+        return problem.get(axis) or problem["head_dim"]
+    return problem.get(axis, False) if axis in _FALSE_UNLESS_GIVEN else problem[axis]
 
 
 def exact_values(problem: dict) -> dict:
-    return {a: problem.get(a, False) if a in _FALSE_UNLESS_GIVEN else problem[a] for a in EXACT_AXES}
+    return {a: _given(problem, a) for a in EXACT_AXES}
 
 
 def choose(problem: dict, records: list[Record]) -> tuple[Record | None, list[str], int]:

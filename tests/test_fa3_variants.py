@@ -50,13 +50,16 @@ def test_local_and_causal_are_exclusive():
         FwdConfig("sm_90a", "bf16", 128, False, local=True, mask_bits=True)
 
 
-def test_default_set_keeps_its_plain_variants_and_adds_two():
+def test_default_set_keeps_its_plain_variants_and_adds_three():
     names = {v.name for v in expand_set("default")}
     assert "fa3-fwd-sm_90a-bf16-hd128-causal" in names
-    assert {"fa3-fwd-sm_90a-bf16-hd128-causal-softcap",
+    assert {"fa3-fwd-sm_90a-bf16-hd128-causal-softcap", "fa3-fwd-sm_90a-bf16-hd192-dv128-causal",
             "fa3-fwd-sm_90a-bf16-hd128-noncausal-local-persistent"} <= names
     variants = expand_set("variants")
-    assert all(v["softcap"] or v["local"] or v["learnable_sink"] for v in variants)
+    assert all(v["softcap"] or v["local"] or v["learnable_sink"] or v["head_dim_v"] != v["head_dim"]
+               for v in variants)
+    assert {(v["head_dim"], v["head_dim_v"]) for v in variants if v["head_dim_v"] != v["head_dim"]} == \
+        {(192, 128), (128, 64), (96, 64)}
     assert not any(v["local"] and v["causal"] for v in variants)
 
 
@@ -170,3 +173,50 @@ def test_a_value_no_variant_serves_names_the_nearest(tmp_path):
         "fa3-fwd-sm_90a-bf16-hd128-causal"
     with pytest.raises(VariantNotFound, match=r"local=True.*Nearest: fa3-fwd-sm_90a-bf16-hd128-causal"):
         select_attention_variant("bf16", 128, source=src, arch="sm_90a", **resolve(False, (64, 0)).axes)
+
+
+# ---------------------------------------------------------------- value head dim != head dim
+
+def test_head_dim_v_names_and_constraints():
+    v = make_variant("fa3_fwd", arch="sm90", dtype="bf16", head_dim=192, head_dim_v=128, causal=True)
+    assert v.name == "fa3-fwd-sm_90a-bf16-hd192-dv128-causal" and parse_name(v.name) == v
+    assert (v["tile_m"], v["tile_n"]) == (128, 128)
+    plain = make_variant("fa3_fwd", arch="sm90", dtype="bf16", head_dim=128, causal=True)
+    assert plain["head_dim_v"] == 128 and plain.name == "fa3-fwd-sm_90a-bf16-hd128-causal"
+    with pytest.raises(SpecError, match=r"\(192, 128\), \(128, 64\), \(96, 64\)"):
+        make_variant("fa3_fwd", arch="sm90", dtype="bf16", head_dim=128, head_dim_v=96, causal=True)
+    with pytest.raises(ValueError, match="not supported"):
+        FwdConfig("sm_90a", "bf16", 64, True, head_dim_v=128)
+    cfg = FwdConfig("sm_90a", "bf16", 192, True, head_dim_v=128)
+    assert cfg.smem_bytes == 128 * 192 * 2 + 2 * 128 * (192 + 128) * 2
+
+
+def test_head_dim_v_contract_checks_v_and_o():
+    cfg = FwdConfig("sm_90a", "bf16", 192, True, head_dim_v=128)
+    c = family_contract(cfg, {"q": (64, 128), "k": (64, 96), "v": (64, 128), "o": (64, 128)},
+                        {"q": 128, "k": 128, "v": 128, "o": 64})
+    c.update({"contract_version": 1, "variant": "v", "arch": "sm_90a", "entry": "e", "block": [384, 1, 1],
+              "cluster": [1, 1, 1], "dynamic_smem_bytes": 1})
+    assert c["symbols"]["head_dim_v"] == {"tensor": "v", "dim": 3, "fixed": 128}
+    assert c["tensors"]["v"]["dims"][3] == c["tensors"]["o"]["dims"][3] == "head_dim_v"
+    assert param(c, "tma_o")["swizzle"] == "64B" and param(c, "tma_q")["swizzle"] == "128B"
+    good = {"q": arr((1, 300, 8, 192)), "k": arr((1, 500, 2, 192), base=BASE + GB),
+            "v": arr((1, 500, 2, 128), base=BASE + 2 * GB), "o": arr((1, 300, 8, 128), base=BASE + 3 * GB),
+            "lse": arr((1, 8, 300), "f32", base=BASE + 4 * GB)}
+    bind(load_contract(c), good)
+    bad = dict(good, v=arr((1, 500, 2, 192), base=BASE + 2 * GB))
+    with pytest.raises(InputError, match=r"v.shape\[3\] \(head_dim_v\) is 192; .* head_dim_v = 128"):
+        bind(load_contract(c), bad)
+    # dv == d keeps the plain contract: no head_dim_v symbol.
+    assert "head_dim_v" not in contract_for(causal=True)["symbols"]
+
+
+def test_head_dim_v_selection(tmp_path):
+    old = manifest(causal=True, variant="fa3-fwd-sm_90a-bf16-hd128-causal")   # written before head_dim_v
+    dv = manifest(hd=192, causal=True, head_dim_v=128, variant="fa3-fwd-sm_90a-bf16-hd192-dv128-causal")
+    src = LocalSource(write_registry(tmp_path, [old, dv]))
+    assert select_attention_variant("bf16", 128, True, source=src, arch="sm_90a").variant == old["variant"]
+    assert select_attention_variant("bf16", 192, True, source=src, arch="sm_90a",
+                                    head_dim_v=128).variant == dv["variant"]
+    with pytest.raises(VariantNotFound, match=r"head_dim_v=64.*Nearest"):
+        select_attention_variant("bf16", 128, True, source=src, arch="sm_90a", head_dim_v=64)

@@ -10,8 +10,9 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 
 def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
-    # dtype x head dim x causal, plus two model variants (hd128 softcap causal, hd128 local)
-    assert len(select("default")) == 2 * 5 * 2 + 2
+    # dtype x head dim x causal, plus three model variants (hd128 softcap causal, hd128 local,
+    # hd192/dv128 causal)
+    assert len(select("default")) == 2 * 5 * 2 + 3
     assert len(select("demo")) == 4
     assert {v.family for v in select("all")} == {"fa3_fwd"}  # test/demo families stay out of `all`
 

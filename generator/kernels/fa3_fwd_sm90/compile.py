@@ -39,14 +39,15 @@ def compile_cubin(cfg: FwdConfig):
     heads_q, heads_kv = cute.sym_int(), cute.sym_int()
     d = cfg.head_dim
 
-    def bshd(seqlen, heads):
+    def bshd(seqlen, heads, dim=d):
         return make_fake_tensor(
-            dt, (batch, seqlen, heads, d),
+            dt, (batch, seqlen, heads, dim),
             stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1),
             assumed_align=16,
         )
 
-    q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv), bshd(seqlen_q, heads_q)
+    dv = cfg.head_dim_v
+    q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv, dv), bshd(seqlen_q, heads_q, dv)
     lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
     # The variants' runtime values; left out (None) when off, so those cubins stay as they were.
     extra = {}

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 # (bench/results/2026-11-29-h200/ab.md); hd96 at 192x128 and hd128 at 128x176 ran at 0.72x
 # and 0.80x cuDNN in early dev runs (figures not kept), so they stay at 128x128.
 DEFAULT_TILES = {64: (192, 128), 96: (128, 128), 128: (128, 128), 192: (128, 96), 256: (128, 80)}
+# (head_dim, head_dim_v) pairs with a value head dim of their own (DeepSeek MLA prefill is
+# (192, 128)) and their tiles: V's smaller rows leave room for FA4's wider key blocks.
+HEAD_DIM_V_TILES = {(192, 128): (128, 128), (128, 64): (128, 128), (96, 64): (128, 128)}
 
 SUPPORTED_DTYPES = ("bf16", "fp16")
 SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
@@ -21,10 +24,11 @@ SUPPORTED_ARCHS = ("sm_90a",)
 SMEM_LIMIT = 227 * 1024 - 1024
 
 
-def default_tile(head_dim: int, causal: bool = False) -> tuple[int, int]:
+def default_tile(head_dim: int, causal: bool = False, head_dim_v: int | None = None) -> tuple[int, int]:
     """The (tile_m, tile_n) this family uses unless told otherwise. `causal` is part of the
     interface (the spec asks per variant); no measured choice depends on it today."""
-    return DEFAULT_TILES[head_dim]
+    # A pair not in the table falls back to head_dim's tile; FwdConfig and the spec refuse it.
+    return HEAD_DIM_V_TILES.get((head_dim, head_dim_v), DEFAULT_TILES[head_dim])
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ class FwdConfig:
     local: bool = False
     # One logit per query head added to each row's softmax denominator (gpt-oss, FA4).
     learnable_sink: bool = False
+    # V's (and O's) head dim when it differs from Q's and K's: one of HEAD_DIM_V_TILES.
+    head_dim_v: int = 0  # 0: head_dim
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -89,7 +95,12 @@ class FwdConfig:
             raise ValueError(f"dtype {self.dtype!r} not supported; use one of {SUPPORTED_DTYPES}")
         if self.head_dim not in SUPPORTED_HEAD_DIMS:
             raise ValueError(f"head_dim {self.head_dim} not supported; use one of {SUPPORTED_HEAD_DIMS}")
-        tm, tn = default_tile(self.head_dim, self.causal)
+        if not self.head_dim_v:
+            object.__setattr__(self, "head_dim_v", self.head_dim)
+        if self.head_dim_v != self.head_dim and (self.head_dim, self.head_dim_v) not in HEAD_DIM_V_TILES:
+            raise ValueError(f"(head_dim, head_dim_v) = ({self.head_dim}, {self.head_dim_v}) not supported; "
+                             f"use one of {sorted(HEAD_DIM_V_TILES)} or head_dim_v = head_dim")
+        tm, tn = default_tile(self.head_dim, self.causal, self.head_dim_v)
         if not self.tile_m:
             object.__setattr__(self, "tile_m", tm)
         if not self.tile_n:
@@ -130,8 +141,9 @@ class FwdConfig:
     def smem_bytes(self) -> int:
         """Shared memory of the Q, K, V (and O) tiles, before alignment padding."""
         q = self.tile_m * self.head_dim * self.elem_bytes
-        kv = 2 * self.stages * self.tile_n * self.head_dim * self.elem_bytes
-        return q + kv + (q if self.separate_o_smem else 0)
+        kv = self.stages * self.tile_n * (self.head_dim + self.head_dim_v) * self.elem_bytes
+        o = self.tile_m * self.head_dim_v * self.elem_bytes
+        return q + kv + (o if self.separate_o_smem else 0)
 
     @property
     def consumer_warpgroups(self) -> int:

@@ -56,9 +56,13 @@ def window_expr(side: str, reach: str) -> list:
     return [side, -1, "max", side, 0, "<", reach, 1, "+", "*", "+", reach, "min"]
 
 
-def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int) -> dict:
-    """Grid, symbols, tensors, scalars, checks and params for one compiled variant."""
+def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
+    """Grid, symbols, tensors, scalars, checks and params for one compiled variant.
+    `swizzle`: one for every tensor map, or one per tensor (V and O rows may be narrower)."""
     d = cfg.head_dim
+    swz = swizzle if isinstance(swizzle, dict) else {t: swizzle for t in "qkvo"}
+    # V and O are head_dim_v wide: its own symbol only where it differs, so plain contracts stay.
+    dv_sym = "head_dim_v" if cfg.head_dim_v != d else "head_dim"
     params = [
         _i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]),
         _i32_struct("k_coords", 1, ["seqlen_k", "heads_kv", "batch"]),
@@ -76,10 +80,10 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
                 {"offset": 32, "type": "i64", "value": ["lse.stride.0"]},
             ],
         },
-        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swizzle),
-        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swizzle),
-        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swizzle),
-        _tensormap("tma_o", 8, "o", cfg.dtype, boxes["o"], swizzle),
+        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swz["q"]),
+        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swz["k"]),
+        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swz["v"]),
+        _tensormap("tma_o", 8, "o", cfg.dtype, boxes["o"], swz["o"]),
         {"name": "softmax_scale_log2", "ordinal": 9, "kind": "scalar", "size": 4, "align": 4,
          # softcap: the softmax exponent is softcap * tanh(..) * log2(e) (softmax.apply_softcap).
          "type": "f32", "value": ["softcap", "log2e_mul"] if cfg.softcap else ["softmax_scale", "log2e_mul"]},
@@ -127,12 +131,13 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             "head_dim": {"tensor": "q", "dim": 3, "fixed": d},
             "seqlen_k": {"tensor": "k", "dim": 1, "min": 1},
             "heads_kv": {"tensor": "k", "dim": 2, "min": 1},
+            **({dv_sym: {"tensor": "v", "dim": 3, "fixed": cfg.head_dim_v}} if dv_sym != "head_dim" else {}),
         },
         "tensors": {
             "q": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
             "k": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
-            "v": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
-            "o": {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
+            "v": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", dv_sym], **bshd},
+            "o": {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", dv_sym], **bshd},
             "lse": {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
                     "contiguous_dim": 2, "align_bytes": 4},
             **tensors,

@@ -51,6 +51,7 @@ class FlashFwdSm90:
         self.cfg = cfg
         self.dtype = DTYPES[cfg.dtype]
         self.tile_m, self.tile_n, self.hdim = cfg.tile_m, cfg.tile_n, cfg.head_dim
+        self.hdim_v = cfg.head_dim_v  # V and O
         self.stages = cfg.stages
         self.causal = cfg.causal
         self.local = cfg.local
@@ -82,7 +83,7 @@ class FlashFwdSm90:
         pv = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype,
             OperandMajorMode.K, OperandMajorMode.MN,
-            Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.hdim),
+            Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.hdim_v),
             a_source=warpgroup.OperandSource.RMEM,
         )
         return qk, pv
@@ -112,9 +113,12 @@ class FlashFwdSm90:
         tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
         sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
-        sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
+        sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim_v, self.stages)
         # wg_epilogue: one 64-row slab per warpgroup, each stored on its own.
-        sO_layout = smem_layout(self.dtype, 64, self.hdim, self.num_wg) if self.wg_epilogue else sQ_layout
+        sO_layout = smem_layout(self.dtype, 64, self.hdim_v, self.num_wg) if self.wg_epilogue else sQ_layout
+        if const_expr(self.hdim_v != self.hdim and not self.wg_epilogue):
+            # O's rows are dv wide; through Q's buffer it takes the first tile_m * dv of it.
+            sO_layout = smem_layout(self.dtype, self.tile_m, self.hdim_v)
         sO_box_layout = cute.select(sO_layout, mode=[0, 1]) if self.wg_epilogue else sO_layout
 
         def buffer(layout):
@@ -140,9 +144,9 @@ class FlashFwdSm90:
             load_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.hdim)
         )
         tma_v, tV = cpasync.make_tiled_tma_atom(
-            load_op, mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.hdim)
+            load_op, mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.hdim_v)
         )
-        tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_box_layout, (self.o_rows, self.hdim))
+        tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_box_layout, (self.o_rows, self.hdim_v))
         # Facts the launch contract needs and the cubin does not hold.
         self.dynamic_smem_bytes = SharedStorage.size_in_bytes()
         self.tma_boxes = {
@@ -210,6 +214,7 @@ class FlashFwdSm90:
         consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
         q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
         kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
+        v_bytes = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
         pipe_q = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
             producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
@@ -220,7 +225,7 @@ class FlashFwdSm90:
         )
         pipe_v = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
-            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
+            producer_group=producer, consumer_group=consumers, tx_count=v_bytes, defer_sync=True,
         )
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
@@ -308,7 +313,7 @@ class FlashFwdSm90:
                 m_block = num_m - 1 - m_block
         elif const_expr(self.causal and (self.persistent or self.linear_grid)):
             m_block, hb = causal_lpt_order(
-                tile, num_m, heads * mQ.shape[3], mK.shape[0], 2 * self.hdim * self.cfg.elem_bytes,
+                tile, num_m, heads * mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
                 self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
             )
             head = hb % heads
@@ -351,7 +356,7 @@ class FlashFwdSm90:
             n_blocks = n_block_max - n_block_min
         gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
         gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
-        gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
+        gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, self.hdim_v), (None, 0))
         one = cute.make_layout(1)
         tQsQ, tQgQ = cpasync.tma_partition(
             tma_q, 0, one, cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
@@ -417,7 +422,7 @@ class FlashFwdSm90:
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
         sVt = transpose_view(sV)
         tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
-        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim)), Float32)
+        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim_v)), Float32)
         tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
         s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
 
@@ -670,7 +675,7 @@ class FlashFwdSm90:
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
         if tidx == 0:
-            gO = cute.local_tile(mO[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
+            gO = cute.local_tile(mO[None, None, head, batch], (self.tile_m, self.hdim_v), (m_block, 0))
             tOsO, tOgO = cpasync.tma_partition(
                 tma_o, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2), cute.group_modes(gO, 0, 2)
             )
@@ -684,7 +689,7 @@ class FlashFwdSm90:
     def store_lse(self, lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
         """LSE: the thread holding column 0 of a row writes that row."""
         thr_mma = tiled_mma_pv.get_slice(tidx)
-        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim_v))))
         if cO[0, 0][1] == 0:
             for r in cutlass.range_constexpr(cute.size(lse)):
                 row = m_block * self.tile_m + cO[r, 0][0]
@@ -712,7 +717,7 @@ class FlashFwdSm90:
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
         if wg_tidx == 0:
-            gO = cute.local_tile(mO[None, None, head, batch], (64, self.hdim), (m_block * self.num_wg + wg, 0))
+            gO = cute.local_tile(mO[None, None, head, batch], (64, self.hdim_v), (m_block * self.num_wg + wg, 0))
             tOsO, tOgO = cpasync.tma_partition(
                 tma_o, 0, cute.make_layout(1), cute.group_modes(sO_wg, 0, 2), cute.group_modes(gO, 0, 2)
             )
