@@ -95,7 +95,9 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     scalars = {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}}
     tensors = {}
     if cfg.softcap:
-        scalars["softcap"] = {"type": "f32"}  # no default: a softcap variant needs its cap
+        # A softcap variant needs its cap: the default 0 makes softcap_pre a division by zero,
+        # which both launchers refuse (the C++ table wants a default for every scalar).
+        scalars["softcap"] = {"type": "f32", "default": [0.0]}
         params.append({"name": "softcap_pre", "ordinal": len(params), "kind": "scalar", "size": 4,
                        "align": 4, "type": "f32", "value": ["softmax_scale", "softcap", "/"]})
     if cfg.local:
