@@ -65,10 +65,13 @@ def _manifest(kind, name):
 # --------------------------------------------------------------------------- reference
 
 def reference(q, k, v, scale, causal=False, window=(-1, -1), softcap=0.0, sink=None):
-    """float64 O and natural-log LSE. Masks bottom-right aligned (FlashAttention): row i sees
+    """O and natural-log LSE in float32 (the inputs are bf16/fp16 values, exact in float32;
+    float32's own error, ~1e-6, is far below the tolerances, and it halves the host time). Masks bottom-right aligned (FlashAttention): row i sees
     j with i + sk - sq - left <= j <= i + sk - sq + right, -1 unbounded, causal = right 0.
     softcap: softcap * tanh(s * scale / softcap). sink (hq,): one more logit in each row's
     denominator and LSE (FA4): a row with no key gets O = 0 and LSE = sink."""
+    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    scale = np.float32(scale)
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     g = hq // hkv
@@ -76,7 +79,7 @@ def reference(q, k, v, scale, causal=False, window=(-1, -1), softcap=0.0, sink=N
     vv = np.repeat(v, g, axis=2).transpose(0, 2, 1, 3)       # (b, hq, sk, dv)
     s = np.matmul(q.transpose(0, 2, 1, 3), kk) * scale        # (b, hq, sq, sk)
     if softcap > 0:
-        s = softcap * np.tanh(s / softcap)
+        s = np.float32(softcap) * np.tanh(s / np.float32(softcap))
     left, right = window
     if causal:
         right = 0
@@ -90,16 +93,17 @@ def reference(q, k, v, scale, causal=False, window=(-1, -1), softcap=0.0, sink=N
     s = np.where(keep, s, -np.inf)
     m = s.max(-1, keepdims=True)
     if sink is not None:
-        m = np.maximum(m, sink.astype(np.float64)[None, :, None, None])
+        m = np.maximum(m, sink.astype(np.float32)[None, :, None, None])
     empty = ~np.isfinite(m)
     m = np.where(empty, 0.0, m)
     p = np.exp(s - m)
     l = p.sum(-1, keepdims=True)
     if sink is not None:
-        l = l + np.exp(sink.astype(np.float64)[None, :, None, None] - m)
+        l = l + np.exp(sink.astype(np.float32)[None, :, None, None] - m)
     o = np.matmul(p / np.where(l == 0, 1.0, l), vv).transpose(0, 2, 1, 3)
     lse = np.where(l[..., 0] == 0, -np.inf, (m + np.log(np.where(l == 0, 1.0, l)))[..., 0])
-    return o, lse, ~keep.any(-1), float(np.abs(np.where(np.isfinite(s), s, 0.0)).max())
+    return (o.astype(np.float64), lse.astype(np.float64), ~keep.any(-1),
+            float(np.abs(np.where(np.isfinite(s), s, 0.0)).max()))
 
 
 # tanh.approx.f32 (the MUFU's tanh, FA4's too) has a relative error of at most 2^-11, so a
@@ -183,8 +187,9 @@ def _check(results):
 
 
 # (batch, seqlen_q, seqlen_k, heads_q, heads_kv): not tile multiples, sq != sk both ways,
-# GQA 1, 4, 8; the last one long enough that a 4096 window cuts keys off.
-WINDOW_SHAPES = [(1, 300, 517, 4, 1), (2, 517, 300, 8, 8), (1, 1000, 1000, 8, 2), (1, 333, 4500, 2, 1)]
+# GQA 4, 1, 8; LONG is long enough that a 4096 window cuts keys off.
+WINDOW_SHAPES = [(1, 300, 517, 4, 1), (2, 257, 190, 8, 8), (1, 555, 600, 8, 1)]
+LONG = (1, 133, 4500, 2, 1)
 WINDOWS = [(0, 0), (1, 0), (63, 0), (64, 0), (127, 0), (4096, 0), (128, 128), (1, 1), (63, 64),
            (5, 200), (-1, 33), (33, -1), (0, -1)]
 
@@ -194,12 +199,12 @@ def test_sliding_window(name):
     m = _manifest("local", name)
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     results = []
-    for w in WINDOWS:
-        for n, shape in enumerate(WINDOW_SHAPES):
-            if shape[2] < 4096 and w[0] == 4096 and n:
-                continue                      # the long shape covers 4096
+    for n, w in enumerate(WINDOWS):
+        # Two of the shapes per window, in turn, and the long one where the window is long.
+        shapes = [WINDOW_SHAPES[n % 3], WINDOW_SHAPES[(n + 1) % 3]] + ([LONG] if max(w) >= 128 else [])
+        for i, shape in enumerate(shapes):
             results.append(run_case(m, rng, shape, window=w, softcap=30.0 if m.axes.get("softcap") else 0.0,
-                                    sink=bool(m.axes.get("learnable_sink")), scale=None if n % 2 else 0.8 / 11.3))
+                                    sink=bool(m.axes.get("learnable_sink")), scale=None if i % 2 else 0.07))
     errs, ran = _check(results)
     assert not errs, "\n".join(errs)
     # The right kernel ran: a local window goes to a local variant of this dtype and head dim.
@@ -226,7 +231,7 @@ def test_causal_window_is_the_causal_path():
     assert not errs, "\n".join(errs)
 
 
-SOFTCAP_SHAPES = [(1, 300, 517, 4, 4), (2, 517, 300, 8, 2), (1, 1000, 1000, 8, 1)]
+SOFTCAP_SHAPES = [(1, 300, 517, 4, 4), (2, 517, 300, 8, 2), (1, 600, 555, 8, 1)]
 
 
 @pytest.mark.parametrize("name", _names("softcap"))
@@ -250,7 +255,7 @@ def test_softcap(name):
     assert ran and all("-softcap" in r for r in ran), sorted(set(ran))
 
 
-SINK_SHAPES = [(1, 300, 517, 4, 1), (2, 517, 300, 8, 8), (1, 1000, 1000, 8, 2), (1, 64, 1, 4, 4)]
+SINK_SHAPES = [(1, 300, 517, 4, 1), (2, 517, 300, 8, 8), (1, 600, 555, 8, 2), (1, 64, 1, 4, 4)]
 
 
 @pytest.mark.parametrize("name", _names("learnable_sink"))
@@ -290,7 +295,7 @@ def test_sink_row_with_no_key_gets_the_sink_as_lse():
     assert not errs, "\n".join(errs)
 
 
-DV_SHAPES = [(1, 300, 517, 4, 1), (2, 517, 300, 8, 8), (1, 1000, 1000, 8, 2), (3, 77, 130, 4, 4)]
+DV_SHAPES = [(1, 300, 517, 4, 1), (2, 517, 300, 8, 8), (1, 600, 555, 8, 2), (3, 77, 130, 4, 4)]
 
 
 @pytest.mark.parametrize("name", _names("head_dim_v"))
