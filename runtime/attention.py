@@ -126,7 +126,8 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     row's denominator and to LSE, as FA4 (O = 0, LSE = sink for a row that sees no key).
 
     With ``out`` and ``lse`` given, a call whose arrays (pointers, shapes, strides, dtypes,
-    devices, read-only flags), ``causal``, ``softmax_scale`` and ``source`` equal an earlier
+    devices, read-only flags), ``causal``, ``softmax_scale``, ``window_size``, ``softcap``,
+    ``learnable_sink`` and ``source`` equal an earlier
     call's launches that call's checked parameters at once; anything new is checked in full."""
     if type(stream) is int:
         handle = stream
