@@ -49,7 +49,8 @@ UNARY_OPS = {"rsqrt": "Rsqrt", "log2e_mul": "Log2eMul"}
 DTYPES = {"bf16": 2, "fp16": 2, "e4m3": 1, "f32": 4}
 # Axes a manifest may leave out, with the value selection assumes for them; the same table as
 # runtime/registry_source.py DEFAULT_AXES (tests/test_cpp_bundle.py checks they agree).
-DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False}
+DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False,
+                "softcap": False, "local": False, "learnable_sink": False}
 SWIZZLE_SPAN = {"none": None, "32B": 32, "64B": 64, "128B": 128}
 FIELD_TYPES = {"i32": 4, "f32": 4, "i64": 8, "u64": 8, "ptr": 8}
 SCALAR_TYPES = {"i32": 4, "f32": 4, "i64": 8}
@@ -118,6 +119,8 @@ class _Variant:
         axes = dict(manifest.get("axes", {}))
         for k, v in DEFAULT_AXES.items():
             axes.setdefault(k, v)
+        if "head_dim" in axes:                  # a value head dim defaults to the head dim
+            axes.setdefault("head_dim_v", axes["head_dim"])
         self.axes = [(k, axis_text(v)) for k, v in axes.items()]
         self.sha256 = manifest["cubin"]["sha256"]
         self.cubin_size = int(manifest["cubin"]["size"])

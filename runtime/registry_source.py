@@ -192,11 +192,18 @@ def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | 
     want = dict(DEFAULT_AXES)
     want.update(axes or {})
     want.update(more)
+    # V as wide as Q and K is what a query without head_dim_v asks for; said so once, not as
+    # a second difference beside head_dim (runtime/cpp select.h does the same).
+    if "head_dim_v" in want and want["head_dim_v"] == want.get("head_dim"):
+        del want["head_dim_v"]
     source = source or default_source()
     found, broken = manifests(source, family)
 
     def differs(m: Manifest) -> list[str]:
-        return [k for k, v in want.items() if not _same(_axis(m, k), v)]
+        out = [k for k, v in want.items() if not _same(_axis(m, k), v)]
+        if "head_dim_v" not in want and _axis(m, "head_dim_v") != m.axes.get("head_dim"):
+            out.append("head_dim_v")
+        return out
 
     matches = sorted((m for m in found if not differs(m)), key=lambda m: m.variant)
     if matches:

@@ -221,3 +221,7 @@ def test_head_dim_v_selection(tmp_path):
                                     head_dim_v=128).variant == dv["variant"]
     with pytest.raises(VariantNotFound, match=r"head_dim_v=64.*Nearest"):
         select_attention_variant("bf16", 128, True, source=src, arch="sm_90a", head_dim_v=64)
+    # A plain query (V as wide as Q) is never served by a dv variant; the miss says why, once.
+    with pytest.raises(VariantNotFound, match=r"Nearest: .*fa3-fwd-sm_90a-bf16-hd192-dv128-causal "
+                                              r"\(differs in head_dim_v=128\)"):
+        select_attention_variant("bf16", 192, True, source=src, arch="sm_90a")
