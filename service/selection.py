@@ -19,14 +19,16 @@ SM_COUNT = {"sm_90a": 132, "sm_100a": 148}  # H100/H200 SXM, B200: enough to jud
 def _axis(rec: Record, axis: str):
     if axis == "family":
         return rec.family
-    if axis == "head_dim_v":                    # left out: V is as wide as Q and K
-        return rec.axes.get(axis, rec.axes.get("head_dim"))
+    if axis == "head_dim_v":                    # None: V as wide as Q and K (left out or equal)
+        dv = rec.axes.get(axis, rec.axes.get("head_dim"))
+        return None if dv == rec.axes.get("head_dim") else dv
     return rec.axes.get(axis, False if axis in _FALSE_UNLESS_GIVEN else None)
 
 
 def _given(problem: dict, axis: str):
-    if axis == "head_dim_v":
-        return problem.get(axis) or problem["head_dim"]
+    if axis == "head_dim_v":                    # as _axis: None unless V has a head dim of its own
+        dv = problem.get(axis) or problem["head_dim"]
+        return None if dv == problem["head_dim"] else dv
     return problem.get(axis, False) if axis in _FALSE_UNLESS_GIVEN else problem[axis]
 
 
@@ -79,7 +81,7 @@ def explain_missing(problem: dict, records: list[Record], limit: int = 5) -> dic
     ranked = sorted(pool, key=lambda r: (sum(_axis(r, a) != v for a, v in want.items()), r.name))
     nearest = [{"variant": r.name, "differs": {a: _axis(r, a) for a, v in want.items() if _axis(r, a) != v}}
                for r in ranked[:limit]]
-    asked = ", ".join(f"{a}={v}" for a, v in want.items())
+    asked = ", ".join(f"{a}={v}" for a, v in want.items() if not (a == "head_dim_v" and v is None))
     if not records:
         msg = "no variants are published on this server yet"
     elif missing:
