@@ -44,7 +44,8 @@ class Family:
         """The family's own default tile for the head dim; the table here until its package exists."""
         fn = _tile_function(self.tile_function) if self.tile_function else None
         if fn is not None:
-            return tuple(fn(axes["head_dim"], bool(axes.get("causal", False))))
+            extra = (axes["head_dim_v"],) if "head_dim_v" in axes else ()
+            return tuple(fn(axes["head_dim"], bool(axes.get("causal", False)), *extra))
         if self.default_tiles is None:
             return None
         return self.default_tiles[axes["head_dim"]]
@@ -62,6 +63,12 @@ def _tile_function(ref: str) -> Callable | None:
         return None
 
 
+def _dv_pairs() -> tuple:
+    """(head_dim, head_dim_v) pairs with their own value head dim: the kernel package's table
+    (config.py imports no cutlass)."""
+    from .kernels.fa3_fwd_sm90.config import HEAD_DIM_V_TILES
+    return tuple(HEAD_DIM_V_TILES)
+
 
 FA3_FWD = Family(
     name="fa3_fwd",
@@ -72,12 +79,16 @@ FA3_FWD = Family(
         "arch": ("sm_90a",),
         "dtype": ("bf16", "fp16"),
         "head_dim": (64, 96, 128, 192, 256),
+        "head_dim_v": (64, 96, 128, 192, 256),  # = head_dim, or a pair of HEAD_DIM_V_TILES
         "causal": (False, True),
         "varlen": (False,),
         # Inference axes (kernels/fa3_fwd_sm90/inference.py): one tile per CTA.
         "paged_kv": (False, True),
         "pack_gqa": (False, True),
         "split_kv": (False, True),
+        "softcap": (False, True),
+        "local": (False, True),
+        "learnable_sink": (False, True),
         # lpt: causal tiles longest first on a 1-D grid (not in the default set until timed)
         "scheduler": ("single", "persistent", "lpt"),
         "tile_m": (64, 128, 192),
@@ -89,6 +100,14 @@ FA3_FWD = Family(
          "scheduler=lpt orders causal tiles by cost; non-causal tiles all cost the same (use single or persistent)"),
         (lambda ax: ax["scheduler"] == "single" or not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),
          "split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler=single"),
+        (lambda ax: ax["head_dim_v"] == ax["head_dim"] or (ax["head_dim"], ax["head_dim_v"]) in _dv_pairs(),
+         "head_dim_v must equal head_dim or make a pair the kernel builds: (192, 128), (128, 64), (96, 64)"),
+        (lambda ax: not (ax["local"] and ax["causal"]),
+         "local=1 is a sliding window with its own right edge; causal (the window (-1, 0)) is causal=1, local=0"),
+        (lambda ax: not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"])
+         or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]),
+         "the inference forms (split_kv, pack_gqa, paged_kv) do not take softcap, local, learnable_sink or "
+         "head_dim_v != head_dim yet"),
     ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={

@@ -23,6 +23,12 @@ class SpecError(ValueError):
     """A variant, filter or set that the spec does not allow, with the reason."""
 
 
+def axis_default(axis: str, axes: Mapping[str, Any]) -> Any:
+    """The value `axis` takes when not given, for a variant whose other axes are `axes`."""
+    source = AXES[axis].default_from
+    return axes.get(source) if source else AXES[axis].default
+
+
 @dataclass(frozen=True)
 class Variant:
     """One buildable kernel: a family and a value for each of its axes (in AXES order)."""
@@ -119,6 +125,8 @@ def make_variant(family: str, **axes: Any) -> Variant:
             continue
         if axis in axes:
             values[axis] = parse_value(axis, axes[axis])
+        elif AXES[axis].default_from:
+            values[axis] = values[AXES[axis].default_from]
         elif AXES[axis].default is not None:
             values[axis] = AXES[axis].default
         else:
@@ -149,6 +157,9 @@ def variant_name(v: Variant) -> str:
         spec = AXES[axis]
         if axis == "head_dim":
             tokens.append(f"hd{value}")
+        elif AXES[axis].default_from:
+            if value != ax[AXES[axis].default_from]:
+                tokens.append(f"dv{value}")
         elif axis == "causal":
             tokens.append("causal" if value else "noncausal")
         elif spec.flag:
@@ -182,6 +193,8 @@ def parse_name(name: str) -> Variant:
             axes["tile_m"], axes["tile_n"] = int(m.group(1)), int(m.group(2))
         elif (m := re.fullmatch(r"hd(\d+)", tok)) and "head_dim" in fam.axes:
             axes["head_dim"] = int(m.group(1))
+        elif (m := re.fullmatch(r"dv(\d+)", tok)) and "head_dim_v" in fam.axes:
+            axes["head_dim_v"] = int(m.group(1))
         elif tok in ("causal", "noncausal") and "causal" in fam.axes:
             axes["causal"] = tok == "causal"
         else:
@@ -246,6 +259,46 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "scheduler": ["single"]}),
         # Decode: pack-GQA, with and without split-KV, dense or paged, and the combine.
         *DECODE_DEFAULT,
+        # The commonest model variants (the rest are SET=variants): Gemma-2's softcap, a window.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True],
+                     "softcap": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
+                     "local": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [192], "head_dim_v": [128],
+                     "causal": [True]}),
+    ],
+    # What models ship with: softcap (Gemma-2), sliding windows (Mistral, Gemma), learnable
+    # sinks (gpt-oss: hd64, window 128, sinks). Local variants are non-causal (a window's
+    # right side does what causal does) and persistent: windowed tiles cost about the same.
+    "variants": [
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 256], "causal": [True],
+                     "softcap": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 256], "causal": [False],
+                     "softcap": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 256], "causal": [False],
+                     "local": [True], "scheduler": ["persistent"]}),
+        # hd64 local at 128 x 128: at the default 192 x 128 (three consumer warpgroups, 160
+        # registers) the window's two-edge mask spills (~100 LDL/STL); 128 x 128 spills none.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [False],
+                     "local": [True], "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 256], "causal": [False],
+                     "local": [True], "softcap": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [True],
+                     "learnable_sink": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64, 128], "causal": [False],
+                     "learnable_sink": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False],
+                     "local": [True], "learnable_sink": [True], "scheduler": ["persistent"],
+                     "tile_m": [128], "tile_n": [128]}),
+        # Value head dim != head dim: DeepSeek MLA prefill (192, 128), and (128, 64), (96, 64).
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
+                     "causal": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
+                     "causal": [False], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 96], "head_dim_v": [64],
+                     "causal": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 96], "head_dim_v": [64],
+                     "causal": [False], "scheduler": ["persistent"]}),
     ],
     # Inference (issue 11): split-KV decode, pack-GQA, paged KV, and the combine kernel.
     "inference": INFERENCE_SET,

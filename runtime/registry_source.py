@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
 from .contract import Contract, load_contract
-from .axes import default_axes
+from .axes import axis_value, derived_axes
 from .dispatch import Choice, Problem, matches, rank, same_value
 from .errors import ContractError, IntegrityError, UnverifiedVariant, VariantNotFound
 
@@ -223,14 +223,20 @@ def choose(problem: Problem, source: Source | None = None) -> Choice:
     if choice is not None:
         return choice
     family, want = problem.family, problem.exact()
+    derived = derived_axes()
 
     def differs(m: Manifest) -> list[str]:
-        return matches(problem, m.axes)
+        # A derived axis nobody asked for (head_dim_v) is said once, beside its source
+        # (head_dim), unless the variant's own value departs from its source's.
+        return [k for k in matches(problem, m.axes)
+                if not (k in derived and k not in problem.axes
+                        and same_value(axis_value(m.axes, k), axis_value(m.axes, derived[k])))]
 
     def have(m: Manifest, k: str):
-        return m.axes.get(k, default_axes().get(k))
+        return axis_value(m.axes, k)
 
-    lines = [f"no {family} variant with {_fmt(want)} in {source!r}."]
+    asked = {k: v for k, v in want.items() if k not in derived or k in problem.axes}
+    lines = [f"no {family} variant with {_fmt(asked)} in {source!r}."]
     from . import compile_on_miss  # only on a miss; it runs the build in a subprocess
 
     if compile_on_miss.enabled() and isinstance(source, LocalSource):
@@ -243,7 +249,7 @@ def choose(problem: Problem, source: Source | None = None) -> Choice:
         lines.append(f"The registry holds no {family} variants at all"
                      + (" (build some: make kernels)." if not broken else "."))
     else:
-        for k, v in want.items():
+        for k, v in asked.items():
             if not any(same_value(have(m, k), v) for m in found):
                 values = sorted({repr(have(m, k)) for m in found})
                 lines.append(f"No {family} variant has {k}={v!r} (available: {', '.join(values)}).")

@@ -32,9 +32,9 @@ def test_every_default_variant_renders_valid_python_with_its_config():
         call = _config_call(text)
         kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
         want = {a: v.axes[a] for a in ("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n")}
-        if v.axes["scheduler"] != "single":  # non-default axes are written too
-            want["scheduler"] = v.axes["scheduler"]
-        want.update({a: True for a in ("split_kv", "pack_gqa", "paged_kv") if v.axes[a]})
+        for axis in ("scheduler", "softcap", "local", "learnable_sink", "head_dim_v", "split_kv", "pack_gqa", "paged_kv"):  # non-default axes too
+            if v.axes[axis] != spec.axis_default(axis, v.axes):
+                want[axis] = v.axes[axis]
         assert kwargs == want
 
 

@@ -22,7 +22,8 @@ def compile_variant(cfg: FwdConfig):
     entries = list(compiled.kernel_info)
     if len(entries) != 1:
         raise RuntimeError(f"expected one kernel in the compiled module, found {entries}")
-    swizzle = swizzle_bytes(cfg.elem_bytes, cfg.head_dim)
+    # Q and K rows are head_dim wide, V and O rows head_dim_v: each map takes its own swizzle.
+    swizzle = {t: swizzle_bytes(cfg.elem_bytes, cfg.head_dim if t in "qk" else cfg.head_dim_v) for t in "qkvo"}
     return KernelBuild(
         cubin=bytes(compiled.__cubin__),
         entry=entries[0],

@@ -39,9 +39,9 @@ def compile_cubin(cfg: FwdConfig):
     heads_q, heads_kv = cute.sym_int(), cute.sym_int()
     d = cfg.head_dim
 
-    def bshd(seqlen, heads):
+    def bshd(seqlen, heads, dim=d):
         return make_fake_tensor(
-            dt, (batch, seqlen, heads, d),
+            dt, (batch, seqlen, heads, dim),
             stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1),
             assumed_align=16,
         )
@@ -50,11 +50,20 @@ def compile_cubin(cfg: FwdConfig):
     options = f"--gpu-arch {cfg.arch} --keep-cubin"
     if cfg.inference:
         return _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, heads_kv, scale, options)
-    q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv), bshd(seqlen_q, heads_q)
+    dv = cfg.head_dim_v
+    q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv, dv), bshd(seqlen_q, heads_q, dv)
     lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
+    # The variants' runtime values; left out (None) when off, so those cubins stay as they were.
+    extra = {}
+    if cfg.softcap:
+        extra["softcap_pre"] = cutlass.Float32(1.0 / math.sqrt(d) / 30.0)
+    if cfg.local:
+        extra["window_left"], extra["window_right"] = cutlass.Int32(128), cutlass.Int32(0)
+    if cfg.learnable_sink:
+        extra["mSink"] = make_fake_tensor(cutlass.Float32, (heads_q,), stride=(1,), assumed_align=4)
     kernel = FlashFwdSm90(cfg)
     t0 = time.perf_counter()
-    compiled = cute.compile(kernel, q, k, v, o, lse, scale, options=options)
+    compiled = cute.compile(kernel, q, k, v, o, lse, scale, **extra, options=options)
     return compiled, kernel, time.perf_counter() - t0
 
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 # (bench/results/2026-11-29-h200/ab.md); hd96 at 192x128 and hd128 at 128x176 ran at 0.72x
 # and 0.80x cuDNN in early dev runs (figures not kept), so they stay at 128x128.
 DEFAULT_TILES = {64: (192, 128), 96: (128, 128), 128: (128, 128), 192: (128, 96), 256: (128, 80)}
+# (head_dim, head_dim_v) pairs with a value head dim of their own (DeepSeek MLA prefill is
+# (192, 128)) and their tiles: V's smaller rows leave room for FA4's wider key blocks.
+HEAD_DIM_V_TILES = {(192, 128): (128, 128), (128, 64): (128, 128), (96, 64): (128, 128)}
 
 # The switches each shipped (head_dim, causal, scheduler) builds with: the winners of the
 # H200 A/B of 2026-12-01 (../shared/measurements/2026-12-01-h200/ab-summary.txt, every
@@ -60,10 +63,11 @@ SMEM_LIMIT = 227 * 1024 - 1024
 PAGE_CHUNK = 16
 
 
-def default_tile(head_dim: int, causal: bool = False) -> tuple[int, int]:
+def default_tile(head_dim: int, causal: bool = False, head_dim_v: int | None = None) -> tuple[int, int]:
     """The (tile_m, tile_n) this family uses unless told otherwise. `causal` is part of the
     interface (the spec asks per variant); no measured choice depends on it today."""
-    return DEFAULT_TILES[head_dim]
+    # A pair not in the table falls back to head_dim's tile; FwdConfig and the spec refuse it.
+    return HEAD_DIM_V_TILES.get((head_dim, head_dim_v), DEFAULT_TILES[head_dim])
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,16 @@ class FwdConfig:
     # page_table (batch, max_pages); the producer picks a whole-tile TMA box where a page
     # holds whole tiles, else boxes of PAGE_CHUNK rows.
     paged_kv: bool = False
+    # What models ship with (runtime values are the contract's scalars and tensors):
+    # scores become c * tanh(s * scale / c) before the softmax; c is the scalar `softcap`.
+    softcap: bool = False
+    # A sliding window (window_left, window_right), bottom-right aligned (block_range.py);
+    # key blocks outside it are never loaded. Causal (the window (-1, 0)) keeps its own path.
+    local: bool = False
+    # One logit per query head added to each row's softmax denominator (gpt-oss, FA4).
+    learnable_sink: bool = False
+    # V's (and O's) head dim when it differs from Q's and K's: one of HEAD_DIM_V_TILES.
+    head_dim_v: int = 0  # 0: head_dim
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -129,7 +143,12 @@ class FwdConfig:
             raise ValueError(f"dtype {self.dtype!r} not supported; use one of {SUPPORTED_DTYPES}")
         if self.head_dim not in SUPPORTED_HEAD_DIMS:
             raise ValueError(f"head_dim {self.head_dim} not supported; use one of {SUPPORTED_HEAD_DIMS}")
-        tm, tn = default_tile(self.head_dim, self.causal)
+        if not self.head_dim_v:
+            object.__setattr__(self, "head_dim_v", self.head_dim)
+        if self.head_dim_v != self.head_dim and (self.head_dim, self.head_dim_v) not in HEAD_DIM_V_TILES:
+            raise ValueError(f"(head_dim, head_dim_v) = ({self.head_dim}, {self.head_dim_v}) not supported; "
+                             f"use one of {sorted(HEAD_DIM_V_TILES)} or head_dim_v = head_dim")
+        tm, tn = default_tile(self.head_dim, self.causal, self.head_dim_v)
         if not self.tile_m:
             object.__setattr__(self, "tile_m", tm)
         if not self.tile_n:
@@ -156,11 +175,16 @@ class FwdConfig:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
         # A tile nobody measured starts from all switches off.
         tile = None if (self.tile_m, self.tile_n) == (tm, tn) else (self.tile_m, self.tile_n)
-        # The inference forms were not in that A/B (and write O from registers): all off.
-        tuned = {} if self.inference else TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
+        # The inference forms and the model variants were not in that A/B: all off.
+        unmeasured = self.inference or self.model_variant
+        tuned = {} if unmeasured else TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
         for name in SWITCHES:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, False))
+        if self.local and self.causal:
+            raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
+        if self.local and self.mask_bits:
+            raise ValueError("mask_bits counts a prefix of kept columns; a window's kept columns are not one")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.inference and self.scheduler != "single":
@@ -187,13 +211,19 @@ class FwdConfig:
 
     def smem_for(self, stages: int) -> int:
         q = self.tile_m * self.head_dim * self.elem_bytes
-        kv = 2 * stages * self.tile_n * self.head_dim * self.elem_bytes
-        return q + kv + (q if self.separate_o_smem else 0)
+        kv = stages * self.tile_n * (self.head_dim + self.head_dim_v) * self.elem_bytes
+        o = self.tile_m * self.head_dim_v * self.elem_bytes
+        return q + kv + (o if self.separate_o_smem else 0)
 
     @property
     def inference(self) -> bool:
         """Whether any inference axis is on (the seqused_k / register-epilogue kernel form)."""
         return self.split_kv or self.pack_gqa or self.paged_kv
+
+    @property
+    def model_variant(self) -> bool:
+        """Whether a model-variant axis is on (softcap, window, sink, V narrower than Q)."""
+        return self.softcap or self.local or self.learnable_sink or self.head_dim_v != self.head_dim
 
     @property
     def consumer_warpgroups(self) -> int:

@@ -48,9 +48,21 @@ def _lay_out(params: list[dict]) -> list[dict]:
     return params
 
 
-def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int) -> dict:
-    """Grid, symbols, tensors, scalars, checks and params for one compiled variant."""
+def window_expr(side: str, reach: str) -> list:
+    """One side of the window as the kernel takes it (block_range.window_bounds): a negative
+    value is unbounded, which `reach` (seqlen_k on the left, seqlen_q on the right) already
+    is, and nothing beyond `reach` differs from it, so no kernel sum can overflow:
+    min(max(w, -1) + (w < 0) * (reach + 1), reach)."""
+    return [side, -1, "max", side, 0, "<", reach, 1, "+", "*", "+", reach, "min"]
+
+
+def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
+    """Grid, symbols, tensors, scalars, checks and params for one compiled variant.
+    `swizzle`: one for every tensor map, or one per tensor (V and O rows may be narrower)."""
     d = cfg.head_dim
+    swz = swizzle if isinstance(swizzle, dict) else {t: swizzle for t in "qkvo"}
+    # V and O are head_dim_v wide: its own symbol only where it differs, so plain contracts stay.
+    dv_sym = "head_dim_v" if cfg.head_dim_v != d else "head_dim"
     params = [
         _i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]),
         _i32_struct("k_coords", 1, ["seqlen_k", "heads_kv", "batch"]),
@@ -68,16 +80,41 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
                 {"offset": 32, "type": "i64", "value": ["lse.stride.0"]},
             ],
         },
-        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swizzle),
-        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swizzle),
-        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swizzle),
-        _tensormap("tma_o", 8, "o", cfg.dtype, boxes["o"], swizzle),
+        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swz["q"]),
+        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swz["k"]),
+        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swz["v"]),
+        _tensormap("tma_o", 8, "o", cfg.dtype, boxes["o"], swz["o"]),
         {"name": "softmax_scale_log2", "ordinal": 9, "kind": "scalar", "size": 4, "align": 4,
-         "type": "f32", "value": ["softmax_scale", "log2e_mul"]},
+         # softcap: the softmax exponent is softcap * tanh(..) * log2(e) (softmax.apply_softcap).
+         "type": "f32", "value": ["softcap", "log2e_mul"] if cfg.softcap else ["softmax_scale", "log2e_mul"]},
         # The two tiled-MMA arguments are compile-time only; the DSL still gives each a byte.
         {"name": "tiled_mma_qk", "ordinal": 10, "kind": "struct", "size": 1, "align": 1, "fields": []},
         {"name": "tiled_mma_pv", "ordinal": 11, "kind": "struct", "size": 1, "align": 1, "fields": []},
     ]
+    # The variants' arguments follow, in the kernel's order, each only where its axis is on.
+    scalars = {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}}
+    tensors = {}
+    if cfg.softcap:
+        # A softcap variant needs its cap: the default 0 makes softcap_pre a division by zero,
+        # which both launchers refuse (the C++ table wants a default for every scalar).
+        scalars["softcap"] = {"type": "f32", "default": [0.0]}
+        params.append({"name": "softcap_pre", "ordinal": len(params), "kind": "scalar", "size": 4,
+                       "align": 4, "type": "f32", "value": ["softmax_scale", "softcap", "/"]})
+    if cfg.local:
+        # FlashAttention's window_size: -1 (any negative) is unbounded; the default is (-1, -1).
+        scalars["window_left"] = {"type": "i32", "default": [-1]}
+        scalars["window_right"] = {"type": "i32", "default": [-1]}
+        for side, reach in (("window_left", "seqlen_k"), ("window_right", "seqlen_q")):
+            params.append({"name": side, "ordinal": len(params), "kind": "scalar", "size": 4, "align": 4,
+                           "type": "i32", "value": window_expr(side, reach)})
+    if cfg.learnable_sink:
+        tensors["learnable_sink"] = {"role": "input", "dtype": "f32", "dims": ["heads_q"],
+                                     "contiguous_dim": 0, "align_bytes": 4}
+        params.append({
+            "name": "learnable_sink", "ordinal": len(params), "kind": "struct", "size": 16, "align": 8,
+            "fields": [{"offset": 0, "type": "ptr", "value": ["learnable_sink.ptr"]},
+                       {"offset": 8, "type": "i32", "value": ["heads_q"]}],
+        })
     bshd = {"contiguous_dim": 3, "align_bytes": 16}
     return {
         "grid": (
@@ -96,16 +133,18 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             "head_dim": {"tensor": "q", "dim": 3, "fixed": d},
             "seqlen_k": {"tensor": "k", "dim": 1, "min": 1},
             "heads_kv": {"tensor": "k", "dim": 2, "min": 1},
+            **({dv_sym: {"tensor": "v", "dim": 3, "fixed": cfg.head_dim_v}} if dv_sym != "head_dim" else {}),
         },
         "tensors": {
             "q": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
             "k": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
-            "v": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
-            "o": {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
+            "v": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", dv_sym], **bshd},
+            "o": {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", dv_sym], **bshd},
             "lse": {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
                     "contiguous_dim": 2, "align_bytes": 4},
+            **tensors,
         },
-        "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}},
+        "scalars": scalars,
         "checks": [
             {"expr": ["heads_q", "heads_kv", "%", 0, "=="],
              "message": "heads_q must be a multiple of heads_kv (MHA, GQA or MQA)"},
@@ -127,7 +166,7 @@ def _tensor_struct(name: str, ordinal: int, tensor: str, shapes: list[str], stri
     return {"name": name, "ordinal": ordinal, "kind": "struct", "size": size, "align": 8, "fields": fields}
 
 
-def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int) -> dict:
+def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
     """The contract of a split_kv / pack_gqa / paged_kv variant (inference.FlashFwdSm90Inference).
 
     Tensors: q; k and v (dense (batch, seqlen_k, ...) or the paged cache (num_pages,
@@ -135,6 +174,7 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
     split_kv the fp32 partials o_partial (num_splits, batch, seqlen_q, heads_q, d) and
     lse_partial (num_splits, batch, heads_q, seqlen_q) for attn_combine.
     """
+    swz = swizzle if isinstance(swizzle, dict) else {t: swizzle for t in "qkvo"}
     d = cfg.head_dim
     kv_rows = ["page_size"] if cfg.paged_kv else ["seqlen_k"]
     kv_outer = "num_pages" if cfg.paged_kv else "batch"
@@ -158,14 +198,14 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
         add(_tensor_struct(o_name, 0, o_name, ["batch", "seqlen_q", "heads_q"], [0, 1, 2]))
         add(_tensor_struct(lse_name, 0, lse_name, ["batch", "heads_q", "seqlen_q"], [0, 1]))
     if not cfg.pack_gqa:
-        add(_tensormap("tma_q", 0, "q", cfg.dtype, boxes["q"], swizzle))
-    add(_tensormap("tma_k", 0, "k", cfg.dtype, boxes["k"], swizzle))
-    add(_tensormap("tma_v", 0, "v", cfg.dtype, boxes["v"], swizzle))
+        add(_tensormap("tma_q", 0, "q", cfg.dtype, boxes["q"], swz["q"]))
+    add(_tensormap("tma_k", 0, "k", cfg.dtype, boxes["k"], swz["k"]))
+    add(_tensormap("tma_v", 0, "v", cfg.dtype, boxes["v"], swz["v"]))
     if cfg.paged_kv:
         add(_i32_struct("kc_coords", 0, kv_rows + ["heads_kv", kv_outer]))
         add(_i32_struct("vc_coords", 0, kv_rows + ["heads_kv", kv_outer]))
-        add(_tensormap("tma_k_chunk", 0, "k", cfg.dtype, boxes["kc"], swizzle))
-        add(_tensormap("tma_v_chunk", 0, "v", cfg.dtype, boxes["vc"], swizzle))
+        add(_tensormap("tma_k_chunk", 0, "k", cfg.dtype, boxes["kc"], swz["k"]))
+        add(_tensormap("tma_v_chunk", 0, "v", cfg.dtype, boxes["vc"], swz["v"]))
     add({"name": "softmax_scale_log2", "ordinal": 0, "kind": "scalar", "size": 4, "align": 4,
          "type": "f32", "value": ["softmax_scale", "log2e_mul"]})
     add(_tensor_struct("seqused_k", 0, "seqused_k", ["batch"], []))
