@@ -46,6 +46,28 @@ def _db_upgrade(args) -> int:
     return 0
 
 
+def _db_check(args) -> int:
+    _home(args)
+    from cubinforge.service import integrity
+    from cubinforge.service.config import Settings
+    settings = Settings.from_env()
+    repairing = args.db_command == "repair"
+    problems = (integrity.repair(settings, [Path(p) for p in args.sources]) if repairing
+                else integrity.check(settings))
+    left = 0
+    for p in problems:
+        if p.fixed_from:
+            print(f"blob {p.sha256} ({', '.join(p.variants)}): was {p.state}, restored from {p.fixed_from}")
+        else:
+            left += 1
+            print(f"blob {p.sha256} ({', '.join(p.variants)}): {p.state}"
+                  + ("; no good copy found: re-publish the artifact, or pass a registry home or bundle that has it"
+                     if repairing else "; fix with `cubinforge db repair [SOURCE...]` or by re-publishing"))
+    print(f"{len(problems) - left} repaired, {left} still bad" if repairing else
+          (f"{left} bad blob(s)" if left else "all blobs intact"), file=sys.stderr)
+    return 1 if left else 0
+
+
 def _token(args) -> int:
     _home(args)
     from cubinforge.service.auth import create_token, revoke_token
@@ -197,6 +219,11 @@ def add_subcommands(sub) -> None:
     u = dsub.add_parser("upgrade", help="apply migrations (default: to the latest)")
     u.add_argument("revision", nargs="?", default="head")
     u.set_defaults(func=_db_upgrade)
+    c = dsub.add_parser("check", help="hash every published variant's blob against its name")
+    c.set_defaults(func=_db_check)
+    r = dsub.add_parser("repair", help="restore missing or corrupt blobs from good copies")
+    r.add_argument("sources", nargs="*", help="registry homes or bundles to take verified copies from")
+    r.set_defaults(func=_db_check)
 
     p = sub.add_parser("token", help="write-API bearer tokens (stored hashed)")
     p.add_argument("action", choices=["add", "revoke"])

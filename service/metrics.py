@@ -20,6 +20,8 @@ REQUESTS = Counter("cubinforge_http_requests_total", "HTTP requests", ["method",
 LATENCY = Histogram("cubinforge_http_request_duration_seconds", "HTTP request latency", ["route"],
                     buckets=(.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5))
 BLOB_BYTES = Counter("cubinforge_blob_bytes_served_total", "Blob bytes sent")
+BLOBS_CORRUPT_FOUND = Counter("cubinforge_blob_corrupt_found_total",
+                              "Times a stored blob was found not to hash to its name")
 PUBLISHES = Counter("cubinforge_publish_total", "Publish requests by outcome", ["outcome"])
 
 _ROUTES = (("/v1/blobs/", "/v1/blobs/{sha256}"), ("/v1/variants/", "/v1/variants/{name}"))

@@ -162,3 +162,4 @@ class Health(BaseModel):
     database: str
     blobs: str
     variants: int
+    corrupt_blobs: list[str] = Field(default_factory=list, description="sha256s found corrupt, not yet repaired")

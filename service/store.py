@@ -107,7 +107,7 @@ class Store:
         name = manifest["variant"]
         existing = s.get(PublishedVariant, name)
         if existing is not None:
-            return False, self._republish(s, existing, manifest, signed_by)
+            return False, self._republish(s, existing, manifest, cubin, signed_by)
         axes = manifest["axes"]
         row = PublishedVariant(
             name=name, family=manifest["family"], arch=axes["arch"], dtype=axes["dtype"],
@@ -115,32 +115,36 @@ class Store:
             size=manifest["cubin"]["size"], manifest_json=json.dumps(manifest, sort_keys=True),
             signed_by=",".join(signed_by), yanked=False, publisher=publisher)
         sha, tmp = self.blobs.stage(cubin)
-        created_blob = False
+        blob = "exists"
         try:
             s.add(row)
             s.flush()
-            created_blob = self.blobs.install(sha, tmp)
+            # A good copy of the same content is reused; a corrupt one is replaced by this upload.
+            blob = self.blobs.install(sha, tmp)
+            if blob == "repaired":
+                log.warning("blob %s was corrupt on disk; replaced by the upload of %s", sha, name)
             s.commit()
         except IntegrityError:
             # A concurrent publish of the same name won the race: judge against what it stored.
             s.rollback()
-            self._undo_blob(sha, tmp, created_blob)
+            self._undo_blob(sha, tmp, blob)
             existing = s.get(PublishedVariant, name)
             if existing is None:
                 raise
-            return False, self._republish(s, existing, manifest, signed_by)
+            return False, self._republish(s, existing, manifest, cubin, signed_by)
         except BaseException:
             s.rollback()
-            self._undo_blob(sha, tmp, created_blob)
+            self._undo_blob(sha, tmp, blob)
             raise
         return True, Record.of(row)
 
-    def _undo_blob(self, sha: str, tmp, created: bool) -> None:
+    def _undo_blob(self, sha: str, tmp, blob: str) -> None:
         tmp.unlink(missing_ok=True)
-        if created:
+        if blob == "created":  # a repaired copy stays: it is good bytes either way
             self.blobs.remove(sha)
 
-    def _republish(self, s: Session, row: PublishedVariant, manifest: dict, signed_by: list[str]) -> Record:
+    def _republish(self, s: Session, row: PublishedVariant, manifest: dict, cubin: bytes,
+                   signed_by: list[str]) -> Record:
         stored = json.loads(row.manifest_json)
         if not _same_content(stored, manifest):
             differs = sorted(k for k in set(stored) | set(manifest)
@@ -149,7 +153,11 @@ class Store:
                            f"variant {row.name} is already published with different content (differs in "
                            f"{differs}); published variants are immutable: publish under a new name, and "
                            "yank the old one if it is wrong", differs=differs)
-        # Same artifact: a no-op, except that new signatures (another key) are added.
+        # Same artifact: the upload is verified, so it repairs a stored copy gone corrupt or missing.
+        if self.blobs.ensure(row.sha256, cubin) != "exists":
+            log.warning("blob %s of %s was corrupt or missing on disk; restored from the re-publish",
+                        row.sha256, row.name)
+        # Otherwise a no-op, except that signatures by new keys are added.
         have = {x["key_id"] for x in stored.get("signatures", [])}
         new = [x for x in manifest.get("signatures", []) if x["key_id"] not in have]
         if new:
