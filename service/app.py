@@ -19,6 +19,7 @@ from .fastpath import BlobFastPath
 from .metrics import BodyLimitMiddleware, MetricsMiddleware
 from .routers import artifacts, blobs, health, select, variants
 from .store import Store
+from .uploads import UploadGate
 
 log = logging.getLogger("cubinforge.service")
 
@@ -49,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.blob_cache = BlobCache(settings.blob_cache_bytes, settings.blob_cache_item_bytes)
     app.state.publisher_keys = (signing.load_trusted_keys(settings.publisher_keys)
                                 if settings.publisher_keys else None)
+    app.state.uploads = UploadGate(settings.max_uploads, settings.upload_wait_s)
+    app.openapi = lambda: _openapi(app)
     errors.install(app)
     for r in (variants, blobs, select, artifacts, health):
         app.include_router(r.router)
@@ -56,3 +59,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BlobFastPath, state=app.state)
     app.add_middleware(MetricsMiddleware)
     return app
+
+
+def _openapi(app: FastAPI) -> dict:
+    """FastAPI's schema, plus PublishRequest: publish reads its body itself (after auth), so
+    FastAPI does not see the model; the route's requestBody refers to it by name."""
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
+        from pydantic.json_schema import models_json_schema
+
+        from .schemas import PublishRequest
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        _, defs = models_json_schema([(PublishRequest, "validation")], ref_template="#/components/schemas/{model}")
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(defs["$defs"])
+        app.openapi_schema = schema
+    return app.openapi_schema

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -50,14 +51,25 @@ def session_dep(request: Request):
     yield from request.app.state.db.session()
 
 
-def require_writer(creds: HTTPAuthorizationCredentials | None = Depends(bearer),
-                   s: Session = Depends(session_dep)) -> str:
-    """The token's name, or a 401 saying what is missing."""
+@dataclass(frozen=True)
+class Writer:
+    """Who is writing: the token's name and what its scopes let it touch."""
+    name: str
+    scopes: tuple[str, ...] = ("admin",)
+
+    def require(self, family: str, variant: str, action: str) -> None:
+        pass
+
+
+def require_writer(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Writer:
+    """The token's holder, or a 401 saying what is missing. Needs no request body, so it runs
+    before any of an upload is read; its session is closed before the route body runs."""
     if creds is None or not creds.credentials:
         raise APIError(401, "unauthorized", "this route needs a bearer token: send "
                        "'Authorization: Bearer <token>' (the operator creates one with `cubinforge token add`)",
                        headers=_CHALLENGE)
-    row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(creds.credentials)))
+    with request.app.state.db.sessions() as s:
+        row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(creds.credentials)))
     if row is None or row.revoked:
         raise APIError(401, "unauthorized", "the bearer token is unknown or revoked", headers=_CHALLENGE)
-    return row.name
+    return Writer(row.name)

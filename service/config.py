@@ -42,6 +42,9 @@ class Settings:
     blob_cache_bytes: int = 256 << 20
     blob_cache_item_bytes: int = 8 << 20
     migrate_on_start: bool = True
+    # Publish bodies read and parsed at once per worker (each may take ~3x its size in memory).
+    max_uploads: int = 2
+    upload_wait_s: float = 60.0
 
     def __post_init__(self):
         self.home = Path(self.home)
@@ -62,4 +65,5 @@ class Settings:
             publisher_keys=os.environ.get("CUBINFORGE_PUBLISHER_KEYS") or None,
             blob_cache_bytes=_int("CUBINFORGE_BLOB_CACHE_BYTES", 256 << 20),
             migrate_on_start=_bool("CUBINFORGE_MIGRATE_ON_START", True),
+            max_uploads=_int("CUBINFORGE_MAX_UPLOADS", 2),
         )

@@ -167,3 +167,92 @@ def test_db_check_and_repair(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "restored from" in out and "no good copy" in out
     assert (home / "blobs" / "sha256" / m0["cubin"]["sha256"][:2] / m0["cubin"]["sha256"]).read_bytes() == c0
+
+
+# ------------------------------------------------------------------ 5. hostile input is a 4xx
+def _raw_publish(server, manifest_text: str, cubin: bytes):
+    body = '{"manifest": %s, "cubin_b64": "%s"}' % (manifest_text, base64.b64encode(cubin).decode())
+    return server.post("/v1/artifacts", content=body.encode(),
+                       headers={**server.auth_headers, "Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize("field,value,what", [
+    ("contract.note", '"\\ud800"', "surrogate"),
+    ("metadata.note", '"x\\udfffy"', "surrogate"),
+    ("provenance.note", '"a\\u0000b"', "NUL"),
+    ("contract.deep", "[" * 300 + "]" * 300, "nested"),
+    ("contract.deep", '{"a":' * 300 + "1" + "}" * 300, "nested"),
+    ("metadata.x", "NaN", "finite"),
+    ("metadata.x", "-Infinity", "finite"),
+    ("contract.x", "1e999", "finite"),
+])
+def test_unencodable_or_hostile_manifest_values_are_422(server, field, value, what):
+    m, c = artifact(f"hostile-{abs(hash((field, value))) % 10**8}-sm_90a")
+    text = json.dumps(m)
+    section, key = field.split(".")
+    text = text.replace(f'"{section}": {{', f'"{section}": {{"{key}": {value}, ', 1)
+    body = assert_error(_raw_publish(server, text, c), 422)
+    assert what in body["message"], body
+    assert server.get(f"/v1/variants/{m['variant']}").status_code == 404
+
+
+def test_nul_in_queries_and_yank_reason_is_422(server):
+    assert_error(server.get("/v1/variants", params={"dtype": "\x00"}), 422)
+    assert_error(server.get("/v1/variants", params={"dtype": "bf16\x00"}), 422)
+    m, c = artifact("nulreason-sm_90a-bf16-hd128")
+    assert publish(server, m, c).status_code == 201
+    assert_error(server.post(f"/v1/variants/{m['variant']}/yank", json={"reason": "bad\x00"},
+                             headers=server.auth_headers), 422)
+    assert server.get(f"/v1/variants/{m['variant']}").json()["yanked"] is False
+
+
+# ------------------------------------------------------------------ 3. no upload is read before its token is checked
+def _raw_request(base, head: bytes, timeout=5.0) -> bytes:
+    import socket
+    from urllib.parse import urlsplit
+    u = urlsplit(base)
+    with socket.create_connection((u.hostname, u.port), timeout=timeout) as s:
+        s.sendall(head)
+        return s.recv(4096)
+
+
+def test_unauthenticated_upload_is_refused_before_its_body(server):
+    # Announce a large body and send none of it: the answer must come from the headers alone.
+    for auth in (b"", b"Authorization: Bearer cf_wrong\r\n"):
+        head = (b"POST /v1/artifacts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + auth +
+                b"Content-Length: 4000000\r\n\r\n")
+        reply = _raw_request(str(server.base_url), head)
+        assert reply.startswith(b"HTTP/1.1 401"), reply[:200]
+    # Chunked, with no length at all: the same.
+    reply = _raw_request(str(server.base_url), b"POST /v1/artifacts HTTP/1.1\r\nHost: x\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n10000\r\n" + b"x" * 1000)
+    assert reply.startswith(b"HTTP/1.1 401"), reply[:200]
+
+
+def test_publish_leaves_no_spool_files(server):
+    m, c = artifact("spool-sm_90a-bf16-hd128")
+    assert publish(server, m, c).status_code == 201
+    bad = json.loads(json.dumps(m))
+    bad["cubin"]["size"] += 1
+    assert_error(publish(server, bad, c), 422, "size_mismatch")
+    assert_error(server.post("/v1/artifacts", content=b"{not json", headers=server.auth_headers), 422)
+    spool = server.home / "spool"
+    assert not spool.exists() or list(spool.iterdir()) == []
+
+
+def test_upload_gate_bounds_concurrent_uploads():
+    import asyncio
+
+    from cubinforge.service.errors import APIError
+    from cubinforge.service.uploads import UploadGate
+
+    async def main():
+        gate = UploadGate(1, wait_s=0.05)
+        async with gate.slot():
+            with pytest.raises(APIError) as e:
+                async with gate.slot():
+                    pass
+            assert e.value.status == 503 and e.value.headers == {"Retry-After": "2"}
+        async with gate.slot():  # released again
+            pass
+    asyncio.run(main())

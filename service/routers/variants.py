@@ -8,7 +8,7 @@ import json
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from sqlalchemy.orm import Session
 
-from ..auth import require_writer, session_dep
+from ..auth import Writer, require_writer, session_dep
 from ..errors import APIError
 from ..schemas import (ARCH_PATTERN, FAMILY_PATTERN, NAME_PATTERN, ErrorResponse, VariantDetail, VariantPage,
                        YankRequest, YankResponse)
@@ -26,7 +26,7 @@ def list_variants(
     request: Request,
     family: str | None = Query(None, pattern=FAMILY_PATTERN),
     arch: str | None = Query(None, pattern=ARCH_PATTERN),
-    dtype: str | None = Query(None, max_length=16),
+    dtype: str | None = Query(None, pattern=r"^[a-z0-9]{1,16}$"),
     head_dim: int | None = Query(None, ge=1, le=4096),
     causal: bool | None = None,
     varlen: bool | None = None,
@@ -68,8 +68,10 @@ def get_variant(request: Request, response: Response, name: str = NameParam, s: 
 @router.post("/{name}/yank", response_model=YankResponse, summary="Hide a variant from select (kept, downloadable)",
              responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
 def yank_variant(request: Request, name: str = NameParam, body: YankRequest | None = Body(None),
-                 who: str = Depends(require_writer), s: Session = Depends(session_dep)):
-    rec = request.app.state.store.yank(s, name, body.reason if body else None)
+                 who: Writer = Depends(require_writer)):
+    st = request.app.state
+    with st.db.sessions() as s:
+        rec = st.store.yank(s, name, body.reason if body else None)
     if rec is None:
         raise _not_found(name)
     return {"variant": rec.name, "yanked": True, "reason": rec.yank_reason}
