@@ -31,7 +31,8 @@ class PublishedVariant(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     # Text, not JSON: the bytes a signature covers must come back exactly as published.
     manifest_json: Mapped[str] = mapped_column(Text)
-    signed_by: Mapped[str] = mapped_column(String(400), default="")
+    # Comma-separated key ids; Text, as a fixed width would only move the limit (store.MAX_SIGNATURES is it).
+    signed_by: Mapped[str] = mapped_column(Text, default="")
     yanked: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
     yank_reason: Mapped[str | None] = mapped_column(String(500), nullable=True)
     published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

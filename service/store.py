@@ -23,6 +23,7 @@ from cubinforge.runtime import signing
 from .blobs import BlobStore
 from .errors import APIError
 from .models import PublishedVariant
+from .publish import MAX_SIGNATURES, dedupe_signatures
 
 log = logging.getLogger("cubinforge.service")
 
@@ -62,6 +63,12 @@ def _utc(dt: datetime | None) -> datetime | None:
 
 def _same_content(a: dict, b: dict) -> bool:
     return signing.signed_payload(a) == signing.signed_payload(b)
+
+
+def _too_many(name: str) -> APIError:
+    return APIError(422, "too_many_signatures", f"{name}: a variant keeps at most {MAX_SIGNATURES} signatures "
+                    "(one per key); this publish would exceed that. Sign with a key that has already signed, "
+                    "or ask the operator which signatures are needed")
 
 
 class Store:
@@ -105,6 +112,10 @@ class Store:
     def publish(self, s: Session, manifest: dict, cubin: bytes, signed_by: list[str],
                 publisher: str | None) -> tuple[bool, Record]:
         name = manifest["variant"]
+        if manifest.get("signatures"):
+            manifest = {**manifest, "signatures": dedupe_signatures(manifest["signatures"])}
+            if len(manifest["signatures"]) > MAX_SIGNATURES:
+                raise _too_many(name)
         existing = s.get(PublishedVariant, name)
         if existing is not None:
             return False, self._republish(s, existing, manifest, cubin, signed_by)
@@ -160,6 +171,8 @@ class Store:
         # Otherwise a no-op, except that signatures by new keys are added.
         have = {x["key_id"] for x in stored.get("signatures", [])}
         new = [x for x in manifest.get("signatures", []) if x["key_id"] not in have]
+        if len(have) + len(new) > MAX_SIGNATURES:
+            raise _too_many(row.name)
         if new:
             stored["signatures"] = stored.get("signatures", []) + new
             row.manifest_json = json.dumps(stored, sort_keys=True)

@@ -256,3 +256,26 @@ def test_upload_gate_bounds_concurrent_uploads():
         async with gate.slot():  # released again
             pass
     asyncio.run(main())
+
+
+# ------------------------------------------------------------------ 2. signatures: one per key, capped in total
+def test_signatures_are_deduped_by_key_and_capped(server, signer, tmp_path):
+    m, c = artifact("sigcap-sm_90a-bf16-hd128")
+    one = signer.sign(m)
+    repeated = {**one, "signatures": one["signatures"] * 8}
+    assert publish(server, repeated, c).status_code == 201
+    for _ in range(3):
+        assert publish(server, repeated, c).status_code == 200
+    d = server.get(f"/v1/variants/{m['variant']}").json()
+    assert [s["key_id"] for s in d["manifest"]["signatures"]] == [signer.public.key_id]
+    listed = server.get("/v1/variants", params={"limit": 1000}).json()["items"]
+    assert [i["signed_by"] for i in listed if i["variant"] == m["variant"]] == [[signer.public.key_id]]
+    # Seven more keys fill the cap of 8; a ninth is refused, and the stored set is unchanged.
+    others = [Signer(keygen(tmp_path / f"k{i}")[0]) for i in range(8)]
+    for s in others[:7]:
+        assert publish(server, s.sign(m), c).status_code == 200
+    body = assert_error(publish(server, others[7].sign(m), c), 422, "too_many_signatures")
+    assert "8" in body["message"]
+    d = server.get(f"/v1/variants/{m['variant']}").json()
+    assert len(d["manifest"]["signatures"]) == 8
+    assert len({s["key_id"] for s in d["manifest"]["signatures"]}) == 8
