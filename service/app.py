@@ -22,6 +22,7 @@ from .store import Store
 from .uploads import UploadGate
 
 log = logging.getLogger("cubinforge.service")
+TEMP_MAX_AGE_S = 3600
 
 DESCRIPTION = """Serves ahead-of-time compiled attention cubins with their manifests and launch contracts.
 
@@ -39,6 +40,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             from .migrate import upgrade
             upgrade(settings.database_url)
         app.state.blobs.root.mkdir(parents=True, exist_ok=True)
+        # Other workers may be mid-publish: only temp files too old to be anyone's are removed.
+        n = app.state.blobs.clean_temp(older_than_s=TEMP_MAX_AGE_S)
+        if n:
+            log.warning("removed %d stale temp file(s) left by interrupted publishes", n)
         yield
         app.state.db.dispose()
 

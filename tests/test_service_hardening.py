@@ -279,3 +279,36 @@ def test_signatures_are_deduped_by_key_and_capped(server, signer, tmp_path):
     d = server.get(f"/v1/variants/{m['variant']}").json()
     assert len(d["manifest"]["signatures"]) == 8
     assert len({s["key_id"] for s in d["manifest"]["signatures"]}) == 8
+
+
+# ------------------------------------------------------------------ 8. no temp file outlives its publish
+def test_temp_files_are_removed_at_start_and_on_disconnect(tmp_path):
+    url = backend_url("sqlite", tmp_path)
+    token = seed_token(url)
+    home = tmp_path / "home"
+    left = [home / "blobs" / "sha256" / "ab" / ".incoming-k1ll3d", home / "spool" / ".incoming-x9"]
+    keep = home / "blobs" / "sha256" / "ab" / ("ab" + "0" * 62)
+    for p in left + [keep]:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x" * 1000)
+    env = {"CUBINFORGE_HOME": str(home), "CUBINFORGE_DATABASE_URL": url}
+    with live_server(env, log=tmp_path / "server.log") as base:
+        assert not any(p.exists() for p in left) and keep.exists()
+        # A publish whose client goes away mid-body leaves no spool file behind.
+        import socket
+        import time
+        from urllib.parse import urlsplit
+        u = urlsplit(base)
+        with socket.create_connection((u.hostname, u.port)) as s:
+            s.sendall(f"POST /v1/artifacts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                      "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+                      + b"10000\r\n" + b"x" * 0x10000 + b"\r\n")
+            deadline = time.monotonic() + 10
+            while not list((home / "spool").glob(".incoming-*")) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert list((home / "spool").glob(".incoming-*")), "the body is spooled to disk while it arrives"
+        deadline = time.monotonic() + 10
+        while list((home / "spool").glob(".incoming-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list((home / "spool").glob(".incoming-*")) == []
+        assert httpx.get(base + "/healthz").status_code == 200
