@@ -30,7 +30,7 @@ import warnings
 from typing import Any
 
 from . import signing
-from .cache import Cache
+from .cache import Cache, atomic_write
 from .errors import CubinforgeError, IntegrityError, VariantNotFound
 
 USER_AGENT = "cubinforge-runtime/1"
@@ -114,7 +114,7 @@ class RemoteSource:
         """
         index = self.cache.index_path(self.url)
         if self.offline:
-            doc = self.cache.read_json(index)
+            doc = self._read_cached(index)
             items = doc["body"] if doc else [{"variant": n, "signed_by": None} for n in self._cached_names()]
         else:
             items, offset = [], 0
@@ -124,7 +124,7 @@ class RemoteSource:
                 items += [{"variant": i["variant"], "signed_by": i.get("signed_by", [])} for i in page["items"]]
                 offset = page.get("next_offset")
             with self.cache.lock(index):
-                self.cache.write_json(index, None, items)
+                self._write_cached(index, None, items)
         if self.require_signature:
             items = [i for i in items if i["signed_by"] is None or set(i["signed_by"]) & set(self.trusted)]
         return sorted(i["variant"] for i in items)
@@ -140,9 +140,13 @@ class RemoteSource:
         except ValueError:
             raise VariantNotFound(f"{name!r} is not a variant name") from None
         with self.cache.lock(path):
-            cached = self.cache.read_json(path)
+            cached = self._read_cached(path)
             if self.offline:
                 if cached is None:
+                    if path.exists():
+                        raise IntegrityError(f"{name}: the cached manifest {path} does not match the digest "
+                                             "stored with it (edited or damaged on disk); with CUBINFORGE_OFFLINE=1 "
+                                             f"it cannot be fetched again: run `cubinforge pull {name}` while online")
                     raise VariantNotFound(f"{name}: not in the cache and CUBINFORGE_OFFLINE=1; "
                                           f"run `cubinforge pull {name}` while online")
                 return cached["body"]
@@ -151,8 +155,31 @@ class RemoteSource:
             if status == 304 and cached is not None:
                 return cached["body"]
             doc = json.loads(body)
-            self.cache.write_json(path, h.get("etag"), doc)
+            self._write_cached(path, h.get("etag"), doc)
             return doc
+
+    # A cached document is stored with the sha256 of its canonical JSON. One that no longer
+    # matches (edited or damaged on disk) is a cache miss: fetched again without If-None-Match,
+    # rather than reused by a 304 (and failing every call) or used unverified.
+    @staticmethod
+    def _digest(body) -> str | None:
+        try:
+            return hashlib.sha256(signing.canonical_json(body)).hexdigest()
+        except (TypeError, ValueError):
+            return None
+
+    def _read_cached(self, path) -> dict | None:
+        doc = self.cache.read_json(path)
+        if doc is None:
+            return None
+        if doc.get("sha256") is None or doc.get("sha256") != self._digest(doc["body"]):
+            warnings.warn(f"cubinforge: cached {path} does not match its digest; fetching it again", stacklevel=4)
+            return None
+        return doc
+
+    def _write_cached(self, path, etag: str | None, body) -> None:
+        atomic_write(path, json.dumps({"etag": etag, "body": body, "sha256": self._digest(body)},
+                                      sort_keys=True).encode())
 
     def get(self, name: str) -> dict:
         """The variant's manifest, its signature checked against the trusted keys."""

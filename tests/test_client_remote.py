@@ -105,13 +105,15 @@ def test_tampered_cache_is_refused_or_refetched(env, tmp_path):
     blob.write_bytes(b"corrupted" + data[9:])
     assert src.blob(sha) == data          # detected, fetched again
     assert blob.read_bytes() == data
-    # A cached manifest edited on disk no longer matches its signature: refused, not used.
+    # A cached manifest edited on disk no longer matches the digest kept beside it: it is
+    # fetched again (not revalidated into reuse by a 304), and the cache is mended.
     meta = src.cache.meta_path(env.base, SIGNED)
     doc = json.loads(meta.read_text())
     doc["body"]["manifest"]["contract"]["dynamic_smem_bytes"] = 1 << 20
     meta.write_text(json.dumps(doc))
-    with pytest.raises(signing.SignatureError, match="does not verify"):
-        src.get(SIGNED)
+    with pytest.warns(UserWarning, match="does not match its digest"):
+        assert src.get(SIGNED) == env.arts[SIGNED][0]
+    assert json.loads(meta.read_text())["body"]["manifest"] == env.arts[SIGNED][0]
     # Unreadable metadata is just a cache miss.
     meta.write_text("{not json")
     assert src.get(SIGNED)["variant"] == SIGNED
@@ -278,3 +280,21 @@ def test_cli_keygen_push_pull_bundle_import(env, tmp_path, monkeypatch, capsys):
     # The runtime reads a bundle directly, too: it has the registry-home layout.
     from cubinforge.runtime.registry_source import LocalSource
     assert LocalSource(bundle).blob(sha) == cubin
+
+
+def test_edited_cached_manifest_is_refetched_without_trusted_keys(env, tmp_path):
+    src = source(env, tmp_path)
+    with pytest.warns(UserWarning, match="sha256 only"):
+        assert src.get(UNSIGNED) == env.arts[UNSIGNED][0]
+    meta = src.cache.meta_path(env.base, UNSIGNED)
+    doc = json.loads(meta.read_text())
+    doc["body"]["manifest"]["contract"]["block"] = [1024, 1, 1]
+    meta.write_text(json.dumps(doc))
+    # Not used silently: the server's copy comes back.
+    with pytest.warns(UserWarning, match="digest"):
+        assert src.get(UNSIGNED)["contract"]["block"] == env.arts[UNSIGNED][0]["contract"]["block"]
+    # Offline, an edited entry cannot be refetched: an error, never the edited manifest.
+    meta.write_text(json.dumps(doc))
+    off = source(env, tmp_path, offline=True)
+    with pytest.warns(UserWarning, match="digest"), pytest.raises(IntegrityError, match="pull"):
+        off.get(UNSIGNED)
