@@ -22,6 +22,19 @@ def _home(args) -> Path:
     return settings.home()
 
 
+def _write_token(args) -> str:
+    """The bearer token, from $CUBINFORGE_TOKEN or (with --token-stdin) the first line of stdin;
+    never from argv, where every user of the machine can read it (ps, /proc, shell history)."""
+    if getattr(args, "token", None):
+        raise ValueError("--token would put the secret in the process list; set CUBINFORGE_TOKEN, or pipe it "
+                         "in with --token-stdin (e.g. `cubinforge push --token-stdin ... < token-file`)")
+    token = sys.stdin.readline().strip() if args.token_stdin else os.environ.get("CUBINFORGE_TOKEN", "").strip()
+    if not token:
+        raise ValueError(("no token on stdin" if args.token_stdin else "no token: set CUBINFORGE_TOKEN or pass "
+                          "--token-stdin") + " (the operator makes one: `cubinforge token add NAME --scope ...`)")
+    return token
+
+
 def _server(args) -> str:
     url = args.server or os.environ.get("CUBINFORGE_REGISTRY_URL")
     if not url:
@@ -38,11 +51,11 @@ def _serve(args) -> int:
 
 def _db_upgrade(args) -> int:
     _home(args)
-    from cubinforge.service.config import Settings
+    from cubinforge.service.config import Settings, redact_db_url
     from cubinforge.service.migrate import current, upgrade
     settings = Settings.from_env()
     upgrade(settings.database_url, args.revision)
-    print(f"database {settings.database_url}: at revision {current(settings.database_url)}")
+    print(f"database {redact_db_url(settings.database_url)}: at revision {current(settings.database_url)}")
     return 0
 
 
@@ -106,10 +119,7 @@ def _push(args) -> int:
     from cubinforge.service.publisher import PublishError, Signer, local_names, publish, read_local
     home = Path(args.bundle) if args.bundle else _home(args)
     server = _server(args)
-    token = args.token or os.environ.get("CUBINFORGE_TOKEN")
-    if not token:
-        raise ValueError("no token: pass --token or set CUBINFORGE_TOKEN (the operator makes one: "
-                         "`cubinforge token add NAME`)")
+    token = _write_token(args)
     names = args.names or (local_names(home) if args.all else [])
     if not names:
         raise ValueError(f"nothing to push: name variants or pass --all (registry {home})")
@@ -183,9 +193,7 @@ def _import_bundle(args) -> int:
     from cubinforge.service.publisher import PublishError, publish, read_bundle
     items = read_bundle(Path(args.bundle))
     if args.server:
-        token = args.token or os.environ.get("CUBINFORGE_TOKEN")
-        if not token:
-            raise ValueError("no token: pass --token or set CUBINFORGE_TOKEN")
+        token = _write_token(args)
         results = []
         for manifest, cubin in items:
             try:
@@ -234,10 +242,15 @@ def add_subcommands(sub) -> None:
     p.add_argument("--out", default="cubinforge-signing", help="path prefix (default ./cubinforge-signing)")
     p.set_defaults(func=_keygen)
 
+    def token_args(p):
+        p.add_argument("--token-stdin", action="store_true",
+                       help="read the bearer token from stdin's first line (default: $CUBINFORGE_TOKEN)")
+        p.add_argument("--token", help=argparse.SUPPRESS)  # refused with a message: argv is not secret
+
     def client_args(p, token=False):
         p.add_argument("--server", help="registry URL (default $CUBINFORGE_REGISTRY_URL)")
         if token:
-            p.add_argument("--token", help="bearer token (default $CUBINFORGE_TOKEN)")
+            token_args(p)
         else:
             p.add_argument("--cache-dir", help="cache folder (default $CUBINFORGE_CACHE_DIR or XDG cache)")
             p.add_argument("--trusted-keys", help="trusted .pub files/folders (default $CUBINFORGE_TRUSTED_KEYS)")
@@ -270,5 +283,5 @@ def add_subcommands(sub) -> None:
     p.add_argument("bundle")
     p.add_argument("--trusted-keys", help="refuse artifacts not signed by these keys")
     p.add_argument("--server", help="publish to this server instead of the local database")
-    p.add_argument("--token")
+    token_args(p)
     p.set_defaults(func=_import_bundle)

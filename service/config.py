@@ -28,6 +28,15 @@ def default_database_url(home: Path | None = None) -> str:
     return registry_settings.database_url(Path(home).absolute() if home else None)
 
 
+def redact_db_url(url: str) -> str:
+    """A database URL fit to print or log: its password replaced by ***."""
+    from sqlalchemy.engine import make_url
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not parseable: show only the scheme
+        return url.split("://", 1)[0] + "://***"
+
+
 @dataclass
 class Settings:
     home: Path = field(default_factory=default_home)
