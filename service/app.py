@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from cubinforge import __version__
@@ -15,9 +16,10 @@ from .blobcache import BlobCache
 from .blobs import BlobStore
 from .config import Settings
 from .db import Database
-from .fastpath import BlobFastPath
+from .fastpath import FastPath
 from .metrics import BodyLimitMiddleware, MetricsMiddleware
 from .routers import artifacts, blobs, health, select, variants
+from .readcache import ReadCache
 from .store import Store
 from .uploads import UploadGate
 
@@ -40,6 +42,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             from .migrate import upgrade
             upgrade(settings.database_url)
         app.state.blobs.root.mkdir(parents=True, exist_ok=True)
+        # At most pool_size threads use the database at once, so the pool never runs dry (db.py).
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size
+        app.state.db_threads = settings.db_pool_size
         # Other workers may be mid-publish: only temp files too old to be anyone's are removed.
         n = app.state.blobs.clean_temp(older_than_s=TEMP_MAX_AGE_S)
         if n:
@@ -49,9 +54,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="cubinforge registry", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
-    app.state.db = Database(settings.database_url)
+    app.state.db = Database(settings.database_url, settings.db_pool_size)
     app.state.blobs = BlobStore(settings.home)
     app.state.store = Store(app.state.blobs)
+    app.state.generation = app.state.store.generation
+    app.state.read_cache = ReadCache()
     app.state.blob_cache = BlobCache(settings.blob_cache_bytes, settings.blob_cache_item_bytes)
     app.state.publisher_keys = (signing.load_trusted_keys(settings.publisher_keys)
                                 if settings.publisher_keys else None)
@@ -61,7 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for r in (variants, blobs, select, artifacts, health):
         app.include_router(r.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(BlobFastPath, state=app.state)
+    app.add_middleware(FastPath, state=app.state)
     app.add_middleware(MetricsMiddleware)
     return app
 

@@ -33,6 +33,7 @@ def file_sha256(path: Path) -> str:
 
 class BlobStore:
     def __init__(self, home: Path):
+        self.home = Path(home)
         self.root = Path(home) / "blobs" / "sha256"
         self.corrupt_dir = self.root.parent / "corrupt"
         self.spool_dir = Path(home) / "spool"

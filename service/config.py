@@ -53,6 +53,9 @@ class Settings:
     migrate_on_start: bool = True
     # Publish bodies read and parsed at once per worker (each may take ~3x its size in memory).
     max_uploads: int = 2
+    # Database connections per worker, and so the threads that may use them (db.py). With
+    # PostgreSQL, workers x (pool + 4 overflow) must stay under its max_connections.
+    db_pool_size: int = 32
     upload_wait_s: float = 60.0
 
     def __post_init__(self):
@@ -75,4 +78,5 @@ class Settings:
             blob_cache_bytes=_int("CUBINFORGE_BLOB_CACHE_BYTES", 256 << 20),
             migrate_on_start=_bool("CUBINFORGE_MIGRATE_ON_START", True),
             max_uploads=_int("CUBINFORGE_MAX_UPLOADS", 2),
+            db_pool_size=_int("CUBINFORGE_DB_POOL_SIZE", 32),
         )

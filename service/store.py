@@ -24,6 +24,7 @@ from .blobs import BlobStore
 from .errors import APIError
 from .models import PublishedVariant
 from .publish import MAX_SIGNATURES, dedupe_signatures
+from .readcache import Generation
 
 log = logging.getLogger("cubinforge.service")
 
@@ -74,6 +75,7 @@ def _too_many(name: str) -> APIError:
 class Store:
     def __init__(self, blobs: BlobStore):
         self.blobs = blobs
+        self.generation = Generation(blobs.home)  # bumped after each commit that changes a read answer
 
     # ------------------------------------------------------------------ reads
     def get(self, s: Session, name: str) -> Record | None:
@@ -147,6 +149,7 @@ class Store:
             s.rollback()
             self._undo_blob(sha, tmp, blob)
             raise
+        self.generation.bump()
         return True, Record.of(row)
 
     def _undo_blob(self, sha: str, tmp, blob: str) -> None:
@@ -179,6 +182,7 @@ class Store:
             row.signed_by = ",".join([k for k in (row.signed_by or "").split(",") if k] +
                                      [x["key_id"] for x in new if x["key_id"] in signed_by])
             s.commit()
+            self.generation.bump()
         return Record.of(row)
 
     def yank(self, s: Session, name: str, reason: str | None) -> Record | None:
@@ -188,4 +192,5 @@ class Store:
         if not row.yanked:
             row.yanked, row.yank_reason = True, reason
             s.commit()
+            self.generation.bump()
         return Record.of(row)

@@ -6,9 +6,8 @@ import hashlib
 import json
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from sqlalchemy.orm import Session
 
-from ..auth import Writer, require_writer, session_dep
+from ..auth import Writer, require_writer
 from ..errors import APIError
 from ..schemas import (ARCH_PATTERN, FAMILY_PATTERN, NAME_PATTERN, ErrorResponse, VariantDetail, VariantPage,
                        YankRequest, YankResponse)
@@ -36,11 +35,12 @@ def list_variants(
     include_yanked: bool = Query(False, description="also list yanked variants"),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=2**31 - 1),
-    s: Session = Depends(session_dep),
 ):
     filters = dict(family=family, arch=arch, dtype=dtype, head_dim=head_dim, causal=causal, varlen=varlen,
                    paged_kv=paged_kv, pack_gqa=pack_gqa, split_kv=split_kv)
-    recs, total = request.app.state.store.list(s, filters, include_yanked, limit, offset)
+    st = request.app.state
+    with st.db.sessions() as s:
+        recs, total = st.store.list(s, filters, include_yanked, limit, offset)
     nxt = offset + len(recs) if offset + len(recs) < total else None
     return {"items": [r.summary() for r in recs], "total": total, "limit": limit, "offset": offset,
             "next_offset": nxt}
@@ -48,8 +48,10 @@ def list_variants(
 
 @router.get("/{name}", response_model=VariantDetail, summary="One variant: manifest, launch contract, status",
             responses={404: {"model": ErrorResponse}, 304: {"description": "unchanged since the ETag given"}})
-def get_variant(request: Request, response: Response, name: str = NameParam, s: Session = Depends(session_dep)):
-    rec = request.app.state.store.get(s, name)
+def get_variant(request: Request, response: Response, name: str = NameParam):
+    st = request.app.state
+    with st.db.sessions() as s:
+        rec = st.store.get(s, name)
     if rec is None:
         raise _not_found(name)
     body = {"variant": rec.name, "yanked": rec.yanked, "yank_reason": rec.yank_reason,
