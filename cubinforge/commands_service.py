@@ -83,24 +83,49 @@ def _db_check(args) -> int:
 
 def _token(args) -> int:
     _home(args)
-    from cubinforge.service.auth import create_token, revoke_token
+    from cubinforge.service.auth import SCOPE_HELP, create_token, list_tokens, parse_scopes, revoke_token
     from cubinforge.service.config import Settings
     from cubinforge.service.db import Database
     from cubinforge.service.migrate import upgrade
+    if args.action != "list" and not args.name:
+        raise ValueError(f"`token {args.action}` needs a NAME")
+    if args.action == "add":
+        if not args.scope:
+            raise ValueError(f"`token add` needs --scope (repeatable): {SCOPE_HELP}; e.g. --scope family:fa3_fwd "
+                             "for a CI that publishes one family, --scope admin for an operator")
+        scopes = parse_scopes(args.scope)
     settings = Settings.from_env()
     upgrade(settings.database_url)
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, pool_size=1)
     try:
         with db.sessions() as s:
             if args.action == "add":
-                token = create_token(s, args.name)
+                token = create_token(s, args.name, scopes)
                 print(token)
-                print(f"token {args.name!r} created; it is shown only once (the database keeps its hash)",
-                      file=sys.stderr)
+                print(f"token {args.name!r} created with scopes {list(scopes)}; it is shown only once (the database "
+                      "keeps its hash). Hand it over through CUBINFORGE_TOKEN or `--token-stdin`", file=sys.stderr)
+            elif args.action == "list":
+                for t in list_tokens(s):
+                    print(f"{t.name}\t{t.scopes}\t{'revoked' if t.revoked else 'active'}\t{t.created_at:%Y-%m-%d}")
             elif not revoke_token(s, args.name):
                 raise ValueError(f"no token named {args.name!r}")
             else:
                 print(f"token {args.name!r} revoked", file=sys.stderr)
+    finally:
+        db.dispose()
+    return 0
+
+
+def _db_audit(args) -> int:
+    _home(args)
+    from cubinforge.service.config import Settings
+    from cubinforge.service.db import Database
+    from cubinforge.service.store import audit_log
+    db = Database(Settings.from_env().database_url, pool_size=1)
+    try:
+        with db.sessions() as s:
+            for e in audit_log(s, args.limit, args.variant):
+                print(f"{e.at:%Y-%m-%dT%H:%M:%S}\t{e.actor}\t{e.action}\t{e.variant}\t{e.detail or ''}")
     finally:
         db.dispose()
     return 0
@@ -233,9 +258,16 @@ def add_subcommands(sub) -> None:
     r.add_argument("sources", nargs="*", help="registry homes or bundles to take verified copies from")
     r.set_defaults(func=_db_check)
 
-    p = sub.add_parser("token", help="write-API bearer tokens (stored hashed)")
-    p.add_argument("action", choices=["add", "revoke"])
-    p.add_argument("name")
+    a = dsub.add_parser("audit", help="the latest writes: when, which token, what, to which variant")
+    a.add_argument("--variant", help="only this variant's")
+    a.add_argument("--limit", type=int, default=100)
+    a.set_defaults(func=_db_audit)
+
+    p = sub.add_parser("token", help="write-API bearer tokens (stored hashed), each with scopes")
+    p.add_argument("action", choices=["add", "revoke", "list"])
+    p.add_argument("name", nargs="?")
+    p.add_argument("--scope", action="append",
+                   help="with add, repeatable: admin | family:<family> | prefix:<name prefix>")
     p.set_defaults(func=_token)
 
     p = sub.add_parser("keygen", help="make an ed25519 signing key pair (OUT.key, OUT.pub)")

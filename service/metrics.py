@@ -31,7 +31,10 @@ def route_label(path: str) -> str:
     # Bounded label set: parametrised paths collapse to their template, unknown ones to "other".
     for prefix, label in _ROUTES:
         if path.startswith(prefix):
-            return label + "/yank" if path.endswith("/yank") else label
+            for action in ("/yank", "/unyank"):
+                if path.endswith(action):
+                    return label + action
+            return label
     if path in ("/v1/variants", "/v1/select", "/v1/artifacts", "/healthz", "/metrics", "/docs",
                 "/openapi.json"):
         return path

@@ -22,7 +22,7 @@ from cubinforge.runtime import signing
 
 from .blobs import BlobStore
 from .errors import APIError
-from .models import PublishedVariant
+from .models import AuditEntry, PublishedVariant
 from .publish import MAX_SIGNATURES, dedupe_signatures
 from .readcache import Generation
 
@@ -120,13 +120,14 @@ class Store:
                 raise _too_many(name)
         existing = s.get(PublishedVariant, name)
         if existing is not None:
-            return False, self._republish(s, existing, manifest, cubin, signed_by)
+            return False, self._republish(s, existing, manifest, cubin, signed_by, publisher)
         axes = manifest["axes"]
         row = PublishedVariant(
             name=name, family=manifest["family"], arch=axes["arch"], dtype=axes["dtype"],
             head_dim=axes["head_dim"], causal=axes["causal"], axes=axes, sha256=manifest["cubin"]["sha256"],
             size=manifest["cubin"]["size"], manifest_json=json.dumps(manifest, sort_keys=True),
             signed_by=",".join(signed_by), yanked=False, publisher=publisher)
+        audit(s, publisher, "publish", name, f"sha256 {row.sha256}, signed by {signed_by or 'nobody'}")
         sha, tmp = self.blobs.stage(cubin)
         blob = "exists"
         try:
@@ -144,7 +145,7 @@ class Store:
             existing = s.get(PublishedVariant, name)
             if existing is None:
                 raise
-            return False, self._republish(s, existing, manifest, cubin, signed_by)
+            return False, self._republish(s, existing, manifest, cubin, signed_by, publisher)
         except BaseException:
             s.rollback()
             self._undo_blob(sha, tmp, blob)
@@ -158,7 +159,7 @@ class Store:
             self.blobs.remove(sha)
 
     def _republish(self, s: Session, row: PublishedVariant, manifest: dict, cubin: bytes,
-                   signed_by: list[str]) -> Record:
+                   signed_by: list[str], actor: str | None) -> Record:
         stored = json.loads(row.manifest_json)
         if not _same_content(stored, manifest):
             differs = sorted(k for k in set(stored) | set(manifest)
@@ -181,16 +182,36 @@ class Store:
             row.manifest_json = json.dumps(stored, sort_keys=True)
             row.signed_by = ",".join([k for k in (row.signed_by or "").split(",") if k] +
                                      [x["key_id"] for x in new if x["key_id"] in signed_by])
+            audit(s, actor, "sign", row.name, f"added signatures by {[x['key_id'] for x in new]}")
             s.commit()
             self.generation.bump()
         return Record.of(row)
 
-    def yank(self, s: Session, name: str, reason: str | None) -> Record | None:
+    def yank(self, s: Session, name: str, reason: str | None, actor: str | None = None) -> Record | None:
+        return self._set_yanked(s, name, True, reason, actor)
+
+    def unyank(self, s: Session, name: str, actor: str | None = None) -> Record | None:
+        return self._set_yanked(s, name, False, None, actor)
+
+    def _set_yanked(self, s: Session, name: str, yanked: bool, reason: str | None, actor: str | None):
         row = s.get(PublishedVariant, name)
         if row is None:
             return None
-        if not row.yanked:
-            row.yanked, row.yank_reason = True, reason
+        if row.yanked != yanked:
+            row.yanked, row.yank_reason = yanked, reason
+            audit(s, actor, "yank" if yanked else "unyank", name, reason)
             s.commit()
             self.generation.bump()
         return Record.of(row)
+
+
+def audit(s: Session, actor: str | None, action: str, variant: str, detail: str | None = None) -> None:
+    """Record a write in the same transaction as the write itself."""
+    s.add(AuditEntry(actor=actor or "?", action=action, variant=variant, detail=detail))
+
+
+def audit_log(s: Session, limit: int = 100, variant: str | None = None) -> list[AuditEntry]:
+    q = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
+    if variant:
+        q = q.where(AuditEntry.variant == variant)
+    return list(s.scalars(q))

@@ -151,7 +151,7 @@ def backend_url(kind: str, tmp: Path) -> str:
     return f"{base}{sep}options=-csearch_path%3D{schema}"
 
 
-def seed_token(url: str, name: str = "ci") -> str:
+def seed_token(url: str, name: str = "ci", scopes=("admin",)) -> str:
     from .auth import create_token
     from .db import Database
     from .migrate import upgrade
@@ -160,6 +160,6 @@ def seed_token(url: str, name: str = "ci") -> str:
     db = Database(url)
     try:
         with db.sessions() as s:
-            return create_token(s, name)
+            return create_token(s, name, scopes)
     finally:
         db.dispose()

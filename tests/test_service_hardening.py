@@ -312,3 +312,59 @@ def test_temp_files_are_removed_at_start_and_on_disconnect(tmp_path):
             time.sleep(0.05)
         assert list((home / "spool").glob(".incoming-*")) == []
         assert httpx.get(base + "/healthz").status_code == 200
+
+
+# ------------------------------------------------------------------ 9. scopes, unyank, the audit table
+def test_token_scopes_limit_publish_and_yank(server):
+    fam = {"Authorization": f"Bearer {seed_token(server.db_url, 'fam-ci', ['family:scoped_fam'])}"}
+    pre = {"Authorization": f"Bearer {seed_token(server.db_url, 'pre-ci', ['prefix:team-a-'])}"}
+    mine, c1 = artifact("mine-sm_90a-bf16-hd128", family="scoped_fam")
+    squat, c2 = artifact("squat-sm_90a-bf16-hd128", family="fa3_fwd")
+    assert publish(server, mine, c1, headers=fam).status_code == 201
+    body = assert_error(publish(server, squat, c2, headers=fam), 403, "forbidden")
+    assert "family:fa3_fwd" in body["message"]
+    assert server.get(f"/v1/variants/{squat['variant']}").status_code == 404  # nothing squatted
+    team, c3 = artifact("team-a-kernel-sm_90a", family="misc")
+    assert publish(server, team, c3, headers=pre).status_code == 201
+    assert_error(publish(server, *artifact("team-b-kernel-sm_90a"), headers=pre), 403, "forbidden")
+    # Yank and unyank only what the scope covers; admin covers everything.
+    assert_error(server.post(f"/v1/variants/{mine['variant']}/yank", headers=pre), 403, "forbidden")
+    r = server.post(f"/v1/variants/{mine['variant']}/yank", json={"reason": "oops"}, headers=fam)
+    assert r.status_code == 200 and r.json()["yanked"] is True
+    assert_error(server.post(f"/v1/variants/{mine['variant']}/unyank", headers=pre), 403, "forbidden")
+    r = server.post(f"/v1/variants/{mine['variant']}/unyank", headers=fam)
+    assert r.status_code == 200 and r.json()["yanked"] is False
+    d = server.get(f"/v1/variants/{mine['variant']}").json()
+    assert d["yanked"] is False and d["yank_reason"] is None
+    assert mine["variant"] in [i["variant"] for i in server.get("/v1/variants", params={"limit": 1000}).json()["items"]]
+    assert server.post(f"/v1/variants/{team['variant']}/yank", headers=server.auth_headers).status_code == 200
+    assert_error(server.post("/v1/variants/no-such/unyank", headers=fam), 404)
+    assert_error(server.post(f"/v1/variants/{mine['variant']}/unyank"), 401)
+
+    from sqlalchemy import create_engine, text
+    eng = create_engine(server.db_url)
+    with eng.connect() as conn:
+        rows = conn.execute(text("SELECT actor, action, variant, detail FROM service_audit "
+                                 "WHERE variant IN (:a, :b) ORDER BY id"), {"a": mine["variant"], "b": team["variant"]}).all()
+    eng.dispose()
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("fam-ci", "publish", mine["variant"]), ("pre-ci", "publish", team["variant"]),
+        ("fam-ci", "yank", mine["variant"]), ("fam-ci", "unyank", mine["variant"]), ("ci", "yank", team["variant"])]
+    assert rows[2][3] == "oops"
+
+
+def test_token_cli_needs_scopes_and_lists_them(tmp_path, monkeypatch, capsys):
+    from test_client_remote import run_cli
+    monkeypatch.setenv("CUBINFORGE_DATABASE_URL", f"sqlite:///{tmp_path / 'r.db'}")
+    with pytest.raises(ValueError, match="--scope"):
+        run_cli("--home", str(tmp_path), "token", "add", "ci")
+    with pytest.raises(ValueError, match="not a scope"):
+        run_cli("--home", str(tmp_path), "token", "add", "ci", "--scope", "everything")
+    assert run_cli("--home", str(tmp_path), "token", "add", "ci", "--scope", "family:fa3_fwd",
+                   "--scope", "prefix:exp-") == 0
+    token = capsys.readouterr().out.strip()
+    assert token.startswith("cf_")
+    assert run_cli("--home", str(tmp_path), "token", "list") == 0
+    out = capsys.readouterr().out
+    assert "ci\tfamily:fa3_fwd,prefix:exp-\tactive" in out and token not in out
+    assert run_cli("--home", str(tmp_path), "db", "audit") == 0

@@ -68,12 +68,25 @@ def get_variant(request: Request, response: Response, name: str = NameParam):
 
 
 @router.post("/{name}/yank", response_model=YankResponse, summary="Hide a variant from select (kept, downloadable)",
-             responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+             responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
 def yank_variant(request: Request, name: str = NameParam, body: YankRequest | None = Body(None),
                  who: Writer = Depends(require_writer)):
+    rec = _set_yanked(request, name, who, True, body.reason if body else None)
+    return {"variant": rec.name, "yanked": True, "reason": rec.yank_reason}
+
+
+@router.post("/{name}/unyank", response_model=YankResponse, summary="Make a yanked variant selectable again",
+             responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+def unyank_variant(request: Request, name: str = NameParam, who: Writer = Depends(require_writer)):
+    rec = _set_yanked(request, name, who, False, None)
+    return {"variant": rec.name, "yanked": False, "reason": None}
+
+
+def _set_yanked(request: Request, name: str, who: Writer, yanked: bool, reason: str | None):
     st = request.app.state
     with st.db.sessions() as s:
-        rec = st.store.yank(s, name, body.reason if body else None)
-    if rec is None:
-        raise _not_found(name)
-    return {"variant": rec.name, "yanked": True, "reason": rec.yank_reason}
+        rec = st.store.get(s, name)
+        if rec is None:
+            raise _not_found(name)
+        who.require(rec.family, rec.name, "yank" if yanked else "unyank")
+        return st.store.yank(s, name, reason, who.name) if yanked else st.store.unyank(s, name, who.name)
