@@ -13,6 +13,7 @@ and authoritative behaviour: this layer only replays them.
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from .metrics import BLOB_BYTES
@@ -41,6 +42,7 @@ def _etag_matches(inm: bytes, etag: bytes) -> bool:
 class FastPath:
     def __init__(self, app, state):
         self.app, self.state = app, state
+        self._inflight: dict[tuple, asyncio.Event] = {}  # (key, generation) being computed now
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -78,6 +80,12 @@ class FastPath:
     async def _cached(self, key: tuple, scope, receive, send):
         cache, gen = self.state.read_cache, self.state.generation.read()
         hit = cache.get(key, gen)
+        pending = self._inflight.get((key, gen)) if hit is None else None
+        if pending is not None:
+            # The same answer is being computed: wait for it rather than ask the database again
+            # (100 clients starting together would otherwise all miss at once).
+            await pending.wait()
+            hit = cache.get(key, gen)
         if hit is not None:
             _, status, headers, body = hit
             etag = dict(headers).get(b"etag")
@@ -101,10 +109,16 @@ class FastPath:
                 got["done"] = not msg.get("more_body", False)
             await send(msg)
 
-        await self.app(scope, receive, capture)
-        if got["done"] and got["status"] in _CACHED_STATUS:
-            headers = [(k.lower(), v) for k, v in got["headers"] if k.lower() in _KEEP]
-            cache.put(key, gen, got["status"], headers, b"".join(got["body"]))
+        flight = self._inflight.setdefault((key, gen), asyncio.Event()) if pending is None else None
+        try:
+            await self.app(scope, receive, capture)
+            if got["done"] and got["status"] in _CACHED_STATUS:
+                headers = [(k.lower(), v) for k, v in got["headers"] if k.lower() in _KEEP]
+                cache.put(key, gen, got["status"], headers, b"".join(got["body"]))
+        finally:
+            if flight is not None and self._inflight.get((key, gen)) is flight:
+                del self._inflight[(key, gen)]
+                flight.set()
 
 
 async def _buffer(receive):

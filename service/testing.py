@@ -85,14 +85,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def live_server(env: dict[str, str], workers: int = 1, log: Path | None = None):
-    """`cubinforge serve` as a subprocess on a random loopback port; yields its base URL."""
+def live_server(env: dict[str, str], workers: int = 1, log: Path | None = None, info: dict | None = None):
+    """`cubinforge serve` as a subprocess on a random loopback port; yields its base URL
+    (and puts the server's pid in `info["pid"]` when given, for measurements)."""
     port = free_port()
     full_env = {**os.environ, **env}
     cmd = [sys.executable, "-m", "cubinforge.service.serve", "--host", "127.0.0.1", "--port", str(port),
            "--workers", str(workers), "--log-level", "warning"]
     out = open(log, "wb") if log else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    if info is not None:
+        info["pid"] = proc.pid
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
