@@ -50,8 +50,11 @@ def _workers_rss(server_pid: int) -> list[dict]:
     return sorted(out, key=lambda w: w["pid"])
 
 
+SERVER_ENV: dict[str, str] = {}  # --server-env K=V: e.g. run the server from another checkout, for a before/after
+
+
 def _env(tmp: Path, url: str, **more) -> dict:
-    return {"CUBINFORGE_HOME": str(tmp / "home"), "CUBINFORGE_DATABASE_URL": url, **more}
+    return {"CUBINFORGE_HOME": str(tmp / "home"), "CUBINFORGE_DATABASE_URL": url, **SERVER_ENV, **more}
 
 
 def mixed(backend: str, clients: int, requests: int, tmp: Path) -> dict:
@@ -148,7 +151,10 @@ def main(argv=None) -> int:
     p.add_argument("--mb", type=int, default=90)
     p.add_argument("--cases", type=int, default=2000)
     p.add_argument("--out", help="also write the JSON here")
+    p.add_argument("--server-env", action="append", default=[], metavar="K=V",
+                   help="extra environment for the server process (repeatable)")
     a = p.parse_args(argv)
+    SERVER_ENV.update(kv.split("=", 1) for kv in a.server_env)
     with tempfile.TemporaryDirectory(prefix="cubinforge-loadbench-") as d:
         tmp = Path(d)
         if a.what == "mixed":
@@ -157,7 +163,7 @@ def main(argv=None) -> int:
             result = bodies(a.backend, 12 if a.clients == 100 else a.clients, a.mb, tmp)
         else:
             result = fuzz(a.backend, a.cases, tmp)
-    result = {"what": a.what, "backend": a.backend, "cpus": os.cpu_count(), "python": platform.python_version(),
+    result = {"what": a.what, "backend": a.backend, "server_env": SERVER_ENV or None, "cpus": os.cpu_count(), "python": platform.python_version(),
               "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), **result}
     text = json.dumps(result, indent=2)
     print(text)

@@ -28,7 +28,8 @@ def healthz(request: Request, response: Response):
     if not (root.is_dir() and os.access(root, os.W_OK)):
         blobs = f"error: {root} is not a writable folder"
     elif corrupt:
-        blobs = (f"error: {len(corrupt)} stored blob(s) found corrupt ({', '.join(c[:12] for c in corrupt[:5])}); "
+        blobs = (f"error: {len(corrupt)} stored blob(s) found corrupt or missing "
+                 f"({', '.join(c[:12] for c in corrupt[:5])}); "
                  "re-publish them or run `cubinforge db repair`")
     ok = db == "ok" and blobs == "ok"
     if not ok:
