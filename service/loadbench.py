@@ -53,6 +53,18 @@ def _workers_rss(server_pid: int) -> list[dict]:
 SERVER_ENV: dict[str, str] = {}  # --server-env K=V: e.g. run the server from another checkout, for a before/after
 
 
+def _cpu_s(pids) -> float:
+    """User + system CPU seconds used so far by these processes."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in pids:
+        try:
+            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(f[11]) + int(f[12])
+    return total / tick
+
+
 def _env(tmp: Path, url: str, **more) -> dict:
     return {"CUBINFORGE_HOME": str(tmp / "home"), "CUBINFORGE_DATABASE_URL": url, **SERVER_ENV, **more}
 
@@ -70,8 +82,17 @@ def mixed(backend: str, clients: int, requests: int, tmp: Path) -> dict:
             httpx.post(base + "/v1/artifacts", headers=h, timeout=60,
                        json={"manifest": m, "cubin_b64": base64.b64encode(cubin).decode()}).raise_for_status()
             first = first or (m["cubin"]["sha256"], len(cubin))
+        pids = [w["pid"] for w in _workers_rss(info["pid"])]
+        cpu0, t0 = _cpu_s(pids), os.times()
         result = run_load(base, first[0], clients=clients, requests=requests, expect_len=first[1], mix=True)
+        t1 = os.times()
         result["workers_rss"] = _workers_rss(info["pid"])
+        # CPU per request, server and load generator apart: on a shared machine the latency
+        # figures depend on what else runs; these do not.
+        result["server_cpu_us_per_request"] = round((_cpu_s(pids) - cpu0) / max(result["completed"], 1) * 1e6, 1)
+        result["client_cpu_us_per_request"] = round((t1.user + t1.system - t0.user - t0.system)
+                                                    / max(result["completed"], 1) * 1e6, 1)
+        result["load_average_after"] = os.getloadavg()
     return result
 
 
