@@ -52,7 +52,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         app.state.db.dispose()
 
-    app = FastAPI(title="cubinforge registry", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    # FastAPI's own OpenTelemetry hooks cost a provider lookup per request on the hot path; the
+    # service has Prometheus metrics, so they are on only when asked for (CUBINFORGE_OTEL=1).
+    otel = settings.otel
+    app = FastAPI(title="cubinforge registry", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+                  telemetry={"tracing": otel, "metrics": otel, "logs": otel})
     app.state.settings = settings
     app.state.db = Database(settings.database_url, settings.db_pool_size)
     app.state.blobs = BlobStore(settings.home)

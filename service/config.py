@@ -56,6 +56,8 @@ class Settings:
     # Database connections per worker, and so the threads that may use them (db.py). With
     # PostgreSQL, workers x (pool + 4 overflow) must stay under its max_connections.
     db_pool_size: int = 32
+    # FastAPI's native OpenTelemetry instrumentation (traces, metrics, logs), off by default.
+    otel: bool = False
     upload_wait_s: float = 60.0
 
     def __post_init__(self):
@@ -79,4 +81,5 @@ class Settings:
             migrate_on_start=_bool("CUBINFORGE_MIGRATE_ON_START", True),
             max_uploads=_int("CUBINFORGE_MAX_UPLOADS", 2),
             db_pool_size=_int("CUBINFORGE_DB_POOL_SIZE", 32),
+            otel=_bool("CUBINFORGE_OTEL"),
         )

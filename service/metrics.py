@@ -52,6 +52,8 @@ def render() -> tuple[bytes, str]:
 class MetricsMiddleware:
     def __init__(self, app):
         self.app = app
+        # Label children looked up once: the label set is bounded (route_label), labels() is not free.
+        self._children: dict[tuple, tuple] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -67,9 +69,15 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = route_label(scope["path"])
-            REQUESTS.labels(scope["method"], route, str(status[0])).inc()
-            LATENCY.labels(route).observe(time.perf_counter() - t0)
+            key = (scope["method"], scope["path"], status[0])
+            children = self._children.get(key)
+            if children is None:
+                route = route_label(scope["path"])
+                children = (REQUESTS.labels(scope["method"], route, str(status[0])), LATENCY.labels(route))
+                if len(self._children) < 4096:  # paths are unbounded (names, shas); the labels are not
+                    self._children[key] = children
+            children[0].inc()
+            children[1].observe(time.perf_counter() - t0)
 
 
 class _TooLarge(StarletteHTTPException):
