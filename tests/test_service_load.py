@@ -54,7 +54,7 @@ def test_blob_download_load(tmp_path):
 MIX_CLIENTS, MIX_REQUESTS = 32, 30  # CI size; the recorded 100 x 1000 run: bench/results/2026-12-01-cpu/
 
 
-def _seed_catalogue(base, token, n=12):
+def _seed_catalogue(base, token, n=6):
     """n fa3_fwd variants (one fits loadtest.SELECT) plus their blobs; returns (sha, size) of one."""
     h = {"Authorization": f"Bearer {token}"}
     first = None
@@ -68,6 +68,41 @@ def _seed_catalogue(base, token, n=12):
     return first
 
 
+def _call(base, method, path, body=None, headers=None):
+    """One request on a new connection (so successive calls spread over the workers)."""
+    import http.client
+    from urllib.parse import urlsplit
+    u = urlsplit(base)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"Content-Type": "application/json", **(headers or {})})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def _writes_reach_every_worker_cache(base, token):
+    """Publish and yank are seen by both workers' read caches on their next request."""
+    h = {"Authorization": f"Bearer {token}"}
+    problem = {"arch": "sm_90a", "dtype": "fp16", "head_dim": 256, "causal": False, "seqlen_q": 64, "heads_q": 4}
+    query = "/v1/variants?dtype=fp16"
+
+    def each_worker(fn, n=16):  # every answer over n new connections must agree
+        return {fn() for _ in range(n)}
+    names = lambda: tuple(i["variant"] for i in json.loads(_call(base, "GET", query)[1])["items"])  # noqa: E731
+    chosen = lambda: _call(base, "POST", "/v1/select", problem)[0]  # noqa: E731
+    assert each_worker(names) == {()} and each_worker(chosen) == {404}  # both caches warm
+    cubin = make_cubin("kernel_test", payload=b"generation")
+    m = make_manifest("gen-sm_90a-fp16-hd256", cubin, dtype="fp16", head_dim=256, causal=False)
+    assert _call(base, "POST", "/v1/artifacts", {"manifest": m, "cubin_b64": base64.b64encode(cubin).decode()},
+                 h)[0] == 201
+    assert each_worker(names) == {(m["variant"],)} and each_worker(chosen) == {200}
+    assert _call(base, "POST", f"/v1/variants/{m['variant']}/yank", {}, h)[0] == 200
+    assert each_worker(names) == {()} and each_worker(chosen) == {404}
+
+
 @pytest.mark.parametrize("kind", backends())
 def test_mixed_load_two_workers(kind, tmp_path):
     url = backend_url(kind, tmp_path)
@@ -76,32 +111,10 @@ def test_mixed_load_two_workers(kind, tmp_path):
     with live_server(env, workers=2, log=tmp_path / "server.log") as base:
         sha, size = _seed_catalogue(base, token)
         result = run(base, sha, clients=MIX_CLIENTS, requests=MIX_REQUESTS, expect_len=size, mix=True)
+        _writes_reach_every_worker_cache(base, token)
     print(f"\nregistry mixed load test ({kind}): " + json.dumps(result))
     assert result["errors"] == 0, result["error_samples"]
     assert result["completed"] == MIX_CLIENTS * MIX_REQUESTS
-
-
-def test_publish_and_yank_reach_every_worker_cache(tmp_path):
-    url = backend_url("sqlite", tmp_path)
-    token = seed_token(url)
-    h = {"Authorization": f"Bearer {token}"}
-    env = {"CUBINFORGE_HOME": str(tmp_path / "home"), "CUBINFORGE_DATABASE_URL": url}
-    problem = {"arch": "sm_90a", "dtype": "fp16", "head_dim": 256, "causal": False, "seqlen_q": 64, "heads_q": 4}
-
-    def each_worker(fn, n=24):
-        # New connections spread over both workers; every answer must agree.
-        return {fn() for _ in range(n)}
-    with live_server(env, workers=2, log=tmp_path / "server.log") as base:
-        names = lambda: tuple(i["variant"] for i in httpx.get(base + "/v1/variants").json()["items"])  # noqa: E731
-        chosen = lambda: httpx.post(base + "/v1/select", json=problem).status_code  # noqa: E731
-        assert each_worker(names) == {()} and each_worker(chosen) == {404}  # both caches warm
-        cubin = make_cubin("kernel_test", payload=b"generation")
-        m = make_manifest("gen-sm_90a-fp16-hd256", cubin, dtype="fp16", head_dim=256, causal=False)
-        httpx.post(base + "/v1/artifacts", headers=h, json={"manifest": m, "cubin_b64": base64.b64encode(cubin).decode()}
-                   ).raise_for_status()
-        assert each_worker(names) == {(m["variant"],)} and each_worker(chosen) == {200}
-        httpx.post(base + f"/v1/variants/{m['variant']}/yank", headers=h).raise_for_status()
-        assert each_worker(names) == {()} and each_worker(chosen) == {404}
 
 
 def test_read_answers_are_cached_until_the_generation_moves(tmp_path):
