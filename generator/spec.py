@@ -13,38 +13,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+# The axis table lives in the runtime (plain data it can import); the spec builds on it.
+from cubinforge.runtime.axes import AXES, TILE_AXES, Axis  # noqa: F401  (Axis: re-exported)
+
 from .families import FAMILIES, Family, get_family
 
 
 class SpecError(ValueError):
     """A variant, filter or set that the spec does not allow, with the reason."""
-
-
-@dataclass(frozen=True)
-class Axis:
-    name: str
-    values: tuple  # every value the project knows of, built or not
-    default: Any = None  # optional axes have a default that is left out of the name
-    flag: str | None = None  # name token of a boolean optional axis when true
-
-
-AXES: dict[str, Axis] = {
-    a.name: a
-    for a in (
-        Axis("arch", ("sm_90a", "sm_100a")),
-        Axis("dtype", ("bf16", "fp16", "e4m3")),
-        Axis("head_dim", (64, 96, 128, 192, 256)),
-        Axis("causal", (False, True)),
-        Axis("varlen", (False, True), False, "varlen"),
-        Axis("paged_kv", (False, True), False, "paged"),
-        Axis("pack_gqa", (False, True), False, "packgqa"),
-        Axis("split_kv", (False, True), False, "splitkv"),
-        Axis("scheduler", ("single", "persistent", "lpt"), "single"),
-        Axis("tile_m", (64, 128, 192, 256)),
-        Axis("tile_n", tuple(range(16, 257, 16))),
-    )
-}
-TILE_AXES = ("tile_m", "tile_n")
 
 
 @dataclass(frozen=True)
@@ -225,20 +201,35 @@ ALL = "*"  # in a set: every value the family supports
 
 # A set is a list of (family, {axis: values or ALL}); axes left out take their default.
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
-    # Non-causal ships persistent (measured faster at 512-1k tokens, equal beyond); causal keeps
-    # one tile per CTA (a static persistent stride balances the uneven causal tiles badly).
+    # Each (head dim, mask) ships the scheduler that won the H200 A/B of 2026-12-01 (the
+    # switches that go with it are the family's: fa3_fwd_sm90/config.py TUNED). Non-causal:
+    # persistent everywhere. Causal: lpt for hd128-256 (+2-8% at 1k-8k), persistent for hd64
+    # (+3-6% at 512-1k), one tile per CTA for hd96 (not measured yet); for short causal
+    # prefill a second variant each for hd64 and hd128.
     "smoke": [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
                            "scheduler": ["persistent"]})],
     "default": [
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL, "causal": [False],
                      "scheduler": ["persistent"]}),
-        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL, "causal": [True],
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 192, 256],
+                     "causal": [True], "scheduler": ["lpt"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [True],
+                     "scheduler": ["persistent"]}),
+        # Short causal prefill: the dispatcher (runtime/dispatch.py PREFERENCES) takes these up
+        # to 768 (hd128) and 1536 (hd64) query rows, where they measured ahead.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [True],
+                     "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [True],
+                     "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
                      "scheduler": ["single"]}),
     ],
     "all": [
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all
     ],
     "demo": [("demo_scale", {"arch": ALL, "dtype": ALL})],
+    # Blackwell: cross-compiled and statically checked only, never run (`make kernels ARCH=sm100`).
+    "sm100": [("fa4_fwd", {"arch": ["sm_100a"], "dtype": ALL, "head_dim": ALL, "causal": ALL})],
 }
 
 

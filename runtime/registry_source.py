@@ -21,14 +21,41 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
 from .contract import Contract, load_contract
-from .errors import ContractError, IntegrityError, VariantNotFound
+from .axes import default_axes
+from .dispatch import Choice, Problem, matches, rank, same_value
+from .errors import ContractError, IntegrityError, UnverifiedVariant, VariantNotFound
 
 MANIFEST_VERSION = 1
-# Axes a caller may leave out: they mean "the plain kernel", never "whatever exists".
-DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False}
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 log = logging.getLogger("cubinforge.runtime")
+ALLOW_UNVERIFIED_ENV = "CUBINFORGE_ALLOW_UNVERIFIED"
+
+
+def refuses_unverified(verification: Mapping[str, Any] | None) -> bool:
+    """The refusal rule (registry/verification.py writes the entry): a variant is refused without
+    an opt-in when it is unverified and no cubin of its family on its arch has passed a GPU check
+    (every sm_100a variant today), or its cubin failed one. A manifest written before
+    verification was recorded (no entry) is not refused."""
+    if not verification:
+        return False
+    return verification.get("status") != "verified" and not verification.get("arch_verified", False)
+
+
+def allow_unverified_from_env() -> bool:
+    return os.environ.get(ALLOW_UNVERIFIED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_verified(manifest: "Manifest", allow_unverified: bool | None = None) -> None:
+    """Raise UnverifiedVariant, saying why, unless the variant may launch (see refuses_unverified)."""
+    allow = allow_unverified_from_env() if allow_unverified is None else allow_unverified
+    v = manifest.verification
+    if allow or not refuses_unverified(v):
+        return
+    raise UnverifiedVariant(
+        f"{manifest.variant} is unverified: {v.get('reason', 'it has never been checked numerically on a GPU')}. "
+        f"Its results have never been compared with a reference, so they may be wrong. To launch it anyway "
+        f"set {ALLOW_UNVERIFIED_ENV}=1 or pass allow_unverified=True.")
 
 
 @runtime_checkable
@@ -48,6 +75,12 @@ class Manifest:
     contract: Contract
     metadata: Mapping[str, Any]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def verification(self) -> dict:
+        """provenance.verification: where this cubin was checked numerically, or why not ({} if
+        the manifest predates the record)."""
+        return dict((self.raw.get("provenance") or {}).get("verification") or {})
 
 
 def load_manifest(raw: Mapping[str, Any]) -> Manifest:
@@ -172,32 +205,34 @@ def manifests(source: Source | None = None, family: str | None = None) -> tuple[
     return found, broken
 
 
-def _same(a, b) -> bool:
-    # JSON true == 1 in Python; an axis value must match in kind as well as value.
-    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
-
-
 def _fmt(axes: Mapping) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in axes.items())
 
 
 def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | None = None,
-           **more) -> Manifest:
-    """The variant of ``family`` whose axes equal ``axes`` (plus DEFAULT_AXES for those not
-    given). Axes not asked for (scheduler, tiles) may take any value; among several such
-    matches the first by name is taken, so the choice is stable. Nothing else is substituted."""
-    want = dict(DEFAULT_AXES)
-    want.update(axes or {})
-    want.update(more)
+           *, sizes: Mapping[str, int] | None = None, **more) -> Manifest:
+    """The variant of ``family`` whose axes equal ``axes`` (plus axes.default_axes() for those not
+    given). Axes not asked for (scheduler, tiles) may take any value: among several such
+    matches the dispatcher's preferences for the problem's ``sizes`` (seqlen_q, ...) rank
+    them, then the name, so the choice is stable. Nothing else is substituted."""
+    return choose(Problem(family, {**(axes or {}), **more}, **(sizes or {})), source).best
+
+
+def choose(problem: Problem, source: Source | None = None) -> Choice:
+    """The dispatcher's ranked choice over ``source``'s manifests, or VariantNotFound naming
+    what does not exist and the nearest variants."""
     source = source or default_source()
-    found, broken = manifests(source, family)
+    found, broken = manifests(source, problem.family)
+    choice = rank(problem, found)
+    if choice is not None:
+        return choice
+    family, want = problem.family, problem.exact()
 
     def differs(m: Manifest) -> list[str]:
-        return [k for k, v in want.items() if not _same(m.axes.get(k, DEFAULT_AXES.get(k)), v)]
+        return matches(problem, m.axes)
 
-    matches = sorted((m for m in found if not differs(m)), key=lambda m: m.variant)
-    if matches:
-        return matches[0]
+    def have(m: Manifest, k: str):
+        return m.axes.get(k, default_axes().get(k))
 
     lines = [f"no {family} variant with {_fmt(want)} in {source!r}."]
     if not found:
@@ -205,15 +240,14 @@ def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | 
                      + (" (build some: make kernels)." if not broken else "."))
     else:
         for k, v in want.items():
-            have = sorted({repr(m.axes.get(k, DEFAULT_AXES.get(k))) for m in found})
-            if not any(_same(m.axes.get(k, DEFAULT_AXES.get(k)), v) for m in found):
-                lines.append(f"No {family} variant has {k}={v!r} (available: {', '.join(have)}).")
+            if not any(same_value(have(m, k), v) for m in found):
+                values = sorted({repr(have(m, k)) for m in found})
+                lines.append(f"No {family} variant has {k}={v!r} (available: {', '.join(values)}).")
         ranked = sorted(found, key=lambda m: (len(differs(m)), m.variant))
         best = len(differs(ranked[0]))
         near = [m for m in ranked if len(differs(m)) == best][:8]
         lines.append("Nearest: " + "; ".join(
-            f"{m.variant} (differs in {', '.join(f'{k}={m.axes.get(k, DEFAULT_AXES.get(k))!r}' for k in differs(m))})"
-            for m in near))
+            f"{m.variant} (differs in {', '.join(f'{k}={have(m, k)!r}' for k in differs(m))})" for m in near))
     if broken:
         lines.append(f"{len(broken)} manifest(s) could not be read: " + "; ".join(broken[:5]))
     raise VariantNotFound(" ".join(lines))

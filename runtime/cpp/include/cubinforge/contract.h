@@ -171,11 +171,46 @@ struct Variant {
   uint64_t cubin_size;
   const unsigned char* cubin_data;  // the embedded image, or nullptr (then load the file)
   const Contract* contract;
+  // Why the loader refuses this variant without an opt-in (never checked numerically on a GPU
+  // of its arch), or nullptr when it may launch. Kernel::load says it and stops.
+  const char* unverified_reason = nullptr;
+};
+
+// A dispatcher preference, generated from runtime/dispatch.py PREFERENCES: when every
+// condition holds for the problem, variants with the preferred axis values rank first. A
+// condition is an exact value (`equals`, canonical axis text) or inclusive bounds on a size.
+struct PrefCondition {
+  const char* key;
+  const char* equals;  // nullptr: a range
+  bool has_low;
+  int64_t low;
+  bool has_high;
+  int64_t high;
+};
+
+struct PrefAxis {
+  const char* key;
+  const char* value;
+};
+
+struct Preference {
+  const char* name;
+  const PrefCondition* when;
+  int num_when;
+  const PrefAxis* prefer;
+  int num_prefer;
+  const char* why;
 };
 
 struct Bundle {
   const Variant* variants;
   int count;
+  const Preference* preferences = nullptr;  // earlier ones weigh more
+  int num_preferences = 0;
+  // Exact axes a query may leave out, with the plain kernel's value (runtime/axes.py
+  // DEFAULT_AXES, generated): select() assumes them unless the query says otherwise.
+  const Axis* default_axes = nullptr;
+  int num_default_axes = 0;
 };
 
 // Lookups by name over the tables (linear: contracts have a handful of entries).
