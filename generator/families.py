@@ -74,9 +74,10 @@ FA3_FWD = Family(
         "head_dim": (64, 96, 128, 192, 256),
         "causal": (False, True),
         "varlen": (False,),
-        "paged_kv": (False,),
-        "pack_gqa": (False,),
-        "split_kv": (False,),
+        # Inference axes (kernels/fa3_fwd_sm90/inference.py): one tile per CTA.
+        "paged_kv": (False, True),
+        "pack_gqa": (False, True),
+        "split_kv": (False, True),
         # lpt: causal tiles longest first on a 1-D grid (not in the default set until timed)
         "scheduler": ("single", "persistent", "lpt"),
         "tile_m": (64, 128, 192),
@@ -86,15 +87,14 @@ FA3_FWD = Family(
     constraints=(
         (lambda ax: ax["scheduler"] != "lpt" or ax["causal"],
          "scheduler=lpt orders causal tiles by cost; non-causal tiles all cost the same (use single or persistent)"),
+        (lambda ax: ax["scheduler"] == "single" or not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),
+         "split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler=single"),
     ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={
         ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a is built by fa4_fwd",
         ("dtype", "e4m3"): "e4m3 (FP8) is not built yet",
         ("varlen", True): "varlen is not built yet",
-        ("paged_kv", True): "paged KV is not built yet",
-        ("pack_gqa", True): "pack_gqa is not built yet",
-        ("split_kv", True): "split KV is not built yet",
     },
 )
 
@@ -146,7 +146,41 @@ DEMO_SCALE = Family(
     in_all=False,
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, FA4_FWD, DEMO_SCALE)}
+# Split-KV's second kernel: partial O and LSE (fp32, per split) -> O and LSE.
+ATTN_COMBINE = Family(
+    name="attn_combine",
+    template="attn_combine_variant.py.j2",
+    package="cubinforge.generator.kernels.attn_combine",
+    config_class="CombineConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256)},
+    config_axes=("arch", "dtype", "head_dim"),
+    not_yet={("arch", "sm_100a"): "attn_combine is built for sm_90a only so far"},
+)
+
+# New k/v tokens into a dense or paged cache at cache_seqlens, before attention.
+KV_APPEND = Family(
+    name="kv_append",
+    template="kv_append_variant.py.j2",
+    package="cubinforge.generator.kernels.kv_append",
+    config_class="AppendConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256),
+               "paged_kv": (False, True)},
+    config_axes=("arch", "dtype", "head_dim", "paged_kv"),
+    not_yet={("arch", "sm_100a"): "kv_append is built for sm_90a only so far"},
+)
+
+# Paged -> dense copy of the used keys: the path for page sizes the paged kernels do not take.
+KV_GATHER = Family(
+    name="kv_gather",
+    template="kv_gather_variant.py.j2",
+    package="cubinforge.generator.kernels.kv_gather",
+    config_class="GatherConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256)},
+    config_axes=("arch", "dtype", "head_dim"),
+    not_yet={("arch", "sm_100a"): "kv_gather is built for sm_90a only so far"},
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, FA4_FWD, DEMO_SCALE, ATTN_COMBINE, KV_APPEND, KV_GATHER)}
 
 
 def register_family(family: Family) -> None:

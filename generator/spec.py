@@ -200,6 +200,27 @@ def parse_name(name: str) -> Variant:
 ALL = "*"  # in a set: every value the family supports
 
 # A set is a list of (family, {axis: values or ALL}); axes left out take their default.
+
+_INFERENCE_FORMS = (  # (split_kv, pack_gqa, paged_kv): every form with at least one on
+    (True, False, False), (False, True, False), (True, True, False), (False, False, True),
+    (True, False, True), (False, True, True), (True, True, True),
+)
+# Pack-GQA forms take 64-row tiles (decode rows are tokens x group: few), the others the
+# family's default tile.
+INFERENCE_SET = [
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
+                 "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **({"tile_m": [64]} if p else {})})
+    for s, p, g in _INFERENCE_FORMS
+] + [("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]}),
+      ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]}),
+      ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
+DECODE_DEFAULT = [
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
+                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True], "tile_m": [64]}),
+    ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
+    ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),
+    ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128]}),
+]
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # Each (head dim, mask) ships the scheduler that won the H200 A/B of 2026-12-01 (the
     # switches that go with it are the family's: fa3_fwd_sm90/config.py TUNED). Non-causal:
@@ -223,7 +244,11 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
                      "scheduler": ["single"]}),
+        # Decode: pack-GQA, with and without split-KV, dense or paged, and the combine.
+        *DECODE_DEFAULT,
     ],
+    # Inference (issue 11): split-KV decode, pack-GQA, paged KV, and the combine kernel.
+    "inference": INFERENCE_SET,
     "all": [
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all
     ],

@@ -214,7 +214,9 @@ def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | 
     """The variant of ``family`` whose axes equal ``axes`` (plus axes.default_axes() for those not
     given). Axes not asked for (scheduler, tiles) may take any value: among several such
     matches the dispatcher's preferences for the problem's ``sizes`` (seqlen_q, ...) rank
-    them, then the name, so the choice is stable. Nothing else is substituted."""
+    them, then the name, so the choice is stable. Nothing else is substituted. With
+    CUBINFORGE_COMPILE_ON_MISS=1, a miss on a LocalSource first compiles exactly the asked
+    variant into it (runtime/compile_on_miss.py), then chooses again."""
     return choose(Problem(family, {**(axes or {}), **more}, **(sizes or {})), source).best
 
 
@@ -235,6 +237,14 @@ def choose(problem: Problem, source: Source | None = None) -> Choice:
         return m.axes.get(k, default_axes().get(k))
 
     lines = [f"no {family} variant with {_fmt(want)} in {source!r}."]
+    from . import compile_on_miss  # only on a miss; it runs the build in a subprocess
+
+    if compile_on_miss.enabled() and isinstance(source, LocalSource):
+        ok, said = compile_on_miss.compile_variant(source.home, family, want)
+        choice = rank(problem, manifests(source, family)[0]) if ok else None
+        if choice is not None:
+            return choice
+        lines.append(f"{compile_on_miss.ENV}=1 tried to compile it: {said}")
     if not found:
         lines.append(f"The registry holds no {family} variants at all"
                      + (" (build some: make kernels)." if not broken else "."))

@@ -18,8 +18,8 @@ from .config import Settings
 from .db import Database
 from .fastpath import FastPath
 from .metrics import BodyLimitMiddleware, MetricsMiddleware
-from .routers import artifacts, blobs, health, select, variants
 from .readcache import ReadCache
+from .routers import artifacts, blobs, health, jobs, select, variants
 from .store import Store
 from .uploads import UploadGate
 
@@ -50,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if n:
             log.warning("removed %d stale temp file(s) left by interrupted publishes", n)
         yield
+        if app.state.builds:
+            app.state.builds.close()
         app.state.db.dispose()
 
     # FastAPI's own OpenTelemetry hooks cost a provider lookup per request on the hot path; the
@@ -68,8 +70,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                 if settings.publisher_keys else None)
     app.state.uploads = UploadGate(settings.max_uploads, settings.upload_wait_s)
     app.openapi = lambda: _openapi(app)
+    app.state.builds = None
+    if settings.build_backend:
+        from .build_jobs import BuildJobs
+        app.state.builds = BuildJobs(settings)
     errors.install(app)
-    for r in (variants, blobs, select, artifacts, health):
+    for r in (variants, blobs, select, artifacts, health, jobs):
         app.include_router(r.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(FastPath, state=app.state)

@@ -59,6 +59,8 @@ class Settings:
     # FastAPI's native OpenTelemetry instrumentation (traces, metrics, logs), off by default.
     otel: bool = False
     upload_wait_s: float = 60.0
+    # Build on a select miss (service/build_jobs.py): a Dask scheduler (tcp://host:8786) or local:N.
+    build_backend: str | None = None
 
     def __post_init__(self):
         self.home = Path(self.home)
@@ -82,4 +84,5 @@ class Settings:
             max_uploads=_int("CUBINFORGE_MAX_UPLOADS", 2),
             db_pool_size=_int("CUBINFORGE_DB_POOL_SIZE", 32),
             otel=_bool("CUBINFORGE_OTEL"),
+            build_backend=os.environ.get("CUBINFORGE_BUILD_BACKEND") or None,
         )

@@ -15,7 +15,7 @@ def compile_variant(cfg: FwdConfig):
     from cubinforge.generator.kernel_build import KernelBuild
 
     from .compile import compile_cubin
-    from .contract import family_contract
+    from .contract import family_contract, inference_contract
     from .layouts import swizzle_bytes
 
     compiled, kernel, seconds = compile_cubin(cfg)
@@ -29,7 +29,7 @@ def compile_variant(cfg: FwdConfig):
         block=(cfg.threads, 1, 1),
         cluster=(1, 1, 1),
         dynamic_smem_bytes=int(kernel.dynamic_smem_bytes),
-        contract=family_contract(cfg, kernel.tma_boxes, swizzle),
+        contract=(inference_contract if cfg.inference else family_contract)(cfg, kernel.tma_boxes, swizzle),
         compile_options=f"--gpu-arch {cfg.arch} --keep-cubin",
         extra={
             "tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages,
@@ -39,6 +39,7 @@ def compile_variant(cfg: FwdConfig):
             "separate_o_smem": cfg.separate_o_smem, "l2_section_mib": cfg.l2_section_mib,
             "in_order_row_sum": cfg.in_order_row_sum, "wg_epilogue": cfg.wg_epilogue,
             "mask_bits": cfg.mask_bits, "chunked_p_convert": cfg.chunked_p_convert,
+            **({"split_kv": cfg.split_kv, "pack_gqa": cfg.pack_gqa, "paged_kv": cfg.paged_kv} if cfg.inference else {}),
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

@@ -46,12 +46,50 @@ def compile_cubin(cfg: FwdConfig):
             assumed_align=16,
         )
 
+    scale = cutlass.Float32(1.0 / math.sqrt(d) * math.log2(math.e))
+    options = f"--gpu-arch {cfg.arch} --keep-cubin"
+    if cfg.inference:
+        return _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, heads_kv, scale, options)
     q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv), bshd(seqlen_q, heads_q)
     lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
     kernel = FlashFwdSm90(cfg)
     t0 = time.perf_counter()
-    compiled = cute.compile(
-        kernel, q, k, v, o, lse, cutlass.Float32(1.0 / math.sqrt(d) * math.log2(math.e)),
-        options=f"--gpu-arch {cfg.arch} --keep-cubin",
-    )
+    compiled = cute.compile(kernel, q, k, v, o, lse, scale, options=options)
+    return compiled, kernel, time.perf_counter() - t0
+
+
+def _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, heads_kv, scale, options):
+    """The split_kv / pack_gqa / paged_kv form: inference.FlashFwdSm90Inference's arguments."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    from .inference import FlashFwdSm90Inference
+
+    d = cfg.head_dim
+    q = bshd(seqlen_q, heads_q)
+    if cfg.paged_kv:
+        num_pages, page_size = cute.sym_int(), cute.sym_int()
+        k = make_fake_tensor(dt, (num_pages, page_size, heads_kv, d),
+                             stride=(sym(8), sym(8), sym(8), 1), assumed_align=16)
+        v = make_fake_tensor(dt, (num_pages, page_size, heads_kv, d),
+                             stride=(sym(8), sym(8), sym(8), 1), assumed_align=16)
+    else:
+        k, v = bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv)
+    if cfg.split_kv:
+        splits = cute.sym_int()
+        o = make_fake_tensor(cutlass.Float32, (splits, batch, seqlen_q, heads_q, d),
+                             stride=(sym(4), sym(4), sym(4), sym(4), 1), assumed_align=16)
+        lse = make_fake_tensor(cutlass.Float32, (splits, batch, heads_q, seqlen_q),
+                               stride=(sym(), sym(), sym(), 1), assumed_align=4)
+    else:
+        o = bshd(seqlen_q, heads_q)
+        lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
+    seqused_k = make_fake_tensor(cutlass.Int32, (batch,), stride=(1,), assumed_align=4)
+    extra = []
+    if cfg.paged_kv:
+        extra.append(make_fake_tensor(cutlass.Int32, (batch, cute.sym_int()), stride=(sym(), 1), assumed_align=4))
+    kernel = FlashFwdSm90Inference(cfg)
+    t0 = time.perf_counter()
+    compiled = cute.compile(kernel, q, k, v, o, lse, scale, seqused_k, *extra, options=options)
     return compiled, kernel, time.perf_counter() - t0

@@ -55,6 +55,9 @@ SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
 SUPPORTED_ARCHS = ("sm_90a",)
 # Dynamic shared memory one CTA may use on sm_90 (227 KiB); the barriers take under 1 KiB.
 SMEM_LIMIT = 227 * 1024 - 1024
+# paged_kv: rows of one TMA box where a page is smaller than a K/V tile (page sizes that are
+# multiples of it take that path; runtime/kvcache.py gathers the others into a dense copy).
+PAGE_CHUNK = 16
 
 
 def default_tile(head_dim: int, causal: bool = False) -> tuple[int, int]:
@@ -71,7 +74,9 @@ class FwdConfig:
     causal: bool
     tile_m: int = 0  # 0: the family's default for this head dim
     tile_n: int = 0
-    stages: int = 2
+    # K/V pipeline slots. None: 2, or 3 for the inference forms where they fit (decode
+    # streams K/V: more bytes in flight per SM).
+    stages: int | None = None
     # FA3's two overlaps; switches so each can be measured by leaving it out.
     intra_wg_overlap: bool = True
     pingpong: bool | None = None  # None: see __post_init__
@@ -104,6 +109,18 @@ class FwdConfig:
     chunked_p_convert: bool | None = None
     # Sum softmax rows in order instead of as a tree (softmax.py says why).
     in_order_row_sum: bool | None = None
+    # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
+    # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers
+    # (inference.py). split_kv: the key range of a tile is cut into num_splits parts (grid
+    # x), each writing fp32 partial O and LSE for the attn_combine family to reduce.
+    split_kv: bool = False
+    # pack_gqa: the query heads of one KV head share the M tile (rows = tokens x group), Q
+    # loaded by the consumers row by row; grid y counts KV heads.
+    pack_gqa: bool = False
+    # paged_kv: K and V come from a paged cache (num_pages, page_size, heads_kv, d) through
+    # page_table (batch, max_pages); the producer picks a whole-tile TMA box where a page
+    # holds whole tiles, else boxes of PAGE_CHUNK rows.
+    paged_kv: bool = False
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -117,6 +134,10 @@ class FwdConfig:
             object.__setattr__(self, "tile_m", tm)
         if not self.tile_n:
             object.__setattr__(self, "tile_n", tn)
+        if self.stages is None:
+            object.__setattr__(self, "stages", 2)
+            if self.inference and self.smem_for(3) <= SMEM_LIMIT:
+                object.__setattr__(self, "stages", 3)
         # Side by side on the H200 at 8k (early dev run, figures not kept): for hd192/256
         # non-causal, dropping the schedule barrier and rescaling O early gained ~2%; causal
         # did not gain (ab.md: hd256 causal 683 vs 682 TFLOPS), so it keeps the FA3 schedule.
@@ -135,12 +156,19 @@ class FwdConfig:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
         # A tile nobody measured starts from all switches off.
         tile = None if (self.tile_m, self.tile_n) == (tm, tn) else (self.tile_m, self.tile_n)
-        tuned = TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
+        # The inference forms were not in that A/B (and write O from registers): all off.
+        tuned = {} if self.inference else TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
         for name in SWITCHES:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, False))
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
+        if self.inference and self.scheduler != "single":
+            raise ValueError("split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler 'single'")
+        if self.inference and (self.separate_o_smem or self.wg_epilogue):
+            raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
+        if self.paged_kv and self.tile_n % PAGE_CHUNK:
+            raise ValueError(f"paged_kv loads pages in boxes of {PAGE_CHUNK} rows: tile_n must be a multiple")
         if self.smem_bytes > SMEM_LIMIT:
             raise ValueError(
                 f"tiles {self.tile_m}x{self.tile_n} at head_dim {self.head_dim} with {self.stages} stages"
@@ -155,9 +183,17 @@ class FwdConfig:
     @property
     def smem_bytes(self) -> int:
         """Shared memory of the Q, K, V (and O) tiles, before alignment padding."""
+        return self.smem_for(self.stages)
+
+    def smem_for(self, stages: int) -> int:
         q = self.tile_m * self.head_dim * self.elem_bytes
-        kv = 2 * self.stages * self.tile_n * self.head_dim * self.elem_bytes
+        kv = 2 * stages * self.tile_n * self.head_dim * self.elem_bytes
         return q + kv + (q if self.separate_o_smem else 0)
+
+    @property
+    def inference(self) -> bool:
+        """Whether any inference axis is on (the seqused_k / register-epilogue kernel form)."""
+        return self.split_kv or self.pack_gqa or self.paged_kv
 
     @property
     def consumer_warpgroups(self) -> int:
