@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
+import ctypes
 import json
 import os
 import pstats
@@ -54,6 +55,7 @@ class MockDriver:
         self.pointer_device = 0    # what cuPointerGetAttribute(s) say a pointer's device is...
         self.pointer_devices: dict[int, int] = {}   # ...unless listed here by address
         self._next = 0x7000_0000_0000
+        self.memsets: list = []    # (ptr, value, *sizes) of each fake memset, in call order
 
     def _fakes(self):
         d, counts = self.d, self.counts
@@ -95,7 +97,19 @@ class MockDriver:
             return OK, d.CUdeviceptr(me._next)
 
         def encode(*args):
-            return OK, d.CUtensorMap()
+            # The fake descriptor holds the global address in its first 8 bytes (the real
+            # layout is opaque), so tests can see which address a parameter points at.
+            tm = d.CUtensorMap()
+            ctypes.memmove(tm.getPtr(), ctypes.byref(ctypes.c_uint64(int(args[2]))), 8)
+            return OK, tm
+
+        def replace_address(tm, address):
+            ctypes.memmove(tm.getPtr(), ctypes.byref(ctypes.c_uint64(int(address))), 8)
+            return (OK,)
+
+        def memset(ptr, value, *rest):
+            me.memsets.append((int(ptr), int(value)) + tuple(int(x) for x in rest[:-1]))
+            return (OK,)
 
         fakes = {
             "cuGetErrorName": lambda err: (OK, getattr(err, "name", str(err)).encode()),
@@ -117,6 +131,9 @@ class MockDriver:
             "cuFuncSetAttribute": lambda fn, attr, val: (OK,),
             "cuLaunchKernelEx": launch,
             "cuTensorMapEncodeTiled": encode,
+            "cuTensorMapReplaceAddress": replace_address,
+            "cuMemsetD8Async": memset, "cuMemsetD16Async": memset, "cuMemsetD32Async": memset,
+            "cuMemsetD2D8Async": memset, "cuMemsetD2D16Async": memset, "cuMemsetD2D32Async": memset,
             "cuEventCreate": lambda flags: (OK, d.CUevent(0x3000)),
             "cuEventRecord": lambda ev, s: (OK,),
             "cuStreamWaitEvent": lambda s, ev, flags: (OK,),
@@ -221,6 +238,88 @@ class FakeDLPackArray:
         return self._new(self._addr, b"dltensor_versioned", None)
 
 
+class FakeTorchDtype:
+    """Stands for a torch dtype: only its str() is read (as 'torch.bfloat16')."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return f"torch.{self.name}"
+
+
+FAKE_TORCH_DTYPES = {"bf16": FakeTorchDtype("bfloat16"), "fp16": FakeTorchDtype("float16"),
+                     "f32": FakeTorchDtype("float32")}
+
+
+class FakeTorchTensor:
+    """The attributes of a CUDA torch.Tensor the runtime reads (its class is named
+    torch.Tensor, so the runtime takes its attribute path); ``__dlpack__`` (counted in
+    ``exports``) exports a real capsule for the fallback path."""
+
+    def __init__(self, ptr, shape, dtype, device=0, strides=None, requires_grad=False):
+        self._ptr, self.shape, self._dt = ptr, tuple(shape), dtype
+        self._strides = tuple(strides) if strides is not None else _compact(self.shape)
+        self.dtype = FAKE_TORCH_DTYPES[dtype]
+        self._device = device
+        self.requires_grad = requires_grad
+        self.exports = 0
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
+
+    def get_device(self):
+        return self._device
+
+    def is_neg(self):
+        return False
+
+    def __dlpack_device__(self):
+        return (2, self._device) if self._device >= 0 else (1, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.exports += 1
+        if self.requires_grad:
+            raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+        return FakeDLPackArray(self._ptr, self.shape, self._dt, self._device).__dlpack__()
+
+
+FakeTorchTensor.__module__, FakeTorchTensor.__qualname__ = "torch", "Tensor"
+
+
+class fake_torch_module:
+    """Context: a stand-in ``torch`` in sys.modules answering the current-stream question
+    (``current`` maps device -> raw stream handle), for machines without torch."""
+
+    def __init__(self, current=None):
+        import types
+        self.current = dict(current or {})
+        self.asked = 0
+        me = self
+
+        def raw_stream(i):
+            me.asked += 1
+            return me.current.get(i, 0)
+        self.module = types.ModuleType("torch")
+        self.module._C = types.SimpleNamespace(_cuda_getCurrentRawStream=raw_stream)
+
+    def __enter__(self):
+        from cubinforge.runtime import producers
+        if "torch" in sys.modules:
+            raise RuntimeError("the real torch is loaded: use real tensors, not the fake module")
+        sys.modules["torch"] = self.module
+        producers._current_stream[0] = None
+        return self
+
+    def __exit__(self, *exc):
+        from cubinforge.runtime import producers
+        sys.modules.pop("torch", None)
+        producers._current_stream[0] = None
+
+
 def problem_shapes(b=1, sq=128, sk=128, hq=4, hkv=4, d=128):
     return {"q": (b, sq, hq, d), "k": (b, sk, hkv, d), "v": (b, sk, hkv, d),
             "o": (b, sq, hq, d), "lse": (b, hq, sq)}
@@ -245,11 +344,13 @@ def mock_inputs(kind: str, dtype: str = "fp16", shapes=None):
     return out
 
 
-def temp_registry(src_home: Path, variant: str) -> Path:
-    """A temporary CUBINFORGE_HOME with ``variant``'s manifest and cubin copied in."""
-    src = src_home / "manifests" / f"{variant}.json"
-    raw = json.loads(src.read_text())
-    sha = raw["cubin"]["sha256"]
+def temp_registry(src_home: Path, dtype: str, head_dim: int, causal: bool) -> Path:
+    """A temporary CUBINFORGE_HOME holding the one fa3_fwd sm_90a variant flash_attn_func
+    would pick for these axes in ``src_home`` (chosen by axes: names carry schedule suffixes)."""
+    from cubinforge.runtime import LocalSource, select_attention_variant
+    m = select_attention_variant(dtype, head_dim, causal, arch="sm_90a", source=LocalSource(src_home))
+    src = src_home / "manifests" / f"{m.variant}.json"
+    sha = m.cubin_sha256
     home = Path(tempfile.mkdtemp(prefix="cf-host-overhead-"))
     (home / "manifests").mkdir()
     shutil.copy(src, home / "manifests" / src.name)
@@ -350,8 +451,7 @@ def run(mock: bool, iters: int, repeats: int, dtype: str, causal: bool, head_dim
     saved_env = {k: os.environ.get(k) for k in ("CUBINFORGE_HOME", "CUBINFORGE_REGISTRY_URL")}
     try:
         if mock:
-            variant = f"fa3-fwd-sm_90a-{dtype}-hd{head_dim}-{'causal' if causal else 'noncausal'}"
-            home = temp_registry(registry, variant)
+            home = temp_registry(registry, dtype, head_dim, causal)
             os.environ["CUBINFORGE_HOME"] = str(home)
             os.environ.pop("CUBINFORGE_REGISTRY_URL", None)
             reset_runtime_caches()

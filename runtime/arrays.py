@@ -282,8 +282,12 @@ def parse_dlpack_capsule(capsule, producer: Any = None, dtype: str | None = None
     """Consume a DLPack capsule (legacy or versioned): rename it 'used_…' as the protocol
     requires and return a DeviceArray that owns the tensor until it is dropped."""
     cap = id(capsule)
-    if _IsValid(cap, _NAME_V):
-        addr = _GetPointer(cap, _NAME_V)
+    # One C call for the usual case (a versioned capsule); IsValid only for the others.
+    try:
+        addr = _GetPointer(cap, _NAME_V) if type(capsule).__name__ == "PyCapsule" else None
+    except ValueError:           # another name: legacy, used, or not ours
+        addr = None
+    if addr:
         (major, minor, _ctx, deleter, flags, data, dev_type, dev_id, ndim, code, bits, lanes,
          shape_p, strides_p, byte_offset) = _MT_VERSIONED.unpack(ctypes.string_at(addr, _MT_VERSIONED.size))
         if major != 1:
@@ -439,6 +443,9 @@ _elem_strides: dict[tuple, tuple] = {}   # (byte strides, itemsize) -> element s
 
 # Producer types whose __dlpack__ refuses max_version= (asked without it after the first refusal).
 _LEGACY_PRODUCERS: set = set()
+# Per producer type: its attribute reader (producers.reader_for), or None for the protocol path.
+_readers: dict = {}
+_UNSEEN = object()
 
 
 def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = None,
@@ -454,6 +461,14 @@ def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = Non
                 raise InputError(f"{what}: cannot view {obj.dtype} as {dtype}")
             obj = DeviceArray(obj.ptr, obj.shape, obj.strides, dtype, obj.device, obj._owner, obj.readonly)
         return obj
+    tp = type(obj)
+    reader = _readers.get(tp, _UNSEEN)
+    if reader is _UNSEEN:
+        reader = _readers[tp] = producers.reader_for(tp) if len(_readers) < 256 else None
+    if reader is not None:       # a known producer, read by attribute (producers.py)
+        a = reader(obj, dtype, stream, what)
+        if a is not None:
+            return a
     export = getattr(obj, "__dlpack__", None)
     if export is not None:
         dev = getattr(obj, "__dlpack_device__", None)
@@ -464,7 +479,6 @@ def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = Non
                 raise InputError(f"{what} is on {name}:{dev_id}; cubinforge needs CUDA device memory "
                                  f"(kDLCUDA); move it to the GPU first")
         s = None if stream is None else (1 if stream == 0 else int(stream))
-        tp = type(obj)
         if tp in _LEGACY_PRODUCERS:
             capsule = export(stream=s)
         else:
@@ -480,3 +494,6 @@ def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = Non
         return _from_cai(obj, dtype, what, cai)
     raise InputError(f"{what}: {type(obj).__name__} is not a device array (it has neither __dlpack__ "
                      f"nor __cuda_array_interface__); use DeviceArray.from_pointer for raw pointers")
+
+
+from . import producers  # noqa: E402  (it imports DeviceArray from here)

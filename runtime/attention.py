@@ -9,12 +9,13 @@ kernel parameters; the chosen variant's contract then checks what it alone requi
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import driver
+from . import driver, fill
 from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, as_device_array
 from .errors import InputError
-from .launcher import Kernel, resolve_devices
+from .launcher import Kernel, record_no_launch, resolve_devices
 from .registry_source import Manifest, Source, default_source, select
 
 FAMILY = "fa3_fwd"
@@ -72,6 +73,7 @@ def _check_layout(name: str, a: DeviceArray, inner_contiguous: bool = True, alig
 
 
 def _check_inputs(q: DeviceArray, k: DeviceArray, v: DeviceArray) -> None:
+    """Shapes and dtypes of q, k, v; their layouts only where they have elements to read."""
     for n, a in (("q", q), ("k", k), ("v", v)):
         if a.ndim != 4:
             raise InputError(f"{n} must be (batch, seqlen, heads, head_dim); got {a.ndim} dims {a.shape}")
@@ -84,10 +86,22 @@ def _check_inputs(q: DeviceArray, k: DeviceArray, v: DeviceArray) -> None:
     if q.shape[3] != k.shape[3]:
         raise InputError(f"head_dim differs: q.shape[3] = {q.shape[3]}, k.shape[3] = {k.shape[3]}")
     hq, hkv = q.shape[2], k.shape[2]
-    if hkv == 0 or hq % hkv:
+    if (hkv == 0 and hq != 0) or (hkv and hq % hkv):
         raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv}) (GQA/MQA)")
-    for n, a in (("q", q), ("k", k), ("v", v)):
-        _check_layout(n, a)
+    if empty_reason(q.shape, k.shape) is None:
+        for n, a in (("q", q), ("k", k), ("v", v)):
+            _check_layout(n, a)
+
+
+def empty_reason(q_shape: tuple, k_shape: tuple) -> str | None:
+    """Why these shapes need no kernel (docs/runtime-host-path.md), or None when they do."""
+    b, sq, hq, _ = q_shape
+    if b == 0 or sq == 0 or hq == 0:
+        zero = [n for n, x in (("batch", b), ("seqlen_q", sq), ("heads_q", hq)) if x == 0]
+        return f"{' and '.join(zero)} = 0: empty outputs, no kernel"
+    if k_shape[1] == 0:
+        return "seqlen_k = 0: O filled with 0 and LSE with -inf by memset, no kernel"
+    return None
 
 
 def _padded_strides(shape, row_align_elems: int) -> tuple:
@@ -101,6 +115,90 @@ def _padded_strides(shape, row_align_elems: int) -> tuple:
     return tuple(reversed(strides))
 
 
+@dataclass
+class Call:
+    """One checked attention call: the kernel to run (None when the shapes need none), every
+    array it touches (allocated outputs included), scalars, the device, what to hand back,
+    and for a call with no kernel the fills that stand for it."""
+    kernel: Kernel | None
+    arrays: dict
+    scalars: dict
+    device: int
+    out: Any
+    lse: Any
+    fills: list = field(default_factory=list)      # (DeviceArray, bit pattern)
+    note: str = ""
+
+
+def prepare(qa: DeviceArray, ka: DeviceArray, va: DeviceArray, oa: DeviceArray | None, la: DeviceArray | None,
+            out: Any, lse: Any, softmax_scale, causal: bool, stream: Any, source: Source | None) -> Call:
+    """Everything of a flash_attn_func call up to the launch: checks, variant, allocations."""
+    arrays = {"q": qa, "k": ka, "v": va}
+    if oa is not None:
+        arrays["o"] = oa
+    if la is not None:
+        arrays["lse"] = la
+    _check_inputs(qa, ka, va)
+    b, sq, hq, d = qa.shape
+    why = empty_reason(qa.shape, ka.shape)
+    if oa is not None:
+        if oa.shape != qa.shape or oa.dtype != qa.dtype:
+            raise InputError(f"out must be {qa.shape} {qa.dtype} like q; got {oa.shape} {oa.dtype}")
+        if oa.size:
+            _check_layout("out", oa)
+    if la is not None:
+        if la.shape != (b, hq, sq) or la.dtype != "f32":
+            raise InputError(f"lse must be float32 (batch, heads_q, seqlen_q) = {(b, hq, sq)}; "
+                             f"got {la.dtype} {la.shape}")
+    if why is None:
+        arrays, device = resolve_devices(arrays)
+    else:
+        arrays, device = _devices_of_empty(arrays)
+    kernel = _kernel(driver.device_arch(device), qa.dtype, d, bool(causal), source)
+    specs = kernel.contract.tensors
+    if "o" not in arrays:
+        align = specs["o"].align_bytes if "o" in specs else 16
+        arrays["o"] = out = OwnedDeviceArray.empty(qa.shape, qa.dtype, device, stream,
+                                                   _padded_strides(qa.shape, max(1, align // qa.itemsize)))
+    if "lse" not in arrays and "lse" in specs:
+        align = specs["lse"].align_bytes
+        arrays["lse"] = lse = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream,
+                                                     _padded_strides((b, hq, sq), max(1, align // DTYPE_BYTES["f32"])))
+    if "lse" in arrays and "lse" not in specs:
+        raise InputError(f"{kernel.variant} does not write lse; call without lse=")
+    scalars = {} if softmax_scale is None else {"softmax_scale": float(softmax_scale)}
+    if why is None:
+        return Call(kernel, {n: a for n, a in arrays.items() if n in specs}, scalars, device, out, lse)
+    for n in ("o", "lse"):
+        a = arrays.get(n)
+        if a is not None and a.readonly and a.size:
+            raise InputError(f"{n} is read-only; {kernel.variant} writes it")
+    fills = []
+    if ka.shape[1] == 0 and arrays["o"].size:
+        fills = [(arrays["o"], fill.ZERO)]
+        if "lse" in arrays:
+            fills.append((arrays["lse"], fill.NEG_INF_F32))
+    return Call(None, arrays, scalars, device, out, lse, fills, why)
+
+
+def _devices_of_empty(arrays: dict) -> tuple[dict, int]:
+    """resolve_devices for a call with empty arrays: those with no elements and no device say
+    nothing (their pointer may be null); with none left, the current context's device."""
+    known = {n: a for n, a in arrays.items() if a.size or a.device is not None}
+    if known:
+        located, device = resolve_devices(known)
+        return {n: located.get(n, a) for n, a in arrays.items()}, device
+    ctx = driver.current_context()
+    return dict(arrays), driver.context_device(ctx) if ctx is not None else 0
+
+
+def run_without_kernel(call: Call, handle: int) -> None:
+    """What a call with no kernel does instead: its fills (stream-ordered), and a record."""
+    for a, bits in call.fills:
+        fill.fill(a, bits, handle)
+    record_no_launch(call.note, handle, call.device)
+
+
 def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
                     out: Any = None, lse: Any = None, stream: Any = None, *, source: Source | None = None):
     """Attention forward: returns (out, lse).
@@ -109,11 +207,13 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     DeviceArrays. Without ``out``/``lse``, they are allocated stream-ordered on ``stream`` and
     returned as arrays exporting both protocols; with them given, nothing is allocated and
     nothing synchronises (the call can be captured in a CUDA graph). ``causal`` masks are
-    aligned bottom-right when seqlen_q != seqlen_k.
+    aligned bottom-right when seqlen_q != seqlen_k. Empty inputs launch nothing: batch,
+    seqlen_q or heads_q = 0 give empty outputs; seqlen_k = 0 gives O = 0, LSE = -inf.
 
     With ``out`` and ``lse`` given, a call whose arrays (pointers, shapes, strides, dtypes,
     devices, read-only flags), ``causal``, ``softmax_scale`` and ``source`` equal an earlier
-    call's launches that call's checked parameters at once; anything new is checked in full."""
+    call's launches that call's checked parameters at once; anything new is checked in full.
+    A caller that repeats one call every step can bind it once instead: ``plan_attention``."""
     if type(stream) is int:
         handle = stream
     else:
@@ -148,49 +248,42 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
                         and (la.device is not None or _on(la, plan.device))):
                     hit[1].run(plan, handle)
                     return out, lse
-    arrays = {"q": qa, "k": ka, "v": va}
-    if oa is not None:
-        arrays["o"] = oa
-    if la is not None:
-        arrays["lse"] = la
-    _check_inputs(qa, ka, va)
-    b, sq, hq, d = qa.shape
-    if "o" in arrays:
-        o = arrays["o"]
-        if o.shape != qa.shape or o.dtype != qa.dtype:
-            raise InputError(f"out must be {qa.shape} {qa.dtype} like q; got {o.shape} {o.dtype}")
-        _check_layout("out", o)
-    if "lse" in arrays:
-        la = arrays["lse"]
-        if la.shape != (b, hq, sq) or la.dtype != "f32":
-            raise InputError(f"lse must be float32 (batch, heads_q, seqlen_q) = {(b, hq, sq)}; "
-                             f"got {la.dtype} {la.shape}")
-    arrays, device = resolve_devices(arrays)
-
-    kernel = _kernel(driver.device_arch(device), qa.dtype, d, bool(causal), source)
-    specs = kernel.contract.tensors
-    if "o" not in arrays:
-        align = specs["o"].align_bytes if "o" in specs else 16
-        arrays["o"] = OwnedDeviceArray.empty(qa.shape, qa.dtype, device, stream,
-                                             _padded_strides(qa.shape, max(1, align // qa.itemsize)))
-        out = arrays["o"]
-    if "lse" not in arrays and "lse" in specs:
-        align = specs["lse"].align_bytes
-        arrays["lse"] = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream,
-                                               _padded_strides((b, hq, sq), max(1, align // DTYPE_BYTES["f32"])))
-        lse = arrays["lse"]
-    if "lse" in arrays and "lse" not in specs:
-        raise InputError(f"{kernel.variant} does not write lse; call without lse=")
-    arrays = {n: a for n, a in arrays.items() if n in specs}
-    scalars = {} if softmax_scale is None else {"softmax_scale": float(softmax_scale)}
-    plan = kernel.plan(arrays, scalars, handle)
+    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source)
+    if call.kernel is None:
+        run_without_kernel(call, handle)
+        return call.out, call.lse
+    kernel = call.kernel
+    plan = kernel.plan(call.arrays, call.scalars, handle)
     kernel.run(plan, handle)
-    if key is not None and len(arrays) == 5:
+    if key is not None and len(call.arrays) == 5:
         with _kernels_lock:
             if len(_calls) >= _MAX_CALLS:
                 _calls.pop(next(iter(_calls)))
             _calls[key] = (source, kernel, plan)
-    return out, lse
+    return call.out, call.lse
+
+
+def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
+                   out: Any = None, lse: Any = None, stream: Any = None, *, source: Source | None = None):
+    """Bind one flash_attn_func call once, for replay: returns an ``AttentionPlan``.
+
+    Everything flash_attn_func checks is checked here, outputs are allocated here when not
+    given, and the kernel parameters are packed here. ``plan.launch(stream)`` then launches
+    those bytes (no checks, no allocation: a CUDA graph can capture it); ``plan.run(q, k, v,
+    out=, lse=)`` launches it over other buffers of the same shapes, strides and dtypes,
+    rewriting only the parameters that hold the pointers that changed."""
+    from .plan import AttentionPlan
+    if type(stream) is int:
+        handle = stream
+    else:
+        handle, _keep = driver.resolve_stream(stream)
+    qa = as_device_array(q, stream=handle, what="q")
+    ka = as_device_array(k, stream=handle, what="k")
+    va = as_device_array(v, stream=handle, what="v")
+    oa = None if out is None else as_device_array(out, stream=handle, what="o")
+    la = None if lse is None else as_device_array(lse, stream=handle, what="lse")
+    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source)
+    return AttentionPlan(call, handle, stream)
 
 
 def _on(a: DeviceArray, device: int) -> bool:

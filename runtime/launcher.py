@@ -7,35 +7,64 @@ is kept per thread for ``last_launch()``.
 
 from __future__ import annotations
 
+import ctypes
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from . import driver
 from .arrays import DeviceArray, as_device_array
 from .contract import Bound, Contract, bind
 from .errors import CudaError, InputError
-from .params import build_params
+from .params import build_params, param_bytes, replace_tensormap_address
 from .registry_source import Manifest, Source, default_source, fetch_cubin
 
 
 @dataclass(frozen=True)
 class LaunchRecord:
-    variant: str
+    """What one call ran. ``launched`` is False for a call that needed no kernel (empty or
+    seqlen_k = 0 inputs: ``variant`` is None, ``note`` says what was done instead);
+    ``copies`` names the inputs copied into aligned buffers first (docs/runtime-host-path.md)."""
+    variant: str | None
     grid: tuple
     block: tuple
     cluster: tuple
     dynamic_smem_bytes: int
     stream: int
-    device: int
+    device: int | None
+    launched: bool = True
+    note: str = ""
+    copies: tuple = ()
 
 
 _local = threading.local()
+_launches = [0]     # kernels launched by this process (a list: one mutable cell, no global stmt)
 
 
 def last_launch() -> LaunchRecord | None:
-    """What the calling thread launched last (None before its first launch)."""
+    """What the calling thread ran last (None before its first call)."""
     return getattr(_local, "record", None)
+
+
+def launch_count() -> int:
+    """How many kernels this process has launched through the runtime (successful
+    cuLaunchKernelEx calls): tests assert that empty inputs launch none."""
+    return _launches[0]
+
+
+def record_no_launch(note: str, stream: int, device: int | None) -> LaunchRecord:
+    """Record, for last_launch(), a call that ran no kernel."""
+    rec = LaunchRecord(None, (0, 0, 0), (0, 0, 0), (0, 0, 0), 0, stream, device, launched=False, note=note)
+    _local.record = rec
+    return rec
+
+
+def record_copies(rec: LaunchRecord, copies: tuple) -> LaunchRecord:
+    """``rec`` with the names of the inputs that were copied before the launch."""
+    if copies:
+        rec = replace(rec, copies=tuple(copies))
+        _local.record = rec
+    return rec
 
 
 def resolve_devices(arrays: Mapping[str, DeviceArray]) -> tuple[dict, int]:
@@ -168,11 +197,85 @@ class Kernel:
             raise InputError(f"{self.variant} is built for {c.arch}; device {device} is {arch}")
         with driver.device_context(device):
             buffers = build_params(bound)   # tensor maps need a current context
-        return _Plan(bound.grid, device, buffers, driver.param_pointers(buffers))
+        return _Plan(bound.grid, device, buffers, driver.param_pointers(buffers), bound=bound)
+
+    def build_plan(self, arrays: Mapping[str, DeviceArray], scalars: Mapping[str, Any] | None,
+                   stream: int = 0) -> "_Plan":
+        """A checked launch of its own (not shared through the plan cache), for a caller
+        that rewrites its pointers later with ``rewrite_pointers``."""
+        return self._build_plan(arrays, scalars, stream)
+
+    def pointer_params(self, name: str) -> tuple:
+        """Ordinals of the parameters whose bytes depend on tensor ``name``'s pointer."""
+        cache = self.__dict__.setdefault("_ptr_params", {})
+        hit = cache.get(name)
+        if hit is None:
+            ref = f"{name}.ptr"
+            hit = []
+            for p in self.contract.params:
+                if p.kind == "tensormap":
+                    uses = p.spec.get("tensor") == name
+                elif p.kind == "struct":
+                    uses = any(ref in f.get("value", ()) for f in p.spec.get("fields", []))
+                else:
+                    uses = ref in p.spec.get("value", ())
+                if uses:
+                    hit.append(p.ordinal)
+            hit = cache[name] = tuple(hit)
+        return hit
+
+    def rewrite_pointers(self, plan: "_Plan", arrays: Mapping[str, DeviceArray]) -> None:
+        """Point ``plan`` (one from ``build_plan``) at ``arrays``: DeviceArrays laid out as the
+        ones it was built for (the caller checked shapes, strides, dtypes, device and
+        alignment). Only parameters that hold a changed pointer are rewritten: a struct is
+        re-packed, a tensor map gets cuTensorMapReplaceAddress."""
+        bound = plan.bound
+        changed = [n for n, a in arrays.items() if a.ptr != bound.tensors[n].ptr]
+        if not changed:
+            plan.bound = replace(bound, tensors={**bound.tensors, **arrays})
+            return
+        nb = replace(bound, tensors={**bound.tensors, **arrays})
+        todo = sorted({i for n in changed for i in self.pointer_params(n)})
+        with driver.device_context(plan.device):
+            for i in todo:
+                p = self.contract.params[i]
+                buf = plan.buffers[i]
+                if p.kind == "tensormap":
+                    replace_tensormap_address(buf, nb.tensors[p.spec["tensor"]].ptr)
+                else:
+                    data = param_bytes(p, nb)
+                    ctypes.memmove(buf, data, len(data))
+        plan.bound = nb
 
     def run(self, plan: "_Plan", stream: int) -> LaunchRecord:
         """Step 4 for a checked plan: load the module (once per context), set the dynamic
         smem limit (once per function) and launch on ``stream`` (an int handle)."""
+        c = self.contract
+        ctx = _current_context()
+        fn = self._functions.get(ctx) if ctx else None
+        if fn is not None and driver._ctx_devices.get(ctx) == plan.device:
+            # The usual case: the thread's current context is one of the plan's device that
+            # this kernel already ran in; device_context() would neither push nor load.
+            try:
+                driver.launch(fn, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, stream, plan.pointers)
+            except CudaError:
+                self._functions.pop(ctx, None)
+                driver.forget_context(ctx)
+                raise
+        else:
+            self._run_in_context(plan, stream)
+        _launches[0] += 1
+        rec = plan.records.get(stream)
+        if rec is None:
+            rec = LaunchRecord(self.variant, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, stream,
+                               plan.device)
+            if len(plan.records) >= 8:
+                plan.records.clear()
+            plan.records[stream] = rec
+        _local.record = rec
+        return rec
+
+    def _run_in_context(self, plan: "_Plan", stream: int) -> None:
         c = self.contract
         with driver.device_context(plan.device) as ctx:
             fkey = int(ctx) if ctx is not None else None
@@ -188,15 +291,18 @@ class Kernel:
                 self._functions.pop(fkey, None)
                 driver.forget_context(fkey)
                 raise
-        rec = plan.records.get(stream)
-        if rec is None:
-            rec = LaunchRecord(self.variant, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, stream,
-                               plan.device)
-            if len(plan.records) >= 8:
-                plan.records.clear()
-            plan.records[stream] = rec
-        _local.record = rec
-        return rec
+
+
+def _current_context() -> int:
+    """The calling thread's current context as an int (0 for none): one cuCtxGetCurrent."""
+    d = driver._drv
+    if d is None or not driver._initialized:
+        driver.init()
+        d = driver._drv
+    res = d.cuCtxGetCurrent()
+    if res[0] != driver._SUCCESS:
+        raise CudaError("cuCtxGetCurrent", int(res[0]), driver.error_name(res[0]))
+    return int(res[1]) if res[1] is not None else 0
 
 
 _MAX_PLANS = 256
@@ -211,3 +317,4 @@ class _Plan:
     buffers: list
     pointers: Any
     records: dict = field(default_factory=dict)
+    bound: Any = None        # the Bound it was packed from (rewrite_pointers starts from it)

@@ -72,3 +72,16 @@ def _aligned_buffer(data: bytes, align: int):
 def build_params(bound: Bound, encode: Callable = tensormap.encode_tensormap) -> list:
     """One ctypes buffer per parameter, in ordinal order."""
     return [_aligned_buffer(param_bytes(p, bound, encode), p.align) for p in bound.contract.params]
+
+
+def replace_tensormap_address(buf, address: int) -> None:
+    """Point the 128-byte tensor map held in ``buf`` (a parameter buffer) at ``address``, all
+    else kept: cuTensorMapReplaceAddress (needs a current context)."""
+    from . import driver
+    if address % 16:
+        raise InputError(f"tensor map address 0x{address:x} is not 16-byte aligned, as TMA requires")
+    d = driver.drv()
+    tm = d.CUtensorMap()
+    ctypes.memmove(tm.getPtr(), ctypes.addressof(buf), 128)
+    driver.call("cuTensorMapReplaceAddress", tm, address, detail=f"address 0x{address:x}")
+    ctypes.memmove(ctypes.addressof(buf), tm.getPtr(), 128)
