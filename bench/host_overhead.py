@@ -55,7 +55,7 @@ class MockDriver:
         self.pointer_device = 0    # what cuPointerGetAttribute(s) say a pointer's device is...
         self.pointer_devices: dict[int, int] = {}   # ...unless listed here by address
         self._next = 0x7000_0000_0000
-        self.memsets: list = []    # (ptr, value, *sizes) of each fake memset, in call order
+        self.memsets: list = []    # (ptr, value, count) or (ptr, value, pitch B, width, height)
 
     def _fakes(self):
         d, counts = self.d, self.counts
@@ -107,8 +107,12 @@ class MockDriver:
             ctypes.memmove(tm.getPtr(), ctypes.byref(ctypes.c_uint64(int(address))), 8)
             return (OK,)
 
-        def memset(ptr, value, *rest):
-            me.memsets.append((int(ptr), int(value)) + tuple(int(x) for x in rest[:-1]))
+        def memset(ptr, value, n, stream):
+            me.memsets.append((int(ptr), int(value), int(n)))
+            return (OK,)
+
+        def memset2d(ptr, pitch, value, width, height, stream):
+            me.memsets.append((int(ptr), int(value), int(pitch), int(width), int(height)))
             return (OK,)
 
         fakes = {
@@ -133,7 +137,7 @@ class MockDriver:
             "cuTensorMapEncodeTiled": encode,
             "cuTensorMapReplaceAddress": replace_address,
             "cuMemsetD8Async": memset, "cuMemsetD16Async": memset, "cuMemsetD32Async": memset,
-            "cuMemsetD2D8Async": memset, "cuMemsetD2D16Async": memset, "cuMemsetD2D32Async": memset,
+            "cuMemsetD2D8Async": memset2d, "cuMemsetD2D16Async": memset2d, "cuMemsetD2D32Async": memset2d,
             "cuEventCreate": lambda flags: (OK, d.CUevent(0x3000)),
             "cuEventRecord": lambda ev, s: (OK,),
             "cuStreamWaitEvent": lambda s, ev, flags: (OK,),
@@ -212,14 +216,12 @@ class FakeDLPackArray:
     pointer, as cheaply as a C producer would: the DLManagedTensorVersioned is built once,
     with no deleter, and each call wraps it in a new capsule without a destructor."""
 
-    def __init__(self, ptr, shape, dtype, device=0):
-        import ctypes
-
+    def __init__(self, ptr, shape, dtype, device=0, strides=None):
         from cubinforge.runtime import arrays as A
         self.device = device
         n = len(shape)
         self._shape = (ctypes.c_int64 * max(n, 1))(*shape)
-        self._strides = (ctypes.c_int64 * max(n, 1))(*_compact(shape))
+        self._strides = (ctypes.c_int64 * max(n, 1))(*(strides if strides is not None else _compact(shape)))
         mt = self._mt = A._DLManagedTensorVersioned()
         mt.version.major, mt.version.minor = 1, 0
         t = mt.dl_tensor
@@ -264,6 +266,7 @@ class FakeTorchTensor:
         self._device = device
         self.requires_grad = requires_grad
         self.exports = 0
+        self._dl = None
 
     def data_ptr(self):
         return self._ptr
@@ -284,7 +287,9 @@ class FakeTorchTensor:
         self.exports += 1
         if self.requires_grad:
             raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
-        return FakeDLPackArray(self._ptr, self.shape, self._dt, self._device).__dlpack__()
+        if self._dl is None:    # the capsule points into it: it must live as long as the tensor
+            self._dl = FakeDLPackArray(self._ptr, self.shape, self._dt, max(self._device, 0), self._strides)
+        return self._dl.__dlpack__()
 
 
 FakeTorchTensor.__module__, FakeTorchTensor.__qualname__ = "torch", "Tensor"
