@@ -449,12 +449,14 @@ _UNSEEN = object()
 
 
 def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = None,
-                    what: str = "array") -> DeviceArray:
+                    what: str = "array", ordered: set | None = None) -> DeviceArray:
     """Wrap ``obj`` (DeviceArray, DLPack producer, or __cuda_array_interface__ object).
 
     ``stream`` is the integer handle the consumer will use; it is passed to ``__dlpack__``
     so the producer can order its pending work before ours (0 is sent as 1, the legacy
-    default stream, as the DLPack protocol requires)."""
+    default stream, as the DLPack protocol requires). ``ordered``, a set shared by the
+    arrays of one call, lets a producer read by attribute (producers.py) order the stream
+    once per device for all of them."""
     if isinstance(obj, DeviceArray):
         if dtype is not None and dtype != obj.dtype:
             if DTYPE_BYTES.get(dtype) != obj.itemsize:
@@ -466,7 +468,7 @@ def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = Non
     if reader is _UNSEEN:
         reader = _readers[tp] = producers.reader_for(tp) if len(_readers) < 256 else None
     if reader is not None:       # a known producer, read by attribute (producers.py)
-        a = reader(obj, dtype, stream, what)
+        a = reader(obj, dtype, stream, what, ordered)
         if a is not None:
             return a
     export = getattr(obj, "__dlpack__", None)

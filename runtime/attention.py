@@ -46,8 +46,8 @@ def _kernel(arch: str, dtype: str, head_dim: int, causal: bool, source: Source |
     return ent[1]
 
 
-# Repeated flash_attn_func calls with out= and lse= given: (source, kernel, plan) by everything
-# the call's checks and parameter bytes depend on (see flash_attn_func).
+# Repeated flash_attn_func calls with out= and lse= given: a _Cached entry by everything the
+# call's checks depend on but the pointers (see flash_attn_func).
 _calls: dict[tuple, tuple] = {}
 _MAX_CALLS = 256
 
@@ -210,20 +210,24 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     aligned bottom-right when seqlen_q != seqlen_k. Empty inputs launch nothing: batch,
     seqlen_q or heads_q = 0 give empty outputs; seqlen_k = 0 gives O = 0, LSE = -inf.
 
-    With ``out`` and ``lse`` given, a call whose arrays (pointers, shapes, strides, dtypes,
-    devices, read-only flags), ``causal``, ``softmax_scale`` and ``source`` equal an earlier
-    call's launches that call's checked parameters at once; anything new is checked in full.
+    With ``out`` and ``lse`` given, a call whose arrays' shapes, strides, dtypes, devices and
+    read-only flags, ``causal``, ``softmax_scale`` and ``source`` equal an earlier call's
+    reuses that call's checked parameters: only its pointers are checked (alignment, device)
+    and rewritten where they changed; anything else new is checked in full.
     A caller that repeats one call every step can bind it once instead: ``plan_attention``."""
     if type(stream) is int:
         handle = stream
     else:
         handle, _keep = driver.resolve_stream(stream)
     # Wrap each array once (a DLPack capsule can be consumed only once).
-    qa = q if isinstance(q, DeviceArray) else as_device_array(q, stream=handle, what="q")
-    ka = k if isinstance(k, DeviceArray) else as_device_array(k, stream=handle, what="k")
-    va = v if isinstance(v, DeviceArray) else as_device_array(v, stream=handle, what="v")
-    oa = None if out is None else out if isinstance(out, DeviceArray) else as_device_array(out, stream=handle, what="o")
-    la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(lse, stream=handle, what="lse")
+    od: set = set()
+    qa = q if isinstance(q, DeviceArray) else as_device_array(q, stream=handle, what="q", ordered=od)
+    ka = k if isinstance(k, DeviceArray) else as_device_array(k, stream=handle, what="k", ordered=od)
+    va = v if isinstance(v, DeviceArray) else as_device_array(v, stream=handle, what="v", ordered=od)
+    oa = None if out is None else out if isinstance(out, DeviceArray) else as_device_array(
+        out, stream=handle, what="o", ordered=od)
+    la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(
+        lse, stream=handle, what="lse", ordered=od)
     key = None
     if oa is not None and la is not None:
         try:
@@ -231,36 +235,65 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         except (TypeError, ValueError, OverflowError):
             pass                 # the full path below says what is wrong
         else:
-            key = (qa.ptr, qa.shape, qa.strides, qa.dtype, qa.device,
-                   ka.ptr, ka.shape, ka.strides, ka.dtype, ka.device,
-                   va.ptr, va.shape, va.strides, va.dtype, va.device,
-                   oa.ptr, oa.shape, oa.strides, oa.dtype, oa.device, oa.readonly,
-                   la.ptr, la.shape, la.strides, la.dtype, la.device, la.readonly,
+            # Everything the checks depend on except the pointers: those are checked for
+            # alignment and device here and rewritten into the entry's own parameters.
+            key = (qa.shape, qa.strides, qa.dtype, qa.device, ka.shape, ka.strides, ka.dtype, ka.device,
+                   va.shape, va.strides, va.dtype, va.device, oa.shape, oa.strides, oa.dtype, oa.device,
+                   oa.readonly, la.shape, la.strides, la.dtype, la.device, la.readonly,
                    bool(causal), scale, id(source))
             hit = _calls.get(key)
-            if hit is not None and hit[0] is source:
-                plan = hit[2]
-                # Arrays that carry no device (__cuda_array_interface__, raw pointers) are
-                # located again: the same address may now be memory of another device.
-                if ((qa.device is not None or _on(qa, plan.device)) and (ka.device is not None or _on(ka, plan.device))
-                        and (va.device is not None or _on(va, plan.device))
-                        and (oa.device is not None or _on(oa, plan.device))
-                        and (la.device is not None or _on(la, plan.device))):
-                    hit[1].run(plan, handle)
-                    return out, lse
+            if hit is not None and hit.source is source and hit.launch((qa, ka, va, oa, la), handle):
+                return out, lse
     call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source)
     if call.kernel is None:
         run_without_kernel(call, handle)
         return call.out, call.lse
     kernel = call.kernel
-    plan = kernel.plan(call.arrays, call.scalars, handle)
-    kernel.run(plan, handle)
     if key is not None and len(call.arrays) == 5:
+        ent = _Cached(source, kernel, kernel.build_plan(call.arrays, call.scalars, handle))
         with _kernels_lock:
             if len(_calls) >= _MAX_CALLS:
                 _calls.pop(next(iter(_calls)))
-            _calls[key] = (source, kernel, plan)
+            _calls[key] = ent
+        ent.launch((qa, ka, va, oa, la), handle)
+    else:
+        kernel.run(kernel.plan(call.arrays, call.scalars, handle), handle)
     return call.out, call.lse
+
+
+class _Cached:
+    """A checked flash_attn_func call of one layout (out and lse given), with parameters of
+    its own: a later call of that layout only has its pointers checked (alignment, device)
+    and rewritten where they changed. A lock keeps rewrite + launch of one entry together
+    (the driver copies the parameter bytes at the launch, so after it they may change)."""
+
+    __slots__ = ("source", "kernel", "plan", "align", "lock")
+
+    def __init__(self, source, kernel: Kernel, plan):
+        self.source, self.kernel, self.plan = source, kernel, plan
+        specs = kernel.contract.tensors
+        tma = {p.spec.get("tensor") for p in kernel.contract.params if p.kind == "tensormap"}
+        self.align = tuple(max(specs[n].align_bytes, 16 if n in tma else 1) for n in _ORDER)
+        self.lock = threading.Lock()
+
+    def launch(self, arrays: tuple, handle: int) -> bool:
+        """Launch over ``arrays`` (q, k, v, o, lse); False (nothing done) when a pointer is
+        misaligned or on another device: the full path then says what is wrong."""
+        plan = self.plan
+        dev = plan.device
+        for a, al in zip(arrays, self.align):
+            if a.ptr % al or (a.device is None and not _on(a, dev)):
+                return False
+        tensors = plan.bound.tensors
+        with self.lock:
+            if any(a.ptr != tensors[n].ptr for n, a in zip(_ORDER, arrays)):
+                self.kernel.rewrite_pointers(plan, {n: a if a.device is not None else a.with_device(dev)
+                                                    for n, a in zip(_ORDER, arrays)})
+            self.kernel.run(plan, handle)
+        return True
+
+
+_ORDER = ("q", "k", "v", "o", "lse")
 
 
 def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
@@ -277,11 +310,12 @@ def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, c
         handle = stream
     else:
         handle, _keep = driver.resolve_stream(stream)
-    qa = as_device_array(q, stream=handle, what="q")
-    ka = as_device_array(k, stream=handle, what="k")
-    va = as_device_array(v, stream=handle, what="v")
-    oa = None if out is None else as_device_array(out, stream=handle, what="o")
-    la = None if lse is None else as_device_array(lse, stream=handle, what="lse")
+    od: set = set()
+    qa = as_device_array(q, stream=handle, what="q", ordered=od)
+    ka = as_device_array(k, stream=handle, what="k", ordered=od)
+    va = as_device_array(v, stream=handle, what="v", ordered=od)
+    oa = None if out is None else as_device_array(out, stream=handle, what="o", ordered=od)
+    la = None if lse is None else as_device_array(lse, stream=handle, what="lse", ordered=od)
     call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source)
     return AttentionPlan(call, handle, stream)
 

@@ -8,6 +8,7 @@ is kept per thread for ``last_launch()``.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
@@ -114,6 +115,7 @@ class Kernel:
         self._plans_lock = threading.Lock()
         self._functions: dict[Any, driver.Function] = {}   # context handle -> loaded function
         self._names = tuple(manifest.contract.tensors)
+        self._ptr_params: dict[str, tuple] = {}     # tensor name -> pointer_params(name)
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, source: Source | None = None) -> "Kernel":
@@ -206,46 +208,54 @@ class Kernel:
         return self._build_plan(arrays, scalars, stream)
 
     def pointer_params(self, name: str) -> tuple:
-        """Ordinals of the parameters whose bytes depend on tensor ``name``'s pointer."""
-        cache = self.__dict__.setdefault("_ptr_params", {})
-        hit = cache.get(name)
+        """How tensor ``name``'s pointer reaches the parameters: (ordinal, how, offset) with
+        how = 'tensormap' (its descriptor), 'ptr' (a field or scalar that is the pointer
+        itself, at byte offset) or 'repack' (an expression using it: the param is re-packed)."""
+        hit = self._ptr_params.get(name)
         if hit is None:
             ref = f"{name}.ptr"
             hit = []
             for p in self.contract.params:
                 if p.kind == "tensormap":
-                    uses = p.spec.get("tensor") == name
-                elif p.kind == "struct":
-                    uses = any(ref in f.get("value", ()) for f in p.spec.get("fields", []))
-                else:
-                    uses = ref in p.spec.get("value", ())
-                if uses:
-                    hit.append(p.ordinal)
-            hit = cache[name] = tuple(hit)
+                    if p.spec.get("tensor") == name:
+                        hit.append((p.ordinal, "tensormap", 0))
+                    continue
+                fields = p.spec.get("fields", []) if p.kind == "struct" else [
+                    {"value": p.spec.get("value", ()), "type": p.spec.get("type"), "offset": 0}]
+                uses = [f for f in fields if ref in f.get("value", ())]
+                if uses and all(f["value"] == [ref] and f["type"] in ("ptr", "u64", "i64") for f in uses):
+                    hit += [(p.ordinal, "ptr", f["offset"]) for f in uses]
+                elif uses:
+                    hit.append((p.ordinal, "repack", 0))
+            hit = self._ptr_params[name] = tuple(hit)
         return hit
 
     def rewrite_pointers(self, plan: "_Plan", arrays: Mapping[str, DeviceArray]) -> None:
         """Point ``plan`` (one from ``build_plan``) at ``arrays``: DeviceArrays laid out as the
         ones it was built for (the caller checked shapes, strides, dtypes, device and
-        alignment). Only parameters that hold a changed pointer are rewritten: a struct is
-        re-packed, a tensor map gets cuTensorMapReplaceAddress."""
+        alignment). Only what holds a changed pointer is rewritten: a pointer field in place,
+        a tensor map by cuTensorMapReplaceAddress, a param whose expression uses it re-packed."""
         bound = plan.bound
-        changed = [n for n, a in arrays.items() if a.ptr != bound.tensors[n].ptr]
-        if not changed:
-            plan.bound = replace(bound, tensors={**bound.tensors, **arrays})
-            return
-        nb = replace(bound, tensors={**bound.tensors, **arrays})
-        todo = sorted({i for n in changed for i in self.pointer_params(n)})
-        with driver.device_context(plan.device):
-            for i in todo:
-                p = self.contract.params[i]
-                buf = plan.buffers[i]
-                if p.kind == "tensormap":
-                    replace_tensormap_address(buf, nb.tensors[p.spec["tensor"]].ptr)
-                else:
-                    data = param_bytes(p, nb)
-                    ctypes.memmove(buf, data, len(data))
-        plan.bound = nb
+        tensors = bound.tensors
+        changed = [n for n, a in arrays.items() if a.ptr != tensors[n].ptr]
+        tensors = {**tensors, **arrays}
+        if changed:
+            nb = replace(bound, tensors=tensors)
+            with driver.device_context(plan.device):
+                for n in changed:
+                    ptr = tensors[n].ptr
+                    for i, how, off in self.pointer_params(n):
+                        buf = plan.buffers[i]
+                        if how == "ptr":
+                            _U64.pack_into(buf, off, ptr)
+                        elif how == "tensormap":
+                            replace_tensormap_address(buf, ptr)
+                        else:
+                            data = param_bytes(self.contract.params[i], nb)
+                            ctypes.memmove(buf, data, len(data))
+            plan.bound = nb
+        else:
+            bound.tensors = tensors
 
     def run(self, plan: "_Plan", stream: int) -> LaunchRecord:
         """Step 4 for a checked plan: load the module (once per context), set the dynamic
@@ -306,6 +316,7 @@ def _current_context() -> int:
 
 
 _MAX_PLANS = 256
+_U64 = struct.Struct("<Q")
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 from typing import Callable
 
 from . import tensormap
@@ -80,8 +81,13 @@ def replace_tensormap_address(buf, address: int) -> None:
     from . import driver
     if address % 16:
         raise InputError(f"tensor map address 0x{address:x} is not 16-byte aligned, as TMA requires")
-    d = driver.drv()
-    tm = d.CUtensorMap()
-    ctypes.memmove(tm.getPtr(), ctypes.addressof(buf), 128)
+    tm = getattr(_scratch, "tm", None)
+    if tm is None:          # one CUtensorMap per thread to carry the bytes through the call
+        tm = _scratch.tm = driver.drv().CUtensorMap()
+    p = tm.getPtr()
+    ctypes.memmove(p, ctypes.addressof(buf), 128)
     driver.call("cuTensorMapReplaceAddress", tm, address, detail=f"address 0x{address:x}")
-    ctypes.memmove(ctypes.addressof(buf), tm.getPtr(), 128)
+    ctypes.memmove(ctypes.addressof(buf), p, 128)
+
+
+_scratch = threading.local()

@@ -84,11 +84,12 @@ class AttentionPlan:
 
     def _rebind(self, given: dict, handle: int) -> None:
         new = {}
+        od: set = set()
         for n, x in given.items():
             old = self._arrays.get(n)
             if old is None:
                 raise InputError(f"this plan has no {n} to replace ({self.variant} does not take it)")
-            a = as_device_array(x, stream=handle, what=n)
+            a = as_device_array(x, stream=handle, what=n, ordered=od)
             if (a.shape, a.strides, a.dtype) != (old.shape, old.strides, old.dtype):
                 raise InputError(f"{n} must be laid out as the planned one: shape {old.shape}, strides "
                                  f"{old.strides}, {old.dtype}; got shape {a.shape}, strides {a.strides}, "

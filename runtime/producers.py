@@ -47,9 +47,11 @@ def _torch_stream_of(dev: int) -> int:
     return int(fn(dev))
 
 
-def torch_array(t: Any, dtype: str | None, stream: int | None, what: str) -> DeviceArray | None:
+def torch_array(t: Any, dtype: str | None, stream: int | None, what: str,
+                ordered: set | None = None) -> DeviceArray | None:
     """``t`` (a torch.Tensor) as a DeviceArray, ordered for ``stream`` as DLPack would be, or
-    None where only the DLPack path can answer."""
+    None where only the DLPack path can answer. ``ordered`` (one set per call) holds the
+    devices whose ordering this call already did: torch's current stream is one per device."""
     if t.requires_grad or t.is_neg():
         return None
     dev = t.get_device()
@@ -70,9 +72,11 @@ def torch_array(t: Any, dtype: str | None, stream: int | None, what: str) -> Dev
         strides = t.stride()
     except (RuntimeError, NotImplementedError):     # no storage / no strides (sparse, ...)
         return None
-    if stream != -1:
+    if stream != -1 and (ordered is None or dev not in ordered):
         consumer = 0 if stream is None else stream
         producer = _torch_stream_of(dev)
         if consumer != producer:
             driver.order_streams(consumer=consumer, producer=producer, device=dev)
+        if ordered is not None:
+            ordered.add(dev)
     return DeviceArray._checked(ptr, tuple(t.shape), tuple(strides), got, dev, t, False)

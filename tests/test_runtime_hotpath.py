@@ -1,7 +1,8 @@
 """The launch hot path under a mocked ``cuda.bindings.driver`` (bench/host_overhead.py's
 fakes): a repeated identical call launches its checked plan at once, with one driver call
-besides the launch; anything new (pointer, shape, stride, device, scalar, causal) is
-checked and encoded again; wrong inputs are still refused after a cached call."""
+besides the launch; new pointers of the same layout are checked and rewritten in place;
+anything else new (shape, stride, device, scalar, causal) is checked and encoded again;
+wrong inputs are still refused after a cached call."""
 
 from __future__ import annotations
 
@@ -86,9 +87,37 @@ def test_stream_changes_only_the_launch_config(mock, source):
     assert mock.last_launch[0] is cfg10 and last_launch().stream == 0x10
 
 
+@pytest.mark.parametrize("name,base", [("q", BASE + 16 * GB), ("o", BASE + 3 * GB + 256),
+                                       ("lse", BASE + 4 * GB + 64)])
+def test_new_pointers_are_rewritten_not_encoded(mock, source, name, base):
+    from cubinforge.runtime import attention
+    t = fa_arrays()
+    call(t, source)
+    moved = dict(t, **{name: arr(t[name].shape, t[name].dtype, base=base)})
+    call(moved, source)
+    assert mock.counts["cuTensorMapEncodeTiled"] == 1 and mock.counts["cuLaunchKernelEx"] == 2
+    # The fixture maps q with TMA (its descriptor's fake bytes hold the address) and holds
+    # lse's pointer in a struct; o is in no parameter.
+    assert mock.counts["cuTensorMapReplaceAddress"] == (1 if name == "q" else 0)
+    (ent,) = attention._calls.values()
+    raw = b"".join(bytes(b) for b in ent.plan.buffers)
+    fresh = Kernel.from_manifest(select_attention_variant("bf16", 128, False, arch="sm_90a", source=source),
+                                 source).build_plan(moved, {}, 0)
+    assert raw == b"".join(bytes(b) for b in fresh.buffers)
+    call(t, source)                                            # and back
+    assert int.from_bytes(bytes(ent.plan.buffers[2])[:8], "little") == t["q"].ptr
+    assert mock.counts["cuTensorMapEncodeTiled"] == 2            # (the fresh plan above)
+
+
+def test_misaligned_pointer_after_a_cached_call_is_refused(mock, source):
+    t = fa_arrays()
+    call(t, source)
+    with pytest.raises(InputError, match=r"lse's base pointer 0x[0-9a-f]+ is not 4-byte aligned"):
+        call(dict(t, lse=arr(t["lse"].shape, "f32", base=BASE + 4 * GB + 2)), source)
+    assert mock.counts["cuLaunchKernelEx"] == 1
+
+
 @pytest.mark.parametrize("change", [
-    lambda t: dict(t, q=arr(t["q"].shape, base=BASE + 16 * GB)),                     # pointer
-    lambda t: dict(t, o=arr(t["o"].shape, base=BASE + 3 * GB + 256)),                # output pointer
     lambda t: dict(t, k=arr((2, 400, 2, 128), base=BASE + GB),                        # shape
                    v=arr((2, 400, 2, 128), base=BASE + 2 * GB)),
     lambda t: dict(t, q=arr(t["q"].shape, strides=(300 * 8 * 256, 8 * 256, 256, 1))),  # strides
@@ -183,9 +212,13 @@ def test_failed_launch_says_what_and_forgets_the_context(mock, source):
 
 def test_bench_runs_mocked(capsys):
     home = Path(__file__).resolve().parents[1] / ".cubinforge"
-    if not (home / "manifests" / "fa3-fwd-sm_90a-fp16-hd128-causal.json").is_file():
-        pytest.skip("the built registry (.cubinforge) is not here")
+    try:
+        select_attention_variant("fp16", 128, True, arch="sm_90a", source=LocalSource(home))
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"the built registry (.cubinforge) has no fp16 hd128 causal variant: {e}")
     assert bench_main(["--mock", "--iters", "20", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    for kind in ("prewrapped", "cai", "dlpack", "producer"):
-        assert kind in out
+    for kind in ("prewrapped", "cai", "dlpack", "torch", "torch-swap", "plan", "plan-run", "plan-swap",
+                 "miss", "parse", "producer"):
+        assert f"  {kind} " in out, kind
+    assert "cudnn        skipped: GPU only" in out

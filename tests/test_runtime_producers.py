@@ -116,3 +116,13 @@ def test_plan_run_with_torch_tensors(mock, torch_mod, source):
     q2 = FakeTorchTensor(BASE + 9 * GB, (2, 300, 8, 128), "bf16")
     plan.run(q2)
     assert int.from_bytes(bytes(plan._plan.buffers[2])[:8], "little") == BASE + 9 * GB
+
+
+def test_one_call_orders_its_stream_once(mock, torch_mod, source):
+    t = tensors()
+    torch_mod.current[0] = 0x77
+    flash_attn_func(t["q"], t["k"], t["v"], out=t["o"], lse=t["lse"], source=source, stream=0x99)
+    assert torch_mod.asked == 1                               # one question for five tensors
+    assert mock.counts["cuStreamWaitEvent"] == 1
+    flash_attn_func(t["q"], t["k"], t["v"], out=t["o"], lse=t["lse"], source=source, stream=0x99)
+    assert torch_mod.asked == 2 and mock.counts["cuStreamWaitEvent"] == 2   # and again next call
