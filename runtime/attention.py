@@ -46,8 +46,8 @@ def _kernel(arch: str, dtype: str, head_dim: int, causal: bool, source: Source |
     return ent[1]
 
 
-# Repeated flash_attn_func calls with out= and lse= given: a _Cached entry by everything the
-# call's checks depend on but the pointers (see flash_attn_func).
+# Repeated flash_attn_func calls: a _Cached entry by everything the call's checks depend on
+# but the pointers (see flash_attn_func).
 _calls: dict[tuple, tuple] = {}
 _MAX_CALLS = 256
 
@@ -210,8 +210,8 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     aligned bottom-right when seqlen_q != seqlen_k. Empty inputs launch nothing: batch,
     seqlen_q or heads_q = 0 give empty outputs; seqlen_k = 0 gives O = 0, LSE = -inf.
 
-    With ``out`` and ``lse`` given, a call whose arrays' shapes, strides, dtypes, devices and
-    read-only flags, ``causal``, ``softmax_scale`` and ``source`` equal an earlier call's
+    A call whose arrays' shapes, strides, dtypes, devices and read-only flags (and which
+    outputs are given), ``causal``, ``softmax_scale`` and ``source`` equal an earlier call's
     reuses that call's checked parameters: only its pointers are checked (alignment, device)
     and rewritten where they changed; anything else new is checked in full.
     A caller that repeats one call every step can bind it once instead: ``plan_attention``."""
@@ -229,21 +229,25 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(
         lse, stream=handle, what="lse", ordered=od)
     key = None
-    if oa is not None and la is not None:
-        try:
-            scale = None if softmax_scale is None else float(softmax_scale)
-        except (TypeError, ValueError, OverflowError):
-            pass                 # the full path below says what is wrong
-        else:
-            # Everything the checks depend on except the pointers: those are checked for
-            # alignment and device here and rewritten into the entry's own parameters.
-            key = (qa.shape, qa.strides, qa.dtype, qa.device, ka.shape, ka.strides, ka.dtype, ka.device,
-                   va.shape, va.strides, va.dtype, va.device, oa.shape, oa.strides, oa.dtype, oa.device,
-                   oa.readonly, la.shape, la.strides, la.dtype, la.device, la.readonly,
-                   bool(causal), scale, id(source))
-            hit = _calls.get(key)
-            if hit is not None and hit.source is source and hit.launch((qa, ka, va, oa, la), handle):
-                return out, lse
+    try:
+        scale = None if softmax_scale is None else float(softmax_scale)
+    except (TypeError, ValueError, OverflowError):
+        pass                     # the full path below says what is wrong
+    else:
+        # Everything the checks depend on except the pointers: those are checked for
+        # alignment and device here and rewritten into the entry's own parameters. Outputs
+        # not given are keyed as None: a hit allocates them as the first call did.
+        key = (qa.shape, qa.strides, qa.dtype, qa.device, ka.shape, ka.strides, ka.dtype, ka.device,
+               va.shape, va.strides, va.dtype, va.device,
+               None if oa is None else (oa.shape, oa.strides, oa.dtype, oa.device, oa.readonly),
+               None if la is None else (la.shape, la.strides, la.dtype, la.device, la.readonly),
+               bool(causal), scale, id(source))
+        hit = _calls.get(key)
+        if hit is not None and hit.source is source:
+            o2 = oa if oa is not None else hit.allocate("o", stream)
+            l2 = la if la is not None else hit.allocate("lse", stream)
+            if hit.launch((qa, ka, va, o2, l2), handle):
+                return (out if oa is not None else o2), (lse if la is not None else l2)
     call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source)
     if call.kernel is None:
         run_without_kernel(call, handle)
@@ -255,14 +259,14 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
             if len(_calls) >= _MAX_CALLS:
                 _calls.pop(next(iter(_calls)))
             _calls[key] = ent
-        ent.launch((qa, ka, va, oa, la), handle)
+        ent.launch(tuple(call.arrays[n] for n in _ORDER), handle)
     else:
         kernel.run(kernel.plan(call.arrays, call.scalars, handle), handle)
     return call.out, call.lse
 
 
 class _Cached:
-    """A checked flash_attn_func call of one layout (out and lse given), with parameters of
+    """A checked flash_attn_func call of one layout (outputs given or not), with parameters of
     its own: a later call of that layout only has its pointers checked (alignment, device)
     and rewritten where they changed. A lock keeps rewrite + launch of one entry together
     (the driver copies the parameter bytes at the launch, so after it they may change)."""
@@ -275,6 +279,11 @@ class _Cached:
         tma = {p.spec.get("tensor") for p in kernel.contract.params if p.kind == "tensormap"}
         self.align = tuple(max(specs[n].align_bytes, 16 if n in tma else 1) for n in _ORDER)
         self.lock = threading.Lock()
+
+    def allocate(self, name: str, stream: Any) -> OwnedDeviceArray:
+        """A new output laid out as this entry's first call allocated it."""
+        a = self.plan.bound.tensors[name]
+        return OwnedDeviceArray.empty(a.shape, a.dtype, self.plan.device, stream, a.strides)
 
     def launch(self, arrays: tuple, handle: int) -> bool:
         """Launch over ``arrays`` (q, k, v, o, lse); False (nothing done) when a pointer is

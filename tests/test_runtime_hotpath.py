@@ -222,3 +222,16 @@ def test_bench_runs_mocked(capsys):
                  "miss", "parse", "producer"):
         assert f"  {kind} " in out, kind
     assert "cudnn        skipped: GPU only" in out
+
+
+def test_allocating_calls_reuse_the_checked_layout(mock, source):
+    from cubinforge.runtime import attention
+    t = fa_arrays()
+    o1, l1 = flash_attn_func(t["q"], t["k"], t["v"], source=source)
+    o2, l2 = flash_attn_func(t["q"], t["k"], t["v"], source=source)
+    assert mock.counts["cuTensorMapEncodeTiled"] == 1 and mock.counts["cuMemAllocAsync"] == 4
+    assert o2.ptr != o1.ptr and (o2.shape, o2.strides) == (o1.shape, o1.strides) and l2.shape == l1.shape
+    (ent,) = attention._calls.values()
+    assert int.from_bytes(bytes(ent.plan.buffers[1])[:8], "little") == l2.ptr     # lse's pointer field
+    flash_attn_func(t["q"], t["k"], t["v"], out=o2, source=source)               # out given, lse not: a new key
+    assert len(attention._calls) == 2 and mock.counts["cuLaunchKernelEx"] == 3
