@@ -71,6 +71,7 @@ class MockDriver:
         self.pointer_devices: dict[int, int] = {}   # ...unless listed here by address
         self._next = 0x7000_0000_0000
         self.memsets: list = []    # (ptr, value, count) or (ptr, value, pitch B, width, height)
+        self.copies: list = []     # (src, dst, bytes) or (src, dst, src pitch, dst pitch, width B, height)
 
     def _fakes(self):
         d, counts = self.d, self.counts
@@ -126,6 +127,15 @@ class MockDriver:
             me.memsets.append((int(ptr), int(value), int(n)))
             return (OK,)
 
+        def copy1d(dst, src, nbytes, stream):
+            me.copies.append((int(src), int(dst), int(nbytes)))
+            return (OK,)
+
+        def copy2d(cp, stream):
+            me.copies.append((int(cp.srcDevice), int(cp.dstDevice), int(cp.srcPitch), int(cp.dstPitch),
+                              int(cp.WidthInBytes), int(cp.Height)))
+            return (OK,)
+
         def memset2d(ptr, pitch, value, width, height, stream):
             me.memsets.append((int(ptr), int(value), int(pitch), int(width), int(height)))
             return (OK,)
@@ -152,6 +162,7 @@ class MockDriver:
             "cuTensorMapEncodeTiled": encode,
             "cuTensorMapReplaceAddress": replace_address,
             "cuMemsetD8Async": memset, "cuMemsetD16Async": memset, "cuMemsetD32Async": memset,
+            "cuMemcpyDtoDAsync": copy1d, "cuMemcpy2DAsync": copy2d,
             "cuMemsetD2D8Async": memset2d, "cuMemsetD2D16Async": memset2d, "cuMemsetD2D32Async": memset2d,
             "cuEventCreate": lambda flags: (OK, d.CUevent(0x3000)),
             "cuEventRecord": lambda ev, s: (OK,),

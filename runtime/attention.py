@@ -12,10 +12,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import driver, fill
+from . import driver, fill, restage
 from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, as_device_array
 from .errors import InputError
-from .launcher import Kernel, record_no_launch, resolve_devices
+from .launcher import Kernel, record_copies, record_no_launch, resolve_devices
 from .registry_source import Manifest, Source, default_source, select
 
 FAMILY = "fa3_fwd"
@@ -63,6 +63,8 @@ def _check_layout(name: str, a: DeviceArray, inner_contiguous: bool = True, alig
     if inner_contiguous and a.strides[-1] != 1 and a.shape[-1] != 1:
         raise InputError(f"{name}: the last dimension (head_dim) must be contiguous (stride 1); "
                          f"strides are {a.strides} elements - call .contiguous() on it")
+    if align == 1:
+        return
     if a.ptr % align:
         raise InputError(f"{name}: base pointer 0x{a.ptr:x} is not {align}-byte aligned "
                          f"(offset {a.ptr % align}); slice at a {align}-byte boundary or copy it")
@@ -90,7 +92,7 @@ def _check_inputs(q: DeviceArray, k: DeviceArray, v: DeviceArray) -> None:
         raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv}) (GQA/MQA)")
     if empty_reason(q.shape, k.shape) is None:
         for n, a in (("q", q), ("k", k), ("v", v)):
-            _check_layout(n, a)
+            _check_layout(n, a, align=1)     # alignment: copied if need be (restage.py)
 
 
 def empty_reason(q_shape: tuple, k_shape: tuple) -> str | None:
@@ -128,10 +130,12 @@ class Call:
     lse: Any
     fills: list = field(default_factory=list)      # (DeviceArray, bit pattern)
     note: str = ""
+    copies: dict = field(default_factory=dict)     # input name -> (the caller's array, our copy)
 
 
 def prepare(qa: DeviceArray, ka: DeviceArray, va: DeviceArray, oa: DeviceArray | None, la: DeviceArray | None,
-            out: Any, lse: Any, softmax_scale, causal: bool, stream: Any, source: Source | None) -> Call:
+            out: Any, lse: Any, softmax_scale, causal: bool, stream: Any, source: Source | None,
+            handle: int = 0) -> Call:
     """Everything of a flash_attn_func call up to the launch: checks, variant, allocations."""
     arrays = {"q": qa, "k": ka, "v": va}
     if oa is not None:
@@ -168,7 +172,13 @@ def prepare(qa: DeviceArray, ka: DeviceArray, va: DeviceArray, oa: DeviceArray |
         raise InputError(f"{kernel.variant} does not write lse; call without lse=")
     scalars = {} if softmax_scale is None else {"softmax_scale": float(softmax_scale)}
     if why is None:
-        return Call(kernel, {n: a for n, a in arrays.items() if n in specs}, scalars, device, out, lse)
+        copies = {}
+        for n in ("q", "k", "v"):
+            if restage.needs_copy(arrays[n], specs[n].align_bytes if n in specs else 16):
+                copies[n] = (arrays[n], restage.compact_copy(arrays[n], device, stream, handle))
+                arrays[n] = copies[n][1]
+        return Call(kernel, {n: a for n, a in arrays.items() if n in specs}, scalars, device, out, lse,
+                    copies=copies)
     for n in ("o", "lse"):
         a = arrays.get(n)
         if a is not None and a.readonly and a.size:
@@ -248,12 +258,16 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
             l2 = la if la is not None else hit.allocate("lse", stream)
             if hit.launch((qa, ka, va, o2, l2), handle):
                 return (out if oa is not None else o2), (lse if la is not None else l2)
-    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source)
+    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source, handle)
     if call.kernel is None:
         run_without_kernel(call, handle)
         return call.out, call.lse
     kernel = call.kernel
-    if key is not None and len(call.arrays) == 5:
+    if call.copies:
+        # Not cached: the plan holds the copies' layout, not the caller's.
+        rec = kernel.run(kernel.plan(call.arrays, call.scalars, handle), handle)
+        record_copies(rec, tuple(call.copies))
+    elif key is not None and len(call.arrays) == 5:
         ent = _Cached(source, kernel, kernel.build_plan(call.arrays, call.scalars, handle))
         with _kernels_lock:
             if len(_calls) >= _MAX_CALLS:
@@ -325,7 +339,7 @@ def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, c
     va = as_device_array(v, stream=handle, what="v", ordered=od)
     oa = None if out is None else as_device_array(out, stream=handle, what="o", ordered=od)
     la = None if lse is None else as_device_array(lse, stream=handle, what="lse", ordered=od)
-    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source)
+    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source, handle)
     return AttentionPlan(call, handle, stream)
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import driver
+from . import driver, restage
 from .arrays import DeviceArray, as_device_array
 from .errors import InputError
+from .launcher import record_copies
 
 _NAMES = ("q", "k", "v", "o", "lse")
 
@@ -62,7 +63,11 @@ class AttentionPlan:
         else:
             handle = driver.resolve_stream(stream)[0]
         if self._plan is not None:
-            self.kernel.run(self._plan, handle)
+            for src, dst in self._call.copies.values():     # inputs TMA cannot read in place
+                restage.copy_into(src, dst, handle)
+            rec = self.kernel.run(self._plan, handle)
+            if self._call.copies:
+                record_copies(rec, tuple(self._call.copies))
         else:
             from .attention import run_without_kernel
             run_without_kernel(self._call, handle)
@@ -86,7 +91,7 @@ class AttentionPlan:
         new = {}
         od: set = set()
         for n, x in given.items():
-            old = self._arrays.get(n)
+            old = self._call.copies[n][0] if n in self._call.copies else self._arrays.get(n)
             if old is None:
                 raise InputError(f"this plan has no {n} to replace ({self.variant} does not take it)")
             a = as_device_array(x, stream=handle, what=n, ordered=od)
@@ -99,12 +104,15 @@ class AttentionPlan:
             dev = a.device if a.device is not None else (driver.pointer_device(a.ptr) if a.ptr else self.device)
             if dev != self.device:
                 raise InputError(f"{n} is on device {dev}; the plan was made on device {self.device}")
-            align = self._tma_align.get(n, 1)
+            align = 1 if n in self._call.copies else self._tma_align.get(n, 1)
             if a.size and a.ptr % align:
                 raise InputError(f"{n}: base pointer 0x{a.ptr:x} is not {align}-byte aligned "
                                  f"(offset {a.ptr % align}); {self.variant} needs {align} B")
             new[n] = a if a.device is not None else a.with_device(dev)
         if self._plan is not None:
+            copies = self._call.copies
+            for n in [n for n in new if n in copies]:      # a copied input: copy from the new one
+                copies[n] = (new.pop(n), copies[n][1])
             self.kernel.rewrite_pointers(self._plan, {n: a for n, a in new.items() if n in self._call.arrays})
         else:
             self._call.fills = [(new.get(_key_of(self._call, a), a), bits) for a, bits in self._call.fills]

@@ -149,7 +149,7 @@ def test_bad_inputs_after_a_cached_call_are_still_refused(mock, source):
         call(dict(t, k=arr((2, 500, 3, 128), base=BASE + GB), v=arr((2, 500, 3, 128), base=BASE + 2 * GB)),
              source)
     with pytest.raises(InputError, match="not 16-byte aligned"):
-        call(dict(t, q=arr(t["q"].shape, offset=8)), source)
+        call(dict(t, o=arr(t["o"].shape, offset=8, base=BASE + 3 * GB)), source)
     ro = DeviceArray(t["o"].ptr, t["o"].shape, None, "bf16", 0, readonly=True)   # same buffer, read-only
     with pytest.raises(InputError, match="o is read-only"):
         call(dict(t, o=ro), source)

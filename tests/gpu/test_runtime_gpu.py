@@ -749,3 +749,36 @@ def test_torch_tensors_on_a_side_stream():
         side.synchronize()
         errs += compare(o.double().cpu().numpy(), lse.double().cpu().numpy(), ref_o, ref_lse, f"round {round_}")
     assert not errs, "\n".join(errs)
+
+
+@needs_variants
+def test_unaligned_inputs_are_copied_and_reported():
+    from cubinforge.runtime import plan_attention
+    m = _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    rng = np.random.default_rng(19)
+    b, sq, sk, hq, hkv = 2, 90, 110, 4, 2
+    # q: 8 bytes past an aligned base; k: rows of d + 2 elements (a stride of 2d + 4 bytes).
+    q_bits = host_bits(rng.standard_normal((b, sq, hq, d)), dtype)
+    q_buf = upload_bits(np.concatenate([np.zeros(4, np.uint16), q_bits.ravel()]), dtype)
+    q = DeviceArray.from_pointer(q_buf.ptr + 8, (b, sq, hq, d), None, dtype, device=0, owner=q_buf)
+    k_bits = host_bits(rng.standard_normal((b, sk, hkv, d + 2)), dtype)
+    k_buf = upload_bits(k_bits, dtype)
+    k = DeviceArray.from_pointer(k_buf.ptr, (b, sk, hkv, d), (sk * hkv * (d + 2), hkv * (d + 2), d + 2, 1), dtype,
+                                 device=0, owner=k_buf)
+    v_bits = host_bits(rng.standard_normal((b, sk, hkv, d)), dtype)
+    v = upload_bits(v_bits, dtype)
+    qh, kh, vh = from_bits(q_bits, dtype), from_bits(k_bits, dtype)[..., :d], from_bits(v_bits, dtype)
+    ref = reference(qh, kh, vh, 1 / math.sqrt(d), causal)
+    o, lse = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
+    flash_attn_func(q, k, v, causal=causal, out=wrap(o, dtype), lse=lse)
+    assert last_launch().copies == ("q", "k")
+    errs = compare(download(wrap(o, dtype)), download(lse), *ref, "copied q and k")
+    o2, lse2 = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
+    plan = plan_attention(q, k, v, causal=causal, out=wrap(o2, dtype), lse=lse2)
+    repoison(o2)
+    repoison(lse2)
+    plan.launch()
+    assert last_launch().copies == ("q", "k")
+    errs += compare(download(wrap(o2, dtype)), download(lse2), *ref, "plan with copies")
+    assert not errs, "\n".join(errs)
