@@ -235,12 +235,11 @@ class Kernel:
         ones it was built for (the caller checked shapes, strides, dtypes, device and
         alignment). Only what holds a changed pointer is rewritten: a pointer field in place,
         a tensor map by cuTensorMapReplaceAddress, a param whose expression uses it re-packed."""
-        bound = plan.bound
+        bound = plan.bound          # the plan's own (build_plan): updated in place
         tensors = bound.tensors
         changed = [n for n, a in arrays.items() if a.ptr != tensors[n].ptr]
-        tensors = {**tensors, **arrays}
+        bound.tensors = tensors = {**tensors, **arrays}
         if changed:
-            nb = replace(bound, tensors=tensors)
             with driver.device_context(plan.device):
                 for n in changed:
                     ptr = tensors[n].ptr
@@ -251,11 +250,8 @@ class Kernel:
                         elif how == "tensormap":
                             replace_tensormap_address(buf, ptr)
                         else:
-                            data = param_bytes(self.contract.params[i], nb)
+                            data = param_bytes(self.contract.params[i], bound)
                             ctypes.memmove(buf, data, len(data))
-            plan.bound = nb
-        else:
-            bound.tensors = tensors
 
     def run(self, plan: "_Plan", stream: int) -> LaunchRecord:
         """Step 4 for a checked plan: load the module (once per context), set the dynamic
