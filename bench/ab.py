@@ -38,7 +38,7 @@ SCHEDULER = [
 ]
 # Candidates for the short-sequence gap (NOTES.md): O in its own shared-memory buffer so the
 # next tile's Q loads under the epilogue, and causal work made persistent with a balanced
-# static order (longest first, zigzag rounds), with and without L2 sections.
+# static order (longest first, zigzag rounds).
 PERSISTENT = [
     *[(label, dict(head_dim=hd, causal=False, scheduler="persistent", separate_o_smem=sep))
       for hd in (64, 96, 128) for label, sep in (("persistent", False), ("persistent+separate-o", True))],
@@ -47,12 +47,10 @@ PERSISTENT = [
       for label, over in (
           ("default", dict(scheduler="single")),
           ("persistent-lpt", dict(scheduler="persistent")),
-          ("persistent-lpt-l2", dict(scheduler="persistent", l2_section_mib=24)),
       )],
     ("persistent-lpt+separate-o", dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)),
     # One tile per CTA, a 1-D grid in LPT order with L2 sections: block dispatch balances it.
     *[("lpt", dict(head_dim=hd, causal=True, scheduler="lpt")) for hd in (64, 128, 256)],
-    ("lpt-global", dict(head_dim=128, causal=True, scheduler="lpt", l2_section_mib=0)),
     # hd64 causal at s512 is the worst cell (0.65): 192-row tiles cover 576 rows there.
     ("tile-128x128", dict(head_dim=64, causal=True, tile_m=128, tile_n=128)),
     ("persistent-lpt+tile-128x128", dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128)),
@@ -96,27 +94,53 @@ TILES = [
     *[("persistent+stages-3", dict(head_dim=hd, causal=False, scheduler="persistent", stages=3)) for hd in (64, 96, 128)],
     ("stages-3", dict(head_dim=128, causal=True, stages=3)),
 ]
-# Per-tile and per-block instruction savings found in the SASS (fa4-sass-comparison.md).
+# Per-block instruction savings found in the SASS (fa4-sass-comparison.md).
 OVERHEAD = [
-    *[(label, dict(head_dim=hd, causal=True, **over))
-      for hd in (64, 128, 256)
-      for label, over in (("default", {}), ("direct-block-index", dict(direct_block_index=True)),
-                          ("direct-block-index+mask-bits", dict(direct_block_index=True, mask_bits=True)))],
     *[(label, dict(head_dim=hd, causal=False, scheduler="persistent", chunked_p_convert=cp))
       for hd in (192, 256) for label, cp in (("persistent", False), ("persistent+chunked-p", True))],
     ("chunked-p", dict(head_dim=256, causal=True, chunked_p_convert=True)),
-    ("direct-block-index+mask-bits+in-order-sum",
-     dict(head_dim=128, causal=True, direct_block_index=True, mask_bits=True, in_order_row_sum=True)),
+]
+# Short causal prefill, the gap left after the 2026-12-01 promotion (hd64 0.69-0.75, hd128 0.76
+# at 512-1k): the smaller tile and the short-sequence variants with the epilogue overlaps
+# that won for non-causal.
+SHORT_CAUSAL = [
+    ("persistent-lpt+tile-128x128", dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128)),
+    ("persistent-lpt+tile-128x128+separate-o",
+     dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128, separate_o_smem=True)),
+    ("persistent-lpt+tile-128x128+separate-o+wg-epilogue",
+     dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128, separate_o_smem=True,
+          wg_epilogue=True)),
+    ("persistent-lpt+tile-128x128+separate-o+wg-epilogue+mask-bits",
+     dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128, separate_o_smem=True,
+          wg_epilogue=True, mask_bits=True)),
+    ("persistent-lpt+separate-o+wg-epilogue",
+     dict(head_dim=64, causal=True, scheduler="persistent", separate_o_smem=True, wg_epilogue=True)),
+    ("persistent-lpt+separate-o", dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)),
+    ("persistent-lpt+separate-o+wg-epilogue",
+     dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True, wg_epilogue=True)),
+    ("persistent-lpt+separate-o+wg-epilogue+mask-bits",
+     dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True, wg_epilogue=True,
+          mask_bits=True)),
+    ("lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True)),
 ]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
-               "tiles": TILES, "overhead": OVERHEAD}
+               "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL}
 SEQLENS = (512, 2048, 8192)
+
+
+def experiment_config(overrides: dict):
+    """The bf16 FwdConfig of one experiment: every switch off unless it turns it on, so a
+    label means what it says whatever the shipped configuration (config.TUNED) is."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES
+
+    return FwdConfig(arch="sm_90a", dtype="bf16", **{**{s: False for s in SWITCHES}, **overrides})
 
 
 def build(home: Path, experiments: str) -> int:
     from cubinforge.generator.compile_worker import describe_build
-    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, compile_variant
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
     from cubinforge.registry import ArtifactInput, Registry
 
     reg = Registry(home=home)
@@ -126,7 +150,7 @@ def build(home: Path, experiments: str) -> int:
     todo = [item for e in experiments.split(",") for item in EXPERIMENTS[e]]
     done = set()
     for label, overrides in todo:
-        cfg = FwdConfig(arch="sm_90a", dtype="bf16", **overrides)
+        cfg = experiment_config(overrides)
         mask = "causal" if cfg.causal else "noncausal"
         name = f"fa3-fwd-sm_90a-bf16-hd{cfg.head_dim}-{mask}+{label}"
         if name in done:  # the same baseline in two sets

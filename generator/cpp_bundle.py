@@ -31,6 +31,8 @@ from typing import Any
 
 import jinja2
 
+from cubinforge.runtime.dispatch import preference_table
+
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates" / "cpp"
 HEADER_NAME = "cubinforge_bundle.h"
 CUBINS_HEADER_NAME = "cubinforge_bundle_cubins.h"
@@ -380,6 +382,24 @@ def _byte_lines(data: bytes, per_line: int = 16) -> list[str]:
             for i in range(0, len(data), per_line)]
 
 
+def _preferences() -> list[dict]:
+    """The dispatcher's preference table with values in the C++ Query's canonical text."""
+    rows = []
+    for p in preference_table():
+        when = []
+        for c in p["when"]:
+            if "equals" in c:
+                when.append({"key": c["key"], "equals": axis_text(c["equals"]),
+                             "has_low": False, "low": 0, "has_high": False, "high": 0})
+            else:
+                when.append({"key": c["key"], "equals": None,
+                             "has_low": c["low"] is not None, "low": c["low"] or 0,
+                             "has_high": c["high"] is not None, "high": c["high"] or 0})
+        rows.append({"name": p["name"], "when": when, "why": p["why"],
+                     "prefer": [(k, axis_text(v)) for k, v in p["prefer"].items()]})
+    return rows
+
+
 def render_cpp_bundle(manifests: list[dict], cubin_bytes_by_sha: dict, out_dir,
                       embed: bool = False, namespace: str = "cubinforge_bundle") -> list[Path]:
     """Write the bundle header (and cubins) for `manifests` into `out_dir`; return the paths.
@@ -428,7 +448,7 @@ def render_cpp_bundle(manifests: list[dict], cubin_bytes_by_sha: dict, out_dir,
     path = out / HEADER_NAME
     path.write_text(env.get_template("bundle.h.j2").render(
         namespace=namespace, variants=variants, embed=embed, cubin_ids=cubin_ids,
-        cubins_header=CUBINS_HEADER_NAME))
+        cubins_header=CUBINS_HEADER_NAME, preferences=_preferences()))
     written.append(path)
     return written
 

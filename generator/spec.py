@@ -225,14 +225,27 @@ ALL = "*"  # in a set: every value the family supports
 
 # A set is a list of (family, {axis: values or ALL}); axes left out take their default.
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
-    # Non-causal ships persistent (measured faster at 512-1k tokens, equal beyond); causal keeps
-    # one tile per CTA (a static persistent stride balances the uneven causal tiles badly).
+    # Each (head dim, mask) ships the scheduler that won the H200 A/B of 2026-12-01 (the
+    # switches that go with it are the family's: fa3_fwd_sm90/config.py TUNED). Non-causal:
+    # persistent everywhere. Causal: lpt for hd128-256 (+2-8% at 1k-8k), persistent for hd64
+    # (+3-6% at 512-1k), one tile per CTA for hd96 (not measured yet); for short causal
+    # prefill a second variant each for hd64 and hd128.
     "smoke": [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
                            "scheduler": ["persistent"]})],
     "default": [
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL, "causal": [False],
                      "scheduler": ["persistent"]}),
-        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL, "causal": [True],
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 192, 256],
+                     "causal": [True], "scheduler": ["lpt"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [True],
+                     "scheduler": ["persistent"]}),
+        # Short causal prefill: the dispatcher (runtime/dispatch.py PREFERENCES) takes these up
+        # to 768 (hd128) and 1536 (hd64) query rows, where they measured ahead.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [True],
+                     "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [True],
+                     "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
                      "scheduler": ["single"]}),
     ],
     "all": [

@@ -19,30 +19,42 @@ from .launcher import Kernel, record_copies, record_no_launch, resolve_devices
 from .registry_source import Manifest, Source, default_source, select
 
 FAMILY = "fa3_fwd"
-_kernels: dict[tuple, tuple] = {}    # (id(source), arch, dtype, head_dim, causal) -> (source, Kernel)
+_kernels: dict[tuple, tuple] = {}    # (id(source), variant) -> (source, Kernel)
+_chosen: dict[tuple, tuple] = {}     # (id(source), arch, dtype, head_dim, causal, sizes) -> (source, Kernel)
 _kernels_lock = threading.Lock()
+_MAX_CHOSEN = 1024
 
 
 def select_attention_variant(dtype: str, head_dim: int, causal: bool = False, *, arch: str | None = None,
-                             device: int = 0, source: Source | None = None) -> Manifest:
+                             device: int = 0, source: Source | None = None,
+                             sizes: dict | None = None) -> Manifest:
     """The manifest ``flash_attn_func`` would launch for these inputs (no launch, no GPU needed
-    when ``arch`` is given)."""
+    when ``arch`` is given). ``sizes`` (batch, seqlen_q, seqlen_k, heads_q, heads_kv) let the
+    dispatcher's preferences choose among the variants that fit (runtime/dispatch.py)."""
     arch = arch or driver.device_arch(device)
     return select(FAMILY, {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal)},
-                  source=source)
+                  source=source, sizes=sizes)
 
 
-def _kernel(arch: str, dtype: str, head_dim: int, causal: bool, source: Source | None) -> Kernel:
+def _kernel(arch: str, dtype: str, head_dim: int, causal: bool, source: Source | None,
+            sizes: tuple = ()) -> Kernel:
     # Keyed by the source's id; the entry holds the source, so the id cannot be reused by
-    # another source while the entry exists.
-    key = (id(source), arch, dtype, head_dim, causal)
-    ent = _kernels.get(key)
+    # another source while the entry exists. One Kernel (one loaded module) per variant,
+    # however many problem shapes choose it.
+    key = (id(source), arch, dtype, head_dim, causal, sizes)
+    ent = _chosen.get(key)
     if ent is None or ent[0] is not source:
         with _kernels_lock:
-            ent = _kernels.get(key)
+            ent = _chosen.get(key)
             if ent is None or ent[0] is not source:
-                m = select_attention_variant(dtype, head_dim, causal, arch=arch, source=source)
-                ent = _kernels[key] = (source, Kernel.from_manifest(m, source or default_source()))
+                m = select_attention_variant(dtype, head_dim, causal, arch=arch, source=source,
+                                             sizes=dict(zip(("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv"), sizes)))
+                kent = _kernels.get((id(source), m.variant))
+                if kent is None or kent[0] is not source:
+                    kent = _kernels[(id(source), m.variant)] = (source, Kernel.from_manifest(m, source or default_source()))
+                if len(_chosen) >= _MAX_CHOSEN:
+                    _chosen.pop(next(iter(_chosen)))
+                ent = _chosen[key] = (source, kent[1])
     return ent[1]
 
 
@@ -56,6 +68,7 @@ def clear_cache() -> None:
     """Forget chosen variants (e.g. after the registry changed) and checked calls."""
     with _kernels_lock:
         _kernels.clear()
+        _chosen.clear()
         _calls.clear()
 
 
@@ -158,7 +171,8 @@ def prepare(qa: DeviceArray, ka: DeviceArray, va: DeviceArray, oa: DeviceArray |
         arrays, device = resolve_devices(arrays)
     else:
         arrays, device = _devices_of_empty(arrays)
-    kernel = _kernel(driver.device_arch(device), qa.dtype, d, bool(causal), source)
+    kernel = _kernel(driver.device_arch(device), qa.dtype, d, bool(causal), source,
+                     (b, sq, ka.shape[1], hq, ka.shape[2]))
     specs = kernel.contract.tensors
     if "o" not in arrays:
         align = specs["o"].align_bytes if "o" in specs else 16

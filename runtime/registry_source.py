@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
 from .contract import Contract, load_contract
+from .dispatch import DEFAULT_AXES, Choice, Problem, matches, rank, same_value
 from .errors import ContractError, IntegrityError, VariantNotFound
 
 MANIFEST_VERSION = 1
-# Axes a caller may leave out: they mean "the plain kernel", never "whatever exists".
-DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False}
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
@@ -166,32 +165,34 @@ def manifests(source: Source | None = None, family: str | None = None) -> tuple[
     return found, broken
 
 
-def _same(a, b) -> bool:
-    # JSON true == 1 in Python; an axis value must match in kind as well as value.
-    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
-
-
 def _fmt(axes: Mapping) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in axes.items())
 
 
 def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | None = None,
-           **more) -> Manifest:
+           *, sizes: Mapping[str, int] | None = None, **more) -> Manifest:
     """The variant of ``family`` whose axes equal ``axes`` (plus DEFAULT_AXES for those not
-    given). Axes not asked for (scheduler, tiles) may take any value; among several such
-    matches the first by name is taken, so the choice is stable. Nothing else is substituted."""
-    want = dict(DEFAULT_AXES)
-    want.update(axes or {})
-    want.update(more)
+    given). Axes not asked for (scheduler, tiles) may take any value: among several such
+    matches the dispatcher's preferences for the problem's ``sizes`` (seqlen_q, ...) rank
+    them, then the name, so the choice is stable. Nothing else is substituted."""
+    return choose(Problem(family, {**(axes or {}), **more}, **(sizes or {})), source).best
+
+
+def choose(problem: Problem, source: Source | None = None) -> Choice:
+    """The dispatcher's ranked choice over ``source``'s manifests, or VariantNotFound naming
+    what does not exist and the nearest variants."""
     source = source or default_source()
-    found, broken = manifests(source, family)
+    found, broken = manifests(source, problem.family)
+    choice = rank(problem, found)
+    if choice is not None:
+        return choice
+    family, want = problem.family, problem.exact()
 
     def differs(m: Manifest) -> list[str]:
-        return [k for k, v in want.items() if not _same(m.axes.get(k, DEFAULT_AXES.get(k)), v)]
+        return matches(problem, m.axes)
 
-    matches = sorted((m for m in found if not differs(m)), key=lambda m: m.variant)
-    if matches:
-        return matches[0]
+    def have(m: Manifest, k: str):
+        return m.axes.get(k, DEFAULT_AXES.get(k))
 
     lines = [f"no {family} variant with {_fmt(want)} in {source!r}."]
     if not found:
@@ -199,15 +200,14 @@ def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | 
                      + (" (build some: make kernels)." if not broken else "."))
     else:
         for k, v in want.items():
-            have = sorted({repr(m.axes.get(k, DEFAULT_AXES.get(k))) for m in found})
-            if not any(_same(m.axes.get(k, DEFAULT_AXES.get(k)), v) for m in found):
-                lines.append(f"No {family} variant has {k}={v!r} (available: {', '.join(have)}).")
+            if not any(same_value(have(m, k), v) for m in found):
+                values = sorted({repr(have(m, k)) for m in found})
+                lines.append(f"No {family} variant has {k}={v!r} (available: {', '.join(values)}).")
         ranked = sorted(found, key=lambda m: (len(differs(m)), m.variant))
         best = len(differs(ranked[0]))
         near = [m for m in ranked if len(differs(m)) == best][:8]
         lines.append("Nearest: " + "; ".join(
-            f"{m.variant} (differs in {', '.join(f'{k}={m.axes.get(k, DEFAULT_AXES.get(k))!r}' for k in differs(m))})"
-            for m in near))
+            f"{m.variant} (differs in {', '.join(f'{k}={have(m, k)!r}' for k in differs(m))})" for m in near))
     if broken:
         lines.append(f"{len(broken)} manifest(s) could not be read: " + "; ".join(broken[:5]))
     raise VariantNotFound(" ".join(lines))

@@ -34,7 +34,10 @@ def test_renders_header_and_cubin_files(tmp_path: Path):
     assert '{cf::Op::TensorStride, 0, 0.0, 4, 1, "lse.stride.1"}' in header
     assert "cf::Swizzle::b128, cf::L2Promotion::b128, cf::OobFill::none" in header
     assert '{"varlen", "false"}' in header and '{"head_dim", "128"}' in header
-    assert "inline constexpr cf::Bundle kBundle = {kVariants, 7};" in header
+    from cubinforge.runtime.dispatch import PREFERENCES
+
+    assert f"inline constexpr cf::Bundle kBundle = {{kVariants, 7, kPreferences, {len(PREFERENCES)}}};" in header
+    assert '{"seqlen_q", nullptr, false, 0, true, 768}' in header  # the dispatcher's rules, generated
 
 
 def test_embed_writes_byte_arrays(tmp_path: Path):

@@ -132,3 +132,29 @@ def test_missing_variant_is_reported_before_anything_runs(monkeypatch, source):
     with pytest.raises(LookupError, match="head_dim=96"):
         flash_attn_func(t["q"], t["k"], t["v"], source=source)
     assert not fake.launches and not fake.allocs
+
+
+def test_flash_attn_func_lets_the_dispatcher_choose_by_shape(monkeypatch, tmp_path):
+    """Two hd128 causal variants: the short-sequence one up to 768 query rows, lpt beyond;
+    each variant's module is loaded once however many shapes choose it."""
+    fake = FakeDriver(monkeypatch)
+    loads = []
+    real = Kernel.from_manifest.__func__
+
+    def counting(cls, m, src):
+        loads.append(m.variant)
+        return real(cls, m, src)
+
+    monkeypatch.setattr(Kernel, "from_manifest", classmethod(counting))
+    ms = [manifest(causal=True, cubin=CUBIN, variant=f"fa3_fwd-sm_90a-bf16-hd128-causal-{s}", scheduler=s)
+          for s in ("lpt", "persistent")]
+    write_registry(tmp_path, ms, [CUBIN])
+    clear_cache()
+    src = LocalSource(tmp_path)
+    for sq, want in ((512, "persistent"), (300, "persistent"), (2048, "lpt"), (777, "lpt"), (512, "persistent")):
+        t = fa_arrays(b=1, sq=sq, sk=sq, hq=4, hkv=4, d=128)
+        flash_attn_func(t["q"], t["k"], t["v"], causal=True, source=src)
+        assert last_launch().variant.endswith(want), (sq, last_launch().variant)
+    assert sorted(loads) == sorted(m["variant"] for m in ms)
+    assert len(fake.launches) == 5
+    clear_cache()

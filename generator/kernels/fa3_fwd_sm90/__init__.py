@@ -39,7 +39,6 @@ def compile_variant(cfg: FwdConfig):
             "separate_o_smem": cfg.separate_o_smem, "l2_section_mib": cfg.l2_section_mib,
             "in_order_row_sum": cfg.in_order_row_sum, "wg_epilogue": cfg.wg_epilogue,
             "mask_bits": cfg.mask_bits, "chunked_p_convert": cfg.chunked_p_convert,
-            "direct_block_index": cfg.direct_block_index,
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

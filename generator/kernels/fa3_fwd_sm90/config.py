@@ -14,6 +14,42 @@ from dataclasses import dataclass
 # and 0.80x cuDNN in early dev runs (figures not kept), so they stay at 128x128.
 DEFAULT_TILES = {64: (192, 128), 96: (128, 128), 128: (128, 128), 192: (128, 96), 256: (128, 80)}
 
+# The switches each shipped (head_dim, causal, scheduler) builds with: the winners of the
+# H200 A/B of 2026-12-01 (../shared/measurements/2026-12-01-h200/ab-summary.txt, every
+# candidate beside cuDNN and FA4 in one run, all through the correctness gate), as ours /
+# best anchor at 512 / 1k / 2k / 8k keys:
+# - hd64 non-causal: separate O + per-warpgroup epilogue, 0.93/0.97/1.00/0.97 (was 0.79-0.95);
+# - hd96 non-causal: separate O, 1.06/1.09/0.97/0.87 (was 0.92/1.00/0.92/0.90);
+# - hd128 non-causal: in-order row sum + separate O, 0.98/1.02/1.02/1.02 (was 0.85-0.98);
+# - hd192/256 non-causal: chunked P conversion, 0.94-1.00 and 0.96/1.00/1.00 (was 0.91-0.98);
+# - hd128 causal: lpt + bit-mask masking, 0.76/0.92/0.98/1.00 (was 0.80/0.92/0.94/0.96);
+# - hd256 causal: lpt alone, 0.87/0.98/0.98/0.97 (was 0.88/0.93/0.90/0.90);
+# - hd64 causal: persistent (longest first), 0.69/0.74/0.92/0.93 (was 0.65/0.71/0.90/0.93);
+#   then (short-causal A/B, same day, ours / cuDNN: bench/results/2026-12-01-h200/short-causal/)
+#   persistent + separate O + per-
+#   warpgroup epilogue 0.79 / 0.83 / 1.01 / 1.19 (528 TFLOPS at 8k, was 501); its 128x128 short-
+#   sequence variant with bit masks too 0.88 / 0.92 / 0.96 / 1.09 (was 0.75 / 0.81 / 0.87 / 0.98).
+# Which scheduler each ships with is the set's business (spec.SETS "default"); the key's last
+# item is the tile, None for the head dim's default tile.
+TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
+    (64, False, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True},
+    (96, False, "persistent", None): {"separate_o_smem": True},
+    (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True},
+    (192, False, "persistent", None): {"chunked_p_convert": True},
+    (256, False, "persistent", None): {"chunked_p_convert": True},
+    (128, True, "lpt", None): {"mask_bits": True},
+    # hd128 causal up to ~768 rows (runtime/dispatch.py): persistent + separate O, 0.84 / 0.87
+    # at 512 / 1k where lpt gave 0.76 / 0.92.
+    (128, True, "persistent", None): {"separate_o_smem": True},
+    (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True},
+    (64, True, "persistent", (128, 128)): {"separate_o_smem": True, "wg_epilogue": True, "mask_bits": True},
+}
+SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum")
+# L2 section of the lpt order (FA4's); persistent causal orders all (head, batch) pairs
+# together. 24 MiB sections for persistent causal and one global order for lpt lost on
+# every cell of the A/B, so neither is a knob any more.
+LPT_L2_SECTION_MIB = 32
+
 SUPPORTED_DTYPES = ("bf16", "fp16")
 SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
 SUPPORTED_ARCHS = ("sm_90a",)
@@ -43,36 +79,31 @@ class FwdConfig:
     # O-sized multiply off the critical path where O is large. None: see __post_init__.
     rescale_o_early: bool | None = None
     # "single": one tile per CTA. "persistent": one CTA per SM striding over the tiles, so a
-    # tile's epilogue overlaps the next tile's K/V loads. "lpt" (causal): one tile per
-    # CTA on a 1-D grid in causal_lpt_order, so the hardware's in-order block dispatch hands
-    # out the longest tiles first, L2 sections of l2_section_mib (FA4's causal choice).
+    # tile's epilogue overlaps the next tile's K/V loads (causal: longest tiles first, zigzag
+    # rounds). "lpt" (causal): one tile per CTA on a 1-D grid in causal_lpt_order over 32 MiB
+    # L2 sections, so the hardware's in-order block dispatch hands out the longest tiles
+    # first (FA4's causal choice).
     scheduler: str = "single"
+    # The switches below default to None: the measured choice for this (head_dim, causal,
+    # scheduler) in TUNED, else off. bench.ab sets them explicitly to measure each one.
     # O's own shared-memory buffer instead of Q's: a persistent CTA then releases Q after the
     # tile's last QK^T, so the next tile's Q loads under the last PV GEMM and the epilogue.
-    # Fits hd <= 128 only (SMEM_LIMIT). Off until measured on the H200 (bench.ab "epilogue").
-    separate_o_smem: bool = False
+    # Fits hd <= 128 only (SMEM_LIMIT).
+    separate_o_smem: bool | None = None
     # Each consumer warpgroup stores its own 64 rows of O (its own TMA store, a 128-thread
     # barrier) instead of all of them syncing for one store: no warpgroup waits for another
     # at the end of a tile, so ping-pong carries on across tiles. Needs separate_o_smem.
-    wg_epilogue: bool = False
-    # Causal persistent only: 0 orders all (head, batch) pairs together, longest tiles first
-    # with zigzag rounds (schedule.py); > 0 cuts them into sections whose K/V fit this many
-    # MiB of L2. Measured against each other by bench.ab "causal-persistent".
-    l2_section_mib: int | None = None  # None: 32 for "lpt" (FA4-like), 0 for "persistent"
+    wg_epilogue: bool | None = None
     # Mask a row with one bit mask from its kept-column count instead of a compare per
-    # element (mask.apply_mask_bits), as FA4 does. Off until timed.
-    mask_bits: bool = False
-    # scheduler "single": take (m block, head, batch) from the block index instead of dividing
-    # a linear tile index back into them (4 runtime divisions before the first TMA load,
-    # ~150 instructions per tile by the SASS). Off until timed.
-    direct_block_index: bool = False
+    # element (mask.apply_mask_bits), as FA4 does.
+    mask_bits: bool | None = None
     # Convert S to P (bf16/fp16) in runs of registers instead of through the A-operand view:
     # the same values in the same registers (checked at trace time), but hd192/256 then
     # convert in pairs (F2FP 40 -> 20, no PRMT; 499 -> 449 instructions per key block at
-    # hd256). hd64/128 cubins come out the same either way. Off until timed.
-    chunked_p_convert: bool = False
-    # Sum softmax rows in order instead of as a tree (softmax.py says why). Off until timed.
-    in_order_row_sum: bool = False
+    # hd256). hd64/128 cubins come out the same either way.
+    chunked_p_convert: bool | None = None
+    # Sum softmax rows in order instead of as a tree (softmax.py says why).
+    in_order_row_sum: bool | None = None
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -102,17 +133,24 @@ class FwdConfig:
             raise ValueError(f"tile_m must be 64, 128 or 192 (one warpgroup per 64 rows), got {self.tile_m}")
         if self.tile_n % 16:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
+        # A tile nobody measured starts from all switches off.
+        tile = None if (self.tile_m, self.tile_n) == (tm, tn) else (self.tile_m, self.tile_n)
+        tuned = TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
+        for name in SWITCHES:
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, tuned.get(name, False))
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
-        if self.l2_section_mib is None:
-            object.__setattr__(self, "l2_section_mib", 32 if self.scheduler == "lpt" else 0)
-        if self.l2_section_mib < 0:
-            raise ValueError(f"l2_section_mib must be >= 0, got {self.l2_section_mib}")
         if self.smem_bytes > SMEM_LIMIT:
             raise ValueError(
                 f"tiles {self.tile_m}x{self.tile_n} at head_dim {self.head_dim} with {self.stages} stages"
                 f"{' and a separate O buffer' if self.separate_o_smem else ''} need {self.smem_bytes} B"
                 f" of shared memory; sm_90 allows {SMEM_LIMIT}")
+
+    @property
+    def l2_section_mib(self) -> int:
+        """L2 section of the causal tile order: FA4's for lpt, none (one global order) else."""
+        return LPT_L2_SECTION_MIB if self.scheduler == "lpt" else 0
 
     @property
     def smem_bytes(self) -> int:

@@ -283,12 +283,7 @@ class FlashFwdSm90:
     def tile_work(self, tile, num_m, mQ, mK):
         """(m_block, head, head_kv, batch, n_block_max) of a linear tile index."""
         heads = mQ.shape[2]
-        if const_expr(self.cfg.direct_block_index and not (self.persistent or self.linear_grid)):
-            # One tile per CTA on the 3-D grid: the block index is the tile, no division.
-            m_block, head, batch = cute.arch.block_idx()
-            if const_expr(self.causal):
-                m_block = num_m - 1 - m_block
-        elif const_expr(self.causal and (self.persistent or self.linear_grid)):
+        if const_expr(self.causal and (self.persistent or self.linear_grid)):
             m_block, hb = causal_lpt_order(
                 tile, num_m, heads * mQ.shape[3], mK.shape[0], 2 * self.hdim * self.cfg.elem_bytes,
                 self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,

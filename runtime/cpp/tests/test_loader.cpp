@@ -442,6 +442,44 @@ static void test_select() {
   CHECK_ERR(cf::find_variant(bundle, "nope", &v), "no variant named nope");
 }
 
+// The generated preferences rank fitting variants by the problem's sizes, as dispatch.py does
+// (tests/test_dispatch.py has the Python side of the same cases).
+static void test_preferences() {
+  const cf::Bundle& sample = cubinforge_bundle::kBundle;
+  CHECK(sample.num_preferences >= 4 && sample.preferences != nullptr);
+  const cf::Contract* c = sample.variants[0].contract;
+  static const cf::Axis lpt[] = {{"arch", "sm_90a"}, {"dtype", "bf16"}, {"head_dim", "128"}, {"causal", "true"},
+                                 {"varlen", "false"}, {"paged_kv", "false"}, {"pack_gqa", "false"},
+                                 {"split_kv", "false"}, {"scheduler", "lpt"}};
+  static const cf::Axis per[] = {{"arch", "sm_90a"}, {"dtype", "bf16"}, {"head_dim", "128"}, {"causal", "true"},
+                                 {"varlen", "false"}, {"paged_kv", "false"}, {"pack_gqa", "false"},
+                                 {"split_kv", "false"}, {"scheduler", "persistent"}};
+  const cf::Variant vs[] = {{"fa3_fwd-hd128-causal-lpt", "fa3_fwd", lpt, 9, "", 0, nullptr, c},
+                            {"fa3_fwd-hd128-causal-persistent", "fa3_fwd", per, 9, "", 0, nullptr, c}};
+  const cf::Bundle b{vs, 2, sample.preferences, sample.num_preferences};
+  const cf::Query q = cf::attention_query("sm_90a", "bf16", 128, true);
+  const cf::Variant* v = nullptr;
+  cf::ProblemSizes sizes;
+  std::vector<std::string> reasons;
+  sizes.seqlen_q = 512;
+  CHECK_OK(cf::select(b, q, sizes, &v, &reasons));
+  CHECK(v && std::string(v->name) == "fa3_fwd-hd128-causal-persistent");
+  bool named = false;
+  for (const auto& r : reasons) named = named || r.rfind("hd128-causal-short: ", 0) == 0;
+  CHECK(named);
+  sizes.seqlen_q = 768;
+  CHECK_OK(cf::select(b, q, sizes, &v));
+  CHECK(v && std::string(v->name) == "fa3_fwd-hd128-causal-persistent");
+  sizes.seqlen_q = 769;
+  CHECK_OK(cf::select(b, q, sizes, &v));
+  CHECK(v && std::string(v->name) == "fa3_fwd-hd128-causal-lpt");
+  // No sizes: no range holds, the first by name.
+  CHECK_OK(cf::select(b, q, &v));
+  CHECK(v && std::string(v->name) == "fa3_fwd-hd128-causal-lpt");
+  // Another head dim: the hd128 rules do not apply, and nothing is substituted.
+  CHECK(cf::select(b, cf::attention_query("sm_90a", "bf16", 64, true), sizes, &v).code() == CUDA_ERROR_NOT_FOUND);
+}
+
 static void test_bundle_cubins() {
   const cf::Bundle& bundle = cubinforge_bundle::kBundle;
   for (int i = 0; i < bundle.count; ++i) {
@@ -463,6 +501,7 @@ int main() {
   test_pack_params();
   test_launch_config();
   test_select();
+  test_preferences();
   test_bundle_cubins();
   std::printf("%d checks, %d failures (%s cubins)\n", g_checks, g_failures,
               cubinforge_bundle::kEmbedded ? "embedded" : "file");

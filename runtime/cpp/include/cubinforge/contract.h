@@ -173,9 +173,37 @@ struct Variant {
   const Contract* contract;
 };
 
+// A dispatcher preference, generated from runtime/dispatch.py PREFERENCES: when every
+// condition holds for the problem, variants with the preferred axis values rank first. A
+// condition is an exact value (`equals`, canonical axis text) or inclusive bounds on a size.
+struct PrefCondition {
+  const char* key;
+  const char* equals;  // nullptr: a range
+  bool has_low;
+  int64_t low;
+  bool has_high;
+  int64_t high;
+};
+
+struct PrefAxis {
+  const char* key;
+  const char* value;
+};
+
+struct Preference {
+  const char* name;
+  const PrefCondition* when;
+  int num_when;
+  const PrefAxis* prefer;
+  int num_prefer;
+  const char* why;
+};
+
 struct Bundle {
   const Variant* variants;
   int count;
+  const Preference* preferences = nullptr;  // earlier ones weigh more
+  int num_preferences = 0;
 };
 
 // Lookups by name over the tables (linear: contracts have a handful of entries).

@@ -1,8 +1,9 @@
 // Choosing a variant on the same axes, with the same rules, as the Python runtime
-// (runtime/registry_source.py `select`): the family, then every requested axis equal, with
-// varlen/paged_kv/pack_gqa/split_kv false unless asked; among several matches the first by
-// name (the bundle is sorted by name). A miss says which requested value no variant has and
-// which variants are nearest, so a caller sees at once what to build.
+// (runtime/dispatch.py `rank`): the family, then every requested axis equal, with
+// varlen/paged_kv/pack_gqa/split_kv false unless asked; among several matches the bundle's
+// preferences (generated from dispatch.PREFERENCES) for the problem's sizes rank them, then
+// the name (the bundle is sorted by name). A miss says which requested value no variant has
+// and which variants are nearest, so a caller sees at once what to build.
 #pragma once
 
 #include <algorithm>
@@ -70,15 +71,81 @@ inline int count_differences(const Variant& v, const Query& q) {
 
 }  // namespace detail
 
+// The problem's sizes a preference may test; -1 means not given (no range on it holds).
+struct ProblemSizes {
+  int64_t batch = -1, seqlen_q = -1, seqlen_k = -1, heads_q = -1, heads_kv = -1, sm_count = -1;
+
+  // The size named `key`, or false if `key` is not a size.
+  bool get(const std::string& key, int64_t* value) const {
+    const std::pair<const char*, int64_t> all[] = {{"batch", batch}, {"seqlen_q", seqlen_q}, {"seqlen_k", seqlen_k},
+                                                   {"heads_q", heads_q}, {"heads_kv", heads_kv}, {"sm_count", sm_count}};
+    for (const auto& kv : all)
+      if (key == kv.first) { *value = kv.second; return true; }
+    return false;
+  }
+};
+
+namespace detail {
+
+inline bool condition_holds(const PrefCondition& c, const Query& q, const ProblemSizes& sizes) {
+  int64_t size = -1;
+  const bool is_size = sizes.get(c.key, &size);
+  if (c.equals == nullptr)
+    return is_size && size >= 0 && (!c.has_low || size >= c.low) && (!c.has_high || size <= c.high);
+  if (is_size) return size >= 0 && std::to_string(size) == c.equals;
+  if (std::string(c.key) == "family") return q.family() == c.equals;
+  for (const auto& kv : q.items())
+    if (kv.first == c.key) return kv.second == c.equals;
+  return false;
+}
+
+inline bool meets(const Variant& v, const Preference& p) {
+  for (int i = 0; i < p.num_prefer; ++i)
+    if (!axis_matches(v, p.prefer[i].key, p.prefer[i].value)) return false;
+  return true;
+}
+
+}  // namespace detail
+
 constexpr int kNearestShown = 8;
 
-inline Status select(const Bundle& bundle, const Query& q, const Variant** out) {
+// The best variant for `q` and `sizes`; `reasons`, when given, receives why (as Python's).
+inline Status select(const Bundle& bundle, const Query& q, const ProblemSizes& sizes, const Variant** out,
+                     std::vector<std::string>* reasons = nullptr) {
   *out = nullptr;
   std::vector<const Variant*> family;
   for (int i = 0; i < bundle.count; ++i)
     if (q.family().empty() || q.family() == bundle.variants[i].family) family.push_back(&bundle.variants[i]);
-  for (const Variant* v : family)
-    if (detail::count_differences(*v, q) == 0) { *out = v; return Status::Ok(); }
+  std::vector<const Preference*> active;
+  for (int i = 0; i < bundle.num_preferences; ++i) {
+    const Preference& p = bundle.preferences[i];
+    bool all = true;
+    for (int j = 0; j < p.num_when && all; ++j) all = detail::condition_holds(p.when[j], q, sizes);
+    if (all) active.push_back(&p);
+  }
+  // Lexicographic on the active preferences in order: a met earlier one outweighs any later.
+  auto misses = [&](const Variant& v) {
+    std::vector<bool> m;
+    for (const Preference* p : active) m.push_back(!detail::meets(v, *p));
+    return m;
+  };
+  int fits = 0;
+  for (const Variant* v : family) {
+    if (detail::count_differences(*v, q) != 0) continue;
+    ++fits;
+    if (*out == nullptr || misses(*v) < misses(**out)) *out = v;
+  }
+  if (*out != nullptr) {
+    if (reasons != nullptr) {
+      reasons->push_back("matches " + q.to_string());
+      if (fits > 1) reasons->push_back(std::to_string(fits) + " variants fit");
+      for (const Preference* p : active)
+        reasons->push_back(std::string(p->name) + ": " + p->why +
+                           (detail::meets(**out, *p) ? "" : " - no fitting variant has it"));
+      if (active.empty() && fits > 1) reasons->push_back("no preference applies to this problem; the first by name is taken");
+    }
+    return Status::Ok();
+  }
 
   std::string msg = "no " + q.family() + " variant with " + q.to_string() + " in this bundle.";
   if (family.empty()) {
@@ -120,6 +187,11 @@ inline Status select(const Bundle& bundle, const Query& q, const Variant** out) 
     msg += std::string(n ? ";" : "") + " " + v.name + " (differs in " + diff + ")";
   }
   return Status(CUDA_ERROR_NOT_FOUND, msg);
+}
+
+// Without sizes: only preferences on exact axes can apply.
+inline Status select(const Bundle& bundle, const Query& q, const Variant** out) {
+  return select(bundle, q, ProblemSizes(), out);
 }
 
 // A variant by its canonical name.

@@ -1,0 +1,162 @@
+"""The dispatcher: a problem goes in, a ranked choice of variant with its reasons comes out.
+
+Two kinds of axis decide it. The exact axes (arch, dtype, head_dim, causal, and the plain
+kernel's varlen/paged_kv/pack_gqa/split_kv = False unless asked) must equal what was asked:
+a cubin built for one head dim cannot run another, and nothing is ever substituted. Among the
+variants that match, the free axes (scheduler, tiles) are a matter of speed, and PREFERENCES
+says, as data, which values win for which problems; each rule names the measurement behind
+it. The same function serves the runtime, `POST /v1/select` and `cubinforge explain`, and
+the C++ bundle carries PREFERENCES as a generated table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+# Axes a caller may leave out: they mean "the plain kernel", never "whatever exists".
+DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False}
+# The problem's sizes a preference may test, besides its exact axes.
+SIZES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "sm_count")
+
+
+@dataclass(frozen=True)
+class Preference:
+    """When every `when` condition holds for the problem, variants with the `prefer` axis
+    values rank first. A condition is an exact value, or (low, high) inclusive bounds with
+    None for open, on an exact axis or a size."""
+
+    name: str
+    when: Mapping[str, Any]
+    prefer: Mapping[str, Any]
+    why: str
+
+    def applies(self, problem: "Problem") -> bool:
+        return all(_holds(problem.value(k), cond) for k, cond in self.when.items())
+
+
+def _holds(value: Any, cond: Any) -> bool:
+    if isinstance(cond, tuple):
+        lo, hi = cond
+        return value is not None and (lo is None or value >= lo) and (hi is None or value <= hi)
+    return same_value(value, cond)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    # JSON true == 1 in Python; an axis value must match in kind as well as value.
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
+_AB = "H200 A/B 2026-12-01 (../shared/measurements/2026-12-01-h200/ab-summary.txt)"
+# Earlier rules weigh more: a variant is ranked by the rules it satisfies, first rule first.
+PREFERENCES: tuple[Preference, ...] = (
+    Preference(
+        "hd128-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (None, 768)},
+        {"scheduler": "persistent"},
+        f"{_AB}: persistent + separate O 0.84 of the best anchor at 512 keys, lpt 0.76; lpt leads from 1k"),
+    Preference(
+        "hd128-causal", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (769, None)},
+        {"scheduler": "lpt"},
+        f"{_AB}: lpt + bit-mask 0.92 / 0.98 / 1.00 at 1k / 2k / 8k, persistent 0.87 / 0.84 / 0.96"),
+    Preference(
+        "hd64-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 64, "seqlen_q": (None, 1536)},
+        {"tile_m": 128},
+        f"{_AB} and its short-causal A/B (bench/results/2026-12-01-h200/short-causal/): 128x128 tiles 233 / 315 "
+        "TFLOPS at 512 / 1k keys, 192x128 212 / 285; 192 rows lead from 2k"),
+    Preference(
+        "hd64-causal", {"family": "fa3_fwd", "causal": True, "head_dim": 64, "seqlen_q": (1537, None)},
+        {"tile_m": 192},
+        f"short-causal A/B (bench/results/2026-12-01-h200/short-causal/): 192x128 tiles 403 / 528 TFLOPS at "
+        "2k / 8k keys, 128x128 384 / 473"),
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the dispatcher chooses for: the exact axes asked for, and the problem's sizes."""
+
+    family: str
+    axes: Mapping[str, Any]
+    batch: int | None = None
+    seqlen_q: int | None = None
+    seqlen_k: int | None = None
+    heads_q: int | None = None
+    heads_kv: int | None = None
+    sm_count: int | None = None
+
+    def exact(self) -> dict:
+        want = dict(DEFAULT_AXES)
+        want.update(self.axes)
+        return want
+
+    def value(self, key: str) -> Any:
+        if key == "family":
+            return self.family
+        if key in SIZES:
+            return getattr(self, key)
+        return self.exact().get(key)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    item: Any  # what was ranked: a Manifest, a service record, anything with .axes and a name
+    name: str
+    satisfied: tuple[str, ...]  # the preferences it meets, by name
+
+
+@dataclass(frozen=True)
+class Choice:
+    best: Any
+    ranked: tuple[Ranked, ...]
+    reasons: tuple[str, ...] = field(default=())
+
+
+def matches(problem: Problem, axes: Mapping[str, Any]) -> list[str]:
+    """The exact axes on which a variant's axes differ from the problem's (empty: it fits)."""
+    return [k for k, v in problem.exact().items() if not same_value(axes.get(k, DEFAULT_AXES.get(k)), v)]
+
+
+def rank(problem: Problem, candidates: Iterable[Any], *, axes_of=lambda c: c.axes,
+         name_of=lambda c: c.variant, preferences: tuple[Preference, ...] = PREFERENCES) -> Choice | None:
+    """The fitting candidates, best first, and why; None when none fits."""
+    active = [p for p in preferences if p.applies(problem)]
+    ranked = []
+    for c in candidates:
+        axes = axes_of(c)
+        if matches(problem, axes):
+            continue
+        met = tuple(p.name for p in active if all(same_value(axes.get(k), v) for k, v in p.prefer.items()))
+        ranked.append(Ranked(c, name_of(c), met))
+    if not ranked:
+        return None
+    # Lexicographic on the active rules in order (a met earlier rule outweighs any later
+    # ones), then the name, so the choice is stable.
+    ranked.sort(key=lambda r: (tuple(p.name not in r.satisfied for p in active), r.name))
+    best = ranked[0]
+    reasons = ["matches " + ", ".join(f"{k}={v!r}" for k, v in problem.exact().items())]
+    if len(ranked) > 1:
+        reasons.append(f"{len(ranked)} variants fit: " + ", ".join(r.name for r in ranked))
+    for p in active:
+        met = p.name in best.satisfied
+        reasons.append(f"{p.name}: prefer {_fmt(p.prefer)} ({p.why})" + ("" if met else " - no fitting variant has it"))
+    if not active and len(ranked) > 1:
+        reasons.append("no preference applies to this problem; the first by name is taken")
+    return Choice(best.item, tuple(ranked), tuple(reasons))
+
+
+def _fmt(axes: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in axes.items())
+
+
+def preference_table(preferences: tuple[Preference, ...] = PREFERENCES) -> list[dict]:
+    """PREFERENCES as plain JSON-able rows, for the C++ bundle and `GET` answers."""
+    rows = []
+    for p in preferences:
+        conds = []
+        for k, c in p.when.items():
+            if isinstance(c, tuple):
+                conds.append({"key": k, "low": c[0], "high": c[1]})
+            else:
+                conds.append({"key": k, "equals": c})
+        rows.append({"name": p.name, "when": conds, "prefer": dict(p.prefer), "why": p.why})
+    return rows

@@ -1,0 +1,134 @@
+"""The dispatcher: exact axes are never substituted; among fitting variants the preferences
+for the problem's sizes rank them, and the choice says why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from cubinforge.runtime.dispatch import PREFERENCES, Preference, Problem, preference_table, rank
+
+
+@dataclass
+class V:
+    variant: str
+    axes: dict
+
+
+def _fa3(name, **axes):
+    base = {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": True, "varlen": False,
+            "paged_kv": False, "pack_gqa": False, "split_kv": False, "scheduler": "single",
+            "tile_m": 128, "tile_n": 128}
+    return V(name, {**base, **axes})
+
+
+CAUSAL = [_fa3("hd128-causal-lpt", scheduler="lpt"), _fa3("hd128-causal-persistent", scheduler="persistent"),
+          _fa3("hd128-noncausal", causal=False), _fa3("hd64-causal-m128", head_dim=64, tile_m=128),
+          _fa3("hd64-causal", head_dim=64, tile_m=192)]
+
+
+def _problem(**kw):
+    axes = {"arch": "sm_90a", "dtype": "bf16", "head_dim": kw.pop("head_dim", 128), "causal": kw.pop("causal", True)}
+    return Problem("fa3_fwd", axes, **kw)
+
+
+@pytest.mark.parametrize("hd,seqlen,want", [
+    (128, 512, "hd128-causal-persistent"), (128, 768, "hd128-causal-persistent"),
+    (128, 769, "hd128-causal-lpt"), (128, 16384, "hd128-causal-lpt"),
+    (64, 512, "hd64-causal-m128"), (64, 1536, "hd64-causal-m128"), (64, 2048, "hd64-causal"),
+])
+def test_seqlen_picks_the_measured_winner(hd, seqlen, want):
+    choice = rank(_problem(head_dim=hd, seqlen_q=seqlen, seqlen_k=seqlen), CAUSAL)
+    assert choice.best.variant == want
+    # The reasons name the rule that decided and the measurement behind it.
+    assert any("A/B 2026-12-01" in r for r in choice.reasons)
+    assert len(choice.ranked) == 2
+
+
+def test_exact_axes_are_never_substituted():
+    assert rank(_problem(head_dim=96, seqlen_q=512), CAUSAL) is None
+    # varlen was not asked for: a varlen variant does not fit the plain problem, and v.v.
+    only_varlen = [_fa3("hd128-causal-varlen", varlen=True)]
+    assert rank(_problem(seqlen_q=512), only_varlen) is None
+    assert rank(Problem("fa3_fwd", {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": True,
+                                    "varlen": True}), only_varlen).best.variant == "hd128-causal-varlen"
+    # JSON's true is not 1.
+    assert rank(Problem("fa3_fwd", {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": 1}), CAUSAL) is None
+
+
+def test_without_sizes_or_rules_the_first_name_wins_and_says_so():
+    choice = rank(_problem(), CAUSAL)
+    assert choice.best.variant == "hd128-causal-lpt"
+    assert any("no preference applies" in r for r in choice.reasons)
+    one = rank(_problem(causal=False, seqlen_q=512), CAUSAL)
+    assert one.best.variant == "hd128-noncausal" and len(one.ranked) == 1
+
+
+def test_an_earlier_rule_outweighs_later_ones():
+    prefs = (Preference("a", {"seqlen_q": (None, 100)}, {"scheduler": "persistent"}, "first"),
+             Preference("b", {"seqlen_q": (None, 100)}, {"scheduler": "lpt"}, "second"))
+    assert rank(_problem(seqlen_q=50), CAUSAL, preferences=prefs).best.variant == "hd128-causal-persistent"
+    assert rank(_problem(seqlen_q=500), CAUSAL, preferences=prefs).best.variant == "hd128-causal-lpt"
+
+
+def test_a_rule_no_variant_meets_is_reported():
+    prefs = (Preference("tiny", {"seqlen_q": (None, 100)}, {"tile_m": 64}, "why"),)
+    choice = rank(_problem(seqlen_q=50), CAUSAL, preferences=prefs)
+    assert any("tiny" in r and "no fitting variant has it" in r for r in choice.reasons)
+
+
+def test_preference_table_is_plain_data():
+    import json
+
+    rows = preference_table()
+    assert len(rows) == len(PREFERENCES)
+    json.dumps(rows)
+    short = next(r for r in rows if r["name"] == "hd128-causal-short")
+    assert {"key": "seqlen_q", "low": None, "high": 768} in short["when"]
+    assert short["prefer"] == {"scheduler": "persistent"}
+
+
+def test_every_preferred_value_exists_in_the_default_set():
+    """A rule that prefers a variant the default set does not build would never apply."""
+    from cubinforge.generator.spec import expand_set
+
+    default = expand_set("default")
+    for p in PREFERENCES:
+        fits = [v for v in default if v.family == p.when.get("family", v.family)
+                and all(v.axes.get(k) == c for k, c in p.when.items() if k in v.axes and not isinstance(c, tuple))
+                and all(v.axes.get(k) == x for k, x in p.prefer.items())]
+        assert len(fits) == 2, (p.name, [v.name for v in fits])  # bf16 and fp16
+
+
+def test_select_and_explain_use_the_dispatcher(tmp_path, capsys):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_runtime_fixtures import manifest, write_registry
+
+    from cubinforge.cli import main
+    from cubinforge.runtime import VariantNotFound
+    from cubinforge.runtime.registry_source import LocalSource, select
+
+    home = write_registry(tmp_path / "home", [
+        manifest(causal=True, variant="fa3_fwd-sm_90a-bf16-hd128-causal-lpt", scheduler="lpt"),
+        manifest(causal=True, variant="fa3_fwd-sm_90a-bf16-hd128-causal-persistent", scheduler="persistent"),
+    ])
+    src = LocalSource(home)
+    axes = {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": True}
+    assert select("fa3_fwd", axes, src, sizes={"seqlen_q": 512}).variant.endswith("-persistent")
+    assert select("fa3_fwd", axes, src, sizes={"seqlen_q": 4096}).variant.endswith("-lpt")
+    with pytest.raises(VariantNotFound, match="No fa3_fwd variant has head_dim=96"):
+        select("fa3_fwd", {**axes, "head_dim": 96}, src)
+
+    assert main(["--home", str(home), "explain", "--head-dim", "128", "--causal", "1", "--seqlen-q", "512",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["variant"] == "fa3_fwd-sm_90a-bf16-hd128-causal-persistent"
+    assert any(r.startswith("hd128-causal-short") for r in out["reasons"])
+    assert [r["variant"] for r in out["ranked"]][1] == "fa3_fwd-sm_90a-bf16-hd128-causal-lpt"
+    assert main(["--home", str(home), "explain", "--head-dim", "96"]) == 1
+    assert "nearest" in capsys.readouterr().err.lower()
