@@ -282,7 +282,7 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         rec = kernel.run(kernel.plan(call.arrays, call.scalars, handle), handle)
         record_copies(rec, tuple(call.copies))
     elif key is not None and len(call.arrays) == 5:
-        ent = _Cached(source, kernel, kernel.build_plan(call.arrays, call.scalars, handle))
+        ent = _Cached(source, kernel, kernel.build_plan(call.arrays, call.scalars, handle, keep_arrays=False))
         with _kernels_lock:
             if len(_calls) >= _MAX_CALLS:
                 _calls.pop(next(iter(_calls)))
@@ -321,8 +321,8 @@ class _Cached:
         for a, al in zip(arrays, self.align):
             if a.ptr % al or (a.device is None and not _on(a, dev)):
                 return False
-        tensors = plan.bound.tensors
         with self.lock:
+            tensors = plan.bound.tensors
             if any(a.ptr != tensors[n].ptr for n, a in zip(_ORDER, arrays)):
                 self.kernel.rewrite_pointers(plan, {n: a if a.device is not None else a.with_device(dev)
                                                     for n, a in zip(_ORDER, arrays)})

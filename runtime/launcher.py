@@ -199,13 +199,25 @@ class Kernel:
             raise InputError(f"{self.variant} is built for {c.arch}; device {device} is {arch}")
         with driver.device_context(device):
             buffers = build_params(bound)   # tensor maps need a current context
-        return _Plan(bound.grid, device, buffers, driver.param_pointers(buffers), bound=bound)
+        return _Plan(bound.grid, device, buffers, driver.param_pointers(buffers))
 
     def build_plan(self, arrays: Mapping[str, DeviceArray], scalars: Mapping[str, Any] | None,
-                   stream: int = 0) -> "_Plan":
+                   stream: int = 0, keep_arrays: bool = True) -> "_Plan":
         """A checked launch of its own (not shared through the plan cache), for a caller
-        that rewrites its pointers later with ``rewrite_pointers``."""
-        return self._build_plan(arrays, scalars, stream)
+        that rewrites its pointers later with ``rewrite_pointers``. With ``keep_arrays``
+        False the plan remembers the arrays' layout and pointers but not the arrays (so a
+        cache of plans never keeps a caller's buffers alive)."""
+        c = self.contract
+        bound, device = self.bind(arrays, dict(scalars or {}), stream)
+        arch = driver.device_arch(device)
+        if arch != c.arch:
+            raise InputError(f"{self.variant} is built for {c.arch}; device {device} is {arch}")
+        with driver.device_context(device):
+            buffers = build_params(bound)
+        if not keep_arrays:
+            bound.tensors = {n: _view(a) for n, a in bound.tensors.items()}
+        return _Plan(bound.grid, device, buffers, driver.param_pointers(buffers), bound=bound,
+                     keep_arrays=keep_arrays)
 
     def pointer_params(self, name: str) -> tuple:
         """How tensor ``name``'s pointer reaches the parameters: (ordinal, how, offset) with
@@ -238,6 +250,8 @@ class Kernel:
         bound = plan.bound          # the plan's own (build_plan): updated in place
         tensors = bound.tensors
         changed = [n for n, a in arrays.items() if a.ptr != tensors[n].ptr]
+        if not plan.keep_arrays:
+            arrays = {n: _view(a) for n, a in arrays.items()}
         bound.tensors = tensors = {**tensors, **arrays}
         if changed:
             with driver.device_context(plan.device):
@@ -324,4 +338,10 @@ class _Plan:
     buffers: list
     pointers: Any
     records: dict = field(default_factory=dict)
-    bound: Any = None        # the Bound it was packed from (rewrite_pointers starts from it)
+    bound: Any = None        # build_plan's: the Bound it was packed from (rewrite_pointers uses it)
+    keep_arrays: bool = True
+
+
+def _view(a: DeviceArray) -> DeviceArray:
+    """``a``'s pointer and layout without its owner (keeps nothing alive)."""
+    return DeviceArray._checked(a.ptr, a.shape, a.strides, a.dtype, a.device, None, a.readonly)

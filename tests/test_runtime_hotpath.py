@@ -235,3 +235,18 @@ def test_allocating_calls_reuse_the_checked_layout(mock, source):
     assert int.from_bytes(bytes(ent.plan.buffers[1])[:8], "little") == l2.ptr     # lse's pointer field
     flash_attn_func(t["q"], t["k"], t["v"], out=o2, source=source)               # out given, lse not: a new key
     assert len(attention._calls) == 2 and mock.counts["cuLaunchKernelEx"] == 3
+
+
+def test_the_call_cache_keeps_no_caller_buffer_alive(mock, source):
+    import gc
+    import weakref
+
+    from cubinforge.runtime import attention
+    t = as_kind(fa_arrays(), "dlpack")
+    refs = [weakref.ref(x) for x in t.values()]
+    call(t, source)
+    call(t, source)
+    assert len(attention._calls) == 1
+    del t
+    gc.collect()
+    assert all(r() is None for r in refs)
