@@ -299,7 +299,7 @@ class _Cached:
     and rewritten where they changed. A lock keeps rewrite + launch of one entry together
     (the driver copies the parameter bytes at the launch, so after it they may change)."""
 
-    __slots__ = ("source", "kernel", "plan", "align", "lock")
+    __slots__ = ("source", "kernel", "plan", "align", "lock", "ptrs")
 
     def __init__(self, source, kernel: Kernel, plan):
         self.source, self.kernel, self.plan = source, kernel, plan
@@ -307,6 +307,7 @@ class _Cached:
         tma = {p.spec.get("tensor") for p in kernel.contract.params if p.kind == "tensormap"}
         self.align = tuple(max(specs[n].align_bytes, 16 if n in tma else 1) for n in _ORDER)
         self.lock = threading.Lock()
+        self.ptrs = tuple(plan.bound.tensors[n].ptr for n in _ORDER)    # what the parameters hold
 
     def allocate(self, name: str, stream: Any) -> OwnedDeviceArray:
         """A new output laid out as this entry's first call allocated it."""
@@ -318,14 +319,20 @@ class _Cached:
         misaligned or on another device: the full path then says what is wrong."""
         plan = self.plan
         dev = plan.device
-        for a, al in zip(arrays, self.align):
-            if a.ptr % al or (a.device is None and not _on(a, dev)):
-                return False
+        q, k, v, o, lse = arrays
+        ptrs = (q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr)
+        # Arrays that carry no device (__cuda_array_interface__, raw pointers) are located on
+        # every call: the same address may now be memory of another device.
+        if (q.device is None or k.device is None or v.device is None or o.device is None
+                or lse.device is None) and not all(a.device is not None or _on(a, dev) for a in arrays):
+            return False
         with self.lock:
-            tensors = plan.bound.tensors
-            if any(a.ptr != tensors[n].ptr for n, a in zip(_ORDER, arrays)):
+            if ptrs != self.ptrs:
+                if any(p % al for p, al in zip(ptrs, self.align)):
+                    return False
                 self.kernel.rewrite_pointers(plan, {n: a if a.device is not None else a.with_device(dev)
                                                     for n, a in zip(_ORDER, arrays)})
+                self.ptrs = ptrs
             self.kernel.run(plan, handle)
         return True
 
