@@ -13,6 +13,8 @@ import contextlib
 import inspect
 import time
 
+from cubinforge.runtime.axes import default_axes
+
 from .variants import arch_of_capability
 
 BACKENDS = ("ours", "cudnn", "flash2", "fa4")
@@ -64,7 +66,7 @@ class Ours:
     """
 
     name = "ours"
-    UNREACHABLE_AXES = ("varlen", "paged_kv", "pack_gqa", "split_kv")  # not the dense path
+    UNREACHABLE_AXES = tuple(default_axes())  # not the dense path
 
     def __init__(self):
         import torch

@@ -31,14 +31,17 @@ from typing import Any
 
 import jinja2
 
+from cubinforge.runtime.arrays import DTYPE_BYTES as DTYPES
+from cubinforge.runtime.contract import BINARY_OPS as _BINARY, load_contract
+from cubinforge.runtime.axes import default_axes
 from cubinforge.runtime.dispatch import preference_table
+from cubinforge.runtime.errors import ContractError
+from cubinforge.runtime.registry_source import MANIFEST_VERSION
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates" / "cpp"
 HEADER_NAME = "cubinforge_bundle.h"
 CUBINS_HEADER_NAME = "cubinforge_bundle_cubins.h"
 
-CONTRACT_VERSION = 1
-MANIFEST_VERSION = 1
 # Limits of the C++ loader (runtime/cpp/include/cubinforge/{bind,params,expr,contract}.h).
 MAX_SYMBOLS, MAX_SCALARS, MAX_TENSORS = 32, 16, 16
 MAX_PARAMS, MAX_PARAM_BYTES, MAX_EXPR_STACK, MAX_TENSORMAP_RANK = 64, 4096, 32, 5
@@ -48,13 +51,8 @@ BINARY_OPS = {
     "min": "Min", "max": "Max", "==": "Eq", "!=": "Ne", "<": "Lt", "<=": "Le", "%": "Mod",
 }
 UNARY_OPS = {"rsqrt": "Rsqrt", "log2e_mul": "Log2eMul"}
-DTYPES = {"bf16": 2, "fp16": 2, "e4m3": 1, "f32": 4}
-# Axes a manifest may leave out, with the value selection assumes for them; the same table as
-# runtime/registry_source.py DEFAULT_AXES (tests/test_cpp_bundle.py checks they agree).
-DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False}
+assert set(BINARY_OPS) == _BINARY, "the C++ operator table must cover the contract's operators"
 SWIZZLE_SPAN = {"none": None, "32B": 32, "64B": 64, "128B": 128}
-FIELD_TYPES = {"i32": 4, "f32": 4, "i64": 8, "u64": 8, "ptr": 8}
-SCALAR_TYPES = {"i32": 4, "f32": 4, "i64": 8}
 SWIZZLE = {"none": "none", "32B": "b32", "64B": "b64", "128B": "b128"}
 L2_PROMOTION = {"none": "none", "64B": "b64", "128B": "b128", "256B": "b256"}
 OOB_FILL = {"none": "none", "nan": "nan"}
@@ -114,11 +112,15 @@ class _Variant:
         if manifest.get("manifest_version", MANIFEST_VERSION) != MANIFEST_VERSION:
             raise self.error(f"manifest_version {manifest.get('manifest_version')} is not supported")
         c = manifest["contract"]
-        if c.get("contract_version") != CONTRACT_VERSION:
-            raise self.error(f"contract_version {c.get('contract_version')} is not supported")
+        # The one contract validator (runtime/contract.py): what passes here is what the
+        # Python runtime launches; the lowering below adds only the C++ loader's own limits.
+        try:
+            load_contract(c)
+        except ContractError as e:
+            raise self.error(str(e)) from None
         self.family = manifest.get("family", "")
         axes = dict(manifest.get("axes", {}))
-        for k, v in DEFAULT_AXES.items():
+        for k, v in default_axes().items():
             axes.setdefault(k, v)
         self.axes = [(k, axis_text(v)) for k, v in axes.items()]
         self.sha256 = manifest["cubin"]["sha256"]
@@ -143,7 +145,7 @@ class _Variant:
         self.tensors = [self._tensor(n, t) for n, t in c["tensors"].items()]
         self.symbols = [self._symbol(n, s) for n, s in c.get("symbols", {}).items()]
         self.scalars = [
-            {"name": n, "type": self._choice(s["type"], SCALAR_TYPES, f"scalars.{n}.type"),
+            {"name": n, "type": s["type"],
              "default": self._expr(s["default"], f"scalars.{n}.default")}
             for n, s in c.get("scalars", {}).items()
         ]
@@ -154,7 +156,6 @@ class _Variant:
         if len(c["grid"]) != 3:
             raise self.error("grid must have three expressions")
         self.grid = [self._expr(g, f"grid[{i}]") for i, g in enumerate(c["grid"])]
-        self._param_end = 0
         self.params = [self._param(i, p) for i, p in enumerate(c["params"])]
         self.param_bytes = max((p["offset"] + p["size"] for p in self.params), default=0)
         if self.param_bytes > MAX_PARAM_BYTES:
@@ -170,9 +171,8 @@ class _Variant:
             if len(names) > limit:
                 raise self.error(f"{len(names)} {what}; the C++ loader takes at most {limit}")
 
-    def _triple(self, v: list, key: str) -> list[int]:
-        if len(v) != 3 or any(int(x) < 1 for x in v):
-            raise self.error(f"{key} must be three positive integers, got {v!r}")
+    @staticmethod
+    def _triple(v: list, key: str) -> list[int]:
         return [int(x) for x in v]
 
     def _choice(self, value: str, allowed, key: str) -> str:
@@ -192,13 +192,9 @@ class _Variant:
 
     # An expression: RPN tokens resolved to (op, ival, fval, index, dim, text), stack-checked.
     def _expr(self, tokens: list, key: str) -> int:
-        if not isinstance(tokens, list) or not tokens:
-            raise self.error(f"{key}: an expression is a non-empty list of tokens")
         out, depth = [], 0
         for tok in tokens:
             t = {"op": None, "ival": 0, "fval": "0.0", "index": -1, "dim": -1, "text": json.dumps(tok)}
-            if isinstance(tok, bool):
-                raise self.error(f"{key}: token {tok!r} is not a number or a name")
             if isinstance(tok, int):
                 t.update(op="Int", ival=int(tok))
                 if not -(2**63) <= t["ival"] < 2**63:
@@ -207,16 +203,10 @@ class _Variant:
             elif isinstance(tok, float):
                 t.update(op="Real", fval=c_double(tok))
                 depth += 1
-            elif not isinstance(tok, str):
-                raise self.error(f"{key}: bad token {tok!r}")
             elif tok in BINARY_OPS:
-                if depth < 2:
-                    raise self.error(f"{key}: {tok!r} needs two operands")
                 t.update(op=BINARY_OPS[tok])
                 depth -= 1
             elif tok in UNARY_OPS:
-                if depth < 1:
-                    raise self.error(f"{key}: {tok!r} needs an operand")
                 t.update(op=UNARY_OPS[tok])
             else:
                 t.update(self._name_token(tok, key))
@@ -225,8 +215,6 @@ class _Variant:
             if depth > MAX_EXPR_STACK:
                 raise self.error(f"{key}: deeper than the loader's {MAX_EXPR_STACK}-entry stack")
             out.append(t)
-        if depth != 1:
-            raise self.error(f"{key}: leaves {depth} values on the stack, not 1")
         self.exprs.append({"tokens": out, "text": json.dumps(tokens, separators=(",", ":"))})
         return len(self.exprs) - 1
 
@@ -245,19 +233,13 @@ class _Variant:
             if len(parts) == 3 and parts[1] in ("shape", "stride") and parts[2].isdigit():
                 op = "TensorShape" if parts[1] == "shape" else "TensorStride"
                 return {"op": op, "index": index, "dim": int(parts[2])}
-        raise self.error(f"{key}: unknown name {tok!r} (symbols {self.symbol_names}, "
-                         f"scalars {self.scalar_names}, tensors {self.tensor_names})")
+        raise AssertionError(f"{key}: {tok!r} passed the contract validator but names nothing")
 
     def _symbol(self, name: str, s: dict) -> dict:
         tensor, dim = -1, -1
         if "tensor" in s:
             tensor = self._tensor_index(s["tensor"], f"symbols.{name}")
             dim = int(s["dim"])
-            dims = self.tensors[tensor]["dims"]
-            if not 0 <= dim < len(dims):
-                raise self.error(f"symbols.{name}: tensor {s['tensor']!r} has no dimension {dim}")
-            if dims[dim]["symbol"] != self.symbol_names.index(name):
-                raise self.error(f"symbols.{name}: {s['tensor']} dimension {dim} is not {name!r}")
         return {"name": name, "tensor": tensor, "dim": dim,
                 "has_fixed": "fixed" in s, "fixed": int(s.get("fixed", 0)),
                 "has_min": "min" in s, "min": int(s.get("min", 0))}
@@ -267,20 +249,13 @@ class _Variant:
         for d in t["dims"]:
             if isinstance(d, int) and not isinstance(d, bool):
                 dims.append({"symbol": -1, "size": d})
-            elif d in self.symbol_names:
-                dims.append({"symbol": self.symbol_names.index(d), "size": 0})
             else:
-                raise self.error(f"tensors.{name}.dims: {d!r} is neither a symbol nor a size")
+                dims.append({"symbol": self.symbol_names.index(d), "size": 0})
         if not dims:
             raise self.error(f"tensors.{name}.dims is empty")
         cdim = t.get("contiguous_dim")
-        if cdim is not None and not 0 <= cdim < len(dims):
-            raise self.error(f"tensors.{name}.contiguous_dim {cdim} is out of range")
         align = int(t.get("align_bytes", 1))
-        if align < 1 or align & (align - 1):
-            raise self.error(f"tensors.{name}.align_bytes must be a power of two, got {align}")
-        return {"name": name, "role": self._choice(t.get("role", "input"), {"input", "output"}, f"tensors.{name}.role"),
-                "dtype": self._choice(t["dtype"], DTYPES, f"tensors.{name}.dtype"),
+        return {"name": name, "role": t.get("role", "input"), "dtype": t["dtype"],
                 "dims": dims, "contiguous_dim": -1 if cdim is None else int(cdim),
                 "align_bytes": align}
 
@@ -289,43 +264,21 @@ class _Variant:
         out = {"ordinal": int(p["ordinal"]), "name": p.get("name", f"param{i}"), "kind": p["kind"],
                "offset": int(p["offset"]), "size": int(p["size"]), "align": int(p["align"]),
                "fields": [], "scalar_type": "f32", "value": None, "tensormap": None}
-        if out["ordinal"] != i:
-            raise self.error(f"{key}: ordinal {out['ordinal']}, expected {i} (params are in ordinal order)")
-        # No `offset % align` check: offsets are relative to the parameter block, whose bank
-        # base (0x210 on sm_90) puts a 64-byte-aligned tensor map at offset 112.
         if out["align"] < 1:
             raise self.error(f"{key}: align must be positive, got {out['align']}")
-        if i and out["offset"] < self._param_end:
-            raise self.error(f"{key}: offset {out['offset']} overlaps the previous parameter")
-        self._param_end = out["offset"] + out["size"]
         if i >= MAX_PARAMS:
             raise self.error(f"more than {MAX_PARAMS} parameters")
         kind = p["kind"]
         if kind == "struct":
             out["kind"] = "struct_"
             for f in p["fields"]:
-                ftype = self._choice(f["type"], FIELD_TYPES, f"{key}.fields.type")
-                if not 0 <= int(f["offset"]) <= out["size"] - FIELD_TYPES[ftype]:
-                    raise self.error(f"{key}: field at offset {f['offset']} ({ftype}) is outside the {out['size']} bytes")
-                out["fields"].append({"offset": int(f["offset"]), "type": ftype,
+                out["fields"].append({"offset": int(f["offset"]), "type": f["type"],
                                       "value": self._expr(f["value"], f"{key}.field@{f['offset']}")})
         elif kind == "scalar":
-            out["scalar_type"] = self._choice(p["type"], SCALAR_TYPES, f"{key}.type")
-            if SCALAR_TYPES[out["scalar_type"]] != out["size"]:
-                raise self.error(f"{key}: a {p['type']} is {SCALAR_TYPES[p['type']]} bytes, not {out['size']}")
+            out["scalar_type"] = p["type"]
             out["value"] = self._expr(p["value"], f"{key}.value")
-        elif kind == "tensormap":
-            # The recipe's keys sit on the parameter (docs/launch-contract.md); a nested
-            # "tensormap" object, as the fa3_fwd family writes it, is read the same way.
-            recipe = {**p, **p["tensormap"]} if isinstance(p.get("tensormap"), dict) else p
-            out["tensormap"] = self._tensormap(recipe, key)
-            # Only the size is checked: the cubin's KPARAM offsets are relative to the parameter
-            # bank (c[0x0][0x210] on sm_90), so a 64-byte aligned CUtensorMap can sit at a
-            # relative offset such as 112; the loader copies the 128 bytes, wherever they sit.
-            if out["size"] != 128:
-                raise self.error(f"{key}: a tensormap is 128 bytes, not {out['size']}")
-        else:
-            raise self.error(f"{key}: unknown kind {kind!r}")
+        else:  # a tensormap, its recipe's keys on the parameter (docs/launch-contract.md)
+            out["tensormap"] = self._tensormap(p, key)
         return out
 
     def _tensormap(self, p: dict, key: str) -> dict:
@@ -340,7 +293,7 @@ class _Variant:
         tspec = self.tensors[tensor]
         dims, box = [int(d) for d in p["dims"]], [int(b) for b in p["box"]]
         estr = [int(e) for e in p["element_strides"]]
-        esize = DTYPES[self._choice(p["dtype"], DTYPES, f"{key}.dtype")]
+        esize = DTYPES[p["dtype"]]
         swizzle = p.get("swizzle", "none")
         # TMA's own limits on the recipe (runtime/tensormap.py checks the same at launch).
         if len(set(dims)) != rank or any(not 0 <= d < len(tspec["dims"]) for d in dims):
@@ -355,7 +308,7 @@ class _Variant:
             raise self.error(f"{key}: element_strides {estr} must be 1..8")
         pad = [0] * (MAX_TENSORMAP_RANK - rank)
         return {"tensor": tensor,
-                "dtype": self._choice(p["dtype"], DTYPES, f"{key}.dtype"), "rank": rank,
+                "dtype": p["dtype"], "rank": rank,
                 "dims": dims + pad, "box": box + pad, "element_strides": estr + pad,
                 "swizzle": self._enum(p.get("swizzle", "none"), SWIZZLE, f"{key}.swizzle"),
                 "l2_promotion": self._enum(p.get("l2_promotion", "none"), L2_PROMOTION, f"{key}.l2_promotion"),
@@ -448,7 +401,8 @@ def render_cpp_bundle(manifests: list[dict], cubin_bytes_by_sha: dict, out_dir,
     path = out / HEADER_NAME
     path.write_text(env.get_template("bundle.h.j2").render(
         namespace=namespace, variants=variants, embed=embed, cubin_ids=cubin_ids,
-        cubins_header=CUBINS_HEADER_NAME, preferences=_preferences()))
+        cubins_header=CUBINS_HEADER_NAME, preferences=_preferences(),
+        default_axes=[(k, axis_text(v)) for k, v in default_axes().items()]))
     written.append(path)
     return written
 

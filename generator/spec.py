@@ -13,38 +13,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+# The axis table lives in the runtime (plain data it can import); the spec builds on it.
+from cubinforge.runtime.axes import AXES, TILE_AXES, Axis  # noqa: F401  (Axis: re-exported)
+
 from .families import FAMILIES, Family, get_family
 
 
 class SpecError(ValueError):
     """A variant, filter or set that the spec does not allow, with the reason."""
-
-
-@dataclass(frozen=True)
-class Axis:
-    name: str
-    values: tuple  # every value the project knows of, built or not
-    default: Any = None  # optional axes have a default that is left out of the name
-    flag: str | None = None  # name token of a boolean optional axis when true
-
-
-AXES: dict[str, Axis] = {
-    a.name: a
-    for a in (
-        Axis("arch", ("sm_90a", "sm_100a")),
-        Axis("dtype", ("bf16", "fp16", "e4m3")),
-        Axis("head_dim", (64, 96, 128, 192, 256)),
-        Axis("causal", (False, True)),
-        Axis("varlen", (False, True), False, "varlen"),
-        Axis("paged_kv", (False, True), False, "paged"),
-        Axis("pack_gqa", (False, True), False, "packgqa"),
-        Axis("split_kv", (False, True), False, "splitkv"),
-        Axis("scheduler", ("single", "persistent", "lpt"), "single"),
-        Axis("tile_m", (64, 128, 192, 256)),
-        Axis("tile_n", tuple(range(16, 257, 16))),
-    )
-}
-TILE_AXES = ("tile_m", "tile_n")
 
 
 @dataclass(frozen=True)

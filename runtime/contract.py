@@ -28,6 +28,9 @@ UNARY_OPS = frozenset(["rsqrt", "log2e_mul"])
 PARAM_KINDS = frozenset(["tensormap", "struct", "scalar"])
 FIELD_TYPES = {"i32": 4, "i64": 8, "u64": 8, "f32": 4, "ptr": 8}
 SCALAR_TYPES = {"i32": 4, "i64": 8, "f32": 4}
+# A tensormap parameter's recipe, on the parameter itself (docs/launch-contract.md).
+TENSORMAP_KEYS = ("tensor", "dtype", "dims", "box", "element_strides", "interleave", "swizzle",
+                  "l2_promotion", "oob_fill")
 
 
 # --------------------------------------------------------------------------- model
@@ -180,8 +183,9 @@ def load_contract(raw: Mapping[str, Any]) -> Contract:
 
     checks = []
     for i, c in enumerate(raw.get("checks", [])):
+        # The message is what a caller reads when the check fails: a contract must say it.
         checks.append(CheckSpec(_need(c, "expr", list, f"{where}: checks[{i}]"),
-                                str(c.get("message", "check failed"))))
+                                _need(c, "message", str, f"{where}: checks[{i}]")))
 
     params = []
     for i, p in enumerate(_need(raw, "params", list, where)):
@@ -224,13 +228,17 @@ def _check_param(p: ParamSpec, tensors: Mapping[str, TensorSpec], where: str) ->
     if p.kind == "tensormap":
         if p.size != 128:
             raise ContractError(f"{where}: a tensormap parameter is 128 bytes, not {p.size}")
-        if "tensor" not in p.spec and any(isinstance(v, Mapping) for v in p.spec.values()):
+        recipe = p.spec
+        if "tensor" not in recipe and any(isinstance(v, Mapping) for v in p.spec.values()):
             raise ContractError(f"{where}: the tensormap recipe (tensor, dims, box, ...) belongs at the "
                                 f"param's top level, not in a nested object")
-        if p.spec.get("tensor") not in tensors:
-            raise ContractError(f"{where}: tensormap names unknown tensor {p.spec.get('tensor')!r}")
-        for key in ("dims", "box"):
-            if not isinstance(p.spec.get(key), list):
+        lacking = [k for k in TENSORMAP_KEYS if k not in recipe]
+        if lacking:
+            raise ContractError(f"{where}: tensormap lacks {', '.join(lacking)}")
+        if recipe["tensor"] not in tensors:
+            raise ContractError(f"{where}: tensormap names unknown tensor {recipe['tensor']!r}")
+        for key in ("dims", "box", "element_strides"):
+            if not isinstance(recipe[key], list):
                 raise ContractError(f"{where}: tensormap needs a '{key}' list")
     elif p.kind == "struct":
         for j, f in enumerate(p.spec.get("fields", [])):

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-# Axes a caller may leave out: they mean "the plain kernel", never "whatever exists".
-DEFAULT_AXES = {"varlen": False, "paged_kv": False, "pack_gqa": False, "split_kv": False}
+from .axes import default_axes
 # The problem's sizes a preference may test, besides its exact axes.
 SIZES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "sm_count")
 
@@ -85,7 +84,7 @@ class Problem:
     sm_count: int | None = None
 
     def exact(self) -> dict:
-        want = dict(DEFAULT_AXES)
+        want = default_axes()
         want.update(self.axes)
         return want
 
@@ -113,7 +112,8 @@ class Choice:
 
 def matches(problem: Problem, axes: Mapping[str, Any]) -> list[str]:
     """The exact axes on which a variant's axes differ from the problem's (empty: it fits)."""
-    return [k for k, v in problem.exact().items() if not same_value(axes.get(k, DEFAULT_AXES.get(k)), v)]
+    defaults = default_axes()
+    return [k for k, v in problem.exact().items() if not same_value(axes.get(k, defaults.get(k)), v)]
 
 
 def rank(problem: Problem, candidates: Iterable[Any], *, axes_of=lambda c: c.axes,

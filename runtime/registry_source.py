@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
 from .contract import Contract, load_contract
-from .dispatch import DEFAULT_AXES, Choice, Problem, matches, rank, same_value
+from .axes import default_axes
+from .dispatch import Choice, Problem, matches, rank, same_value
 from .errors import ContractError, IntegrityError, VariantNotFound
 
 MANIFEST_VERSION = 1
@@ -171,7 +172,7 @@ def _fmt(axes: Mapping) -> str:
 
 def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | None = None,
            *, sizes: Mapping[str, int] | None = None, **more) -> Manifest:
-    """The variant of ``family`` whose axes equal ``axes`` (plus DEFAULT_AXES for those not
+    """The variant of ``family`` whose axes equal ``axes`` (plus axes.default_axes() for those not
     given). Axes not asked for (scheduler, tiles) may take any value: among several such
     matches the dispatcher's preferences for the problem's ``sizes`` (seqlen_q, ...) rank
     them, then the name, so the choice is stable. Nothing else is substituted."""
@@ -192,7 +193,7 @@ def choose(problem: Problem, source: Source | None = None) -> Choice:
         return matches(problem, m.axes)
 
     def have(m: Manifest, k: str):
-        return m.axes.get(k, DEFAULT_AXES.get(k))
+        return m.axes.get(k, default_axes().get(k))
 
     lines = [f"no {family} variant with {_fmt(want)} in {source!r}."]
     if not found:

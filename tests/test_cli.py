@@ -40,7 +40,8 @@ def test_build_ls_show(tmp_path):
 def test_list_and_errors(tmp_path, capsys):
     home = tmp_path / "home"
     assert main(["--home", str(home), "build", "--set", "default", "--head-dim", "128", "--causal", "1", "--list"]) == 0
-    assert capsys.readouterr().out.split() == ["fa3-fwd-sm_90a-bf16-hd128-causal-lpt", "fa3-fwd-sm_90a-fp16-hd128-causal-lpt"]
+    assert capsys.readouterr().out.split() == ["fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt",
+                                           "fa3-fwd-sm_90a-fp16-hd128-causal-persistent", "fa3-fwd-sm_90a-fp16-hd128-causal-lpt"]
     assert main(["--home", str(home), "build", "--dtype", "e4m3"]) == 2
     assert "e4m3 (FP8) is not built yet" in capsys.readouterr().err
     assert main(["--home", str(home), "build", "--head-dim", "80"]) == 2

@@ -36,7 +36,7 @@ def test_renders_header_and_cubin_files(tmp_path: Path):
     assert '{"varlen", "false"}' in header and '{"head_dim", "128"}' in header
     from cubinforge.runtime.dispatch import PREFERENCES
 
-    assert f"inline constexpr cf::Bundle kBundle = {{kVariants, 7, kPreferences, {len(PREFERENCES)}}};" in header
+    assert f"inline constexpr cf::Bundle kBundle = {{kVariants, 7, kPreferences, {len(PREFERENCES)}," in header
     assert '{"seqlen_q", nullptr, false, 0, true, 768}' in header  # the dispatcher's rules, generated
 
 
@@ -52,19 +52,23 @@ def test_embed_writes_byte_arrays(tmp_path: Path):
     assert "0x7f,0x45,0x4c,0x46," in cubins  # \x7fELF
 
 
-def test_nested_tensormap_recipe_renders_like_flat(tmp_path: Path):
-    """The fa3_fwd family nests the recipe under "tensormap"; the doc puts it on the param."""
+def test_bundle_and_runtime_refuse_the_same_nested_recipe(tmp_path: Path):
+    """One validator: a tensormap recipe nested under "tensormap" (the doc puts it on the param)
+    is refused by the C++ lowering with the Python runtime's own message."""
+    from cubinforge.runtime import ContractError, load_contract
+
     m, blob = manifest()
     nested = copy.deepcopy(m)
     for p in nested["contract"]["params"]:
         if p["kind"] == "tensormap":
             keys = ("tensor", "dtype", "dims", "box", "element_strides", "interleave", "swizzle", "l2_promotion", "oob_fill")
             p["tensormap"] = {k: p.pop(k) for k in keys}
-    sha = m["cubin"]["sha256"]
-    render_cpp_bundle([m], {sha: blob}, tmp_path / "flat")
-    render_cpp_bundle([nested], {sha: blob}, tmp_path / "nested")
-    assert (tmp_path / "flat" / "cubinforge_bundle.h").read_text() == \
-        (tmp_path / "nested" / "cubinforge_bundle.h").read_text()
+    with pytest.raises(ContractError) as runtime_err:
+        load_contract(nested["contract"])
+    with pytest.raises(BundleError) as bundle_err:
+        render_cpp_bundle([nested], {m["cubin"]["sha256"]: blob}, tmp_path / "nested")
+    assert str(runtime_err.value) in str(bundle_err.value)
+    assert "belongs at the param's top level" in str(bundle_err.value)
 
 
 def _broken(edit) -> tuple[list, dict]:
@@ -74,20 +78,20 @@ def _broken(edit) -> tuple[list, dict]:
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda m: m["contract"]["grid"].__setitem__(0, ["seqlen_q", "tile", "ceil_div"]), "unknown name 'tile'"),
-    (lambda m: m["contract"]["grid"].__setitem__(0, ["seqlen_q", "ceil_div"]), "'ceil_div' needs two operands"),
+    (lambda m: m["contract"]["grid"].__setitem__(0, ["seqlen_q", "tile", "ceil_div"]), "unknown token 'tile'"),
+    (lambda m: m["contract"]["grid"].__setitem__(0, ["seqlen_q", "ceil_div"]), "stack underflow at 'ceil_div'"),
     (lambda m: m["contract"]["grid"].__setitem__(1, ["heads_q", 2]), "leaves 2 values on the stack"),
     (lambda m: m["contract"]["grid"].__setitem__(1, ["heads_q", True, "*"]), "is not a number or a name"),
     (lambda m: m["contract"]["params"][4].__setitem__("offset", 40), "offset 40 overlaps the previous parameter"),
     (lambda m: m["contract"]["params"][5].__setitem__("swizzle", "256B"), "swizzle is '256B'"),
     (lambda m: m["contract"]["params"][5].__setitem__("box", [128, 128, 1, 1]), "exceeds the 128B swizzle span"),
-    (lambda m: m["contract"]["params"][5].__setitem__("tensor", "x"), "names tensor 'x'"),
-    (lambda m: m["contract"]["params"][9].__setitem__("size", 8), "a f32 is 4 bytes, not 8"),
-    (lambda m: m["contract"]["params"][4]["fields"][5].__setitem__("offset", 36), "is outside the 40 bytes"),
-    (lambda m: m["contract"]["params"][3].__setitem__("ordinal", 7), "ordinal 7, expected 3"),
-    (lambda m: m["contract"]["tensors"]["q"].__setitem__("dtype", "fp8"), "dtype is 'fp8'"),
+    (lambda m: m["contract"]["params"][5].__setitem__("tensor", "x"), "names unknown tensor 'x'"),
+    (lambda m: m["contract"]["params"][9].__setitem__("size", 8), "scalar f32 is 4 bytes, size says 8"),
+    (lambda m: m["contract"]["params"][4]["fields"][5].__setitem__("offset", 36), "does not fit in the parameter's 40 bytes"),
+    (lambda m: m["contract"]["params"][3].__setitem__("ordinal", 7), "ordinal 7 out of order"),
+    (lambda m: m["contract"]["tensors"]["q"].__setitem__("dtype", "fp8"), "dtype 'fp8' is not one of"),
     (lambda m: m["contract"]["tensors"]["lse"].__setitem__("align_bytes", 12), "must be a power of two"),
-    (lambda m: m["contract"]["symbols"]["seqlen_k"].__setitem__("dim", 2), "k dimension 2 is not 'seqlen_k'"),
+    (lambda m: m["contract"]["symbols"]["seqlen_k"].__setitem__("dim", 2), "k dimension 2 is 'heads_kv', not 'seqlen_k'"),
     (lambda m: m["contract"].__setitem__("contract_version", 2), "contract_version 2 is not supported"),
     (lambda m: m["contract"].pop("entry"), "missing key 'entry'"),
 ])
@@ -107,9 +111,18 @@ def test_cubin_bytes_must_match_the_manifest(tmp_path: Path):
         render_cpp_bundle([m], {}, tmp_path)
 
 
-def test_default_axes_match_the_python_runtime():
-    runtime = pytest.importorskip("cubinforge.runtime.registry_source")
-    assert cpp_bundle.DEFAULT_AXES == runtime.DEFAULT_AXES
+def test_default_axes_are_generated_from_the_axis_table(tmp_path: Path):
+    from cubinforge.runtime.axes import default_axes
+
+    DEFAULT_AXES = default_axes()
+
+    manifests, blobs = _broken(lambda m: None)
+    header = render_cpp_bundle(manifests, blobs, tmp_path)[-1].read_text()
+    table = header[header.index("kDefaultAxes[] = {"):header.index("};", header.index("kDefaultAxes[] = {"))]
+    assert table.count("{\"") == len(DEFAULT_AXES)
+    for k, v in DEFAULT_AXES.items():
+        assert f'{{"{k}", "{cpp_bundle.axis_text(v)}"}}' in table
+    assert f"kDefaultAxes, {len(DEFAULT_AXES)}}};" in header
 
 
 def test_cli_reads_a_cubinforge_home(tmp_path: Path, capsys):

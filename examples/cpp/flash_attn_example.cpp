@@ -217,9 +217,14 @@ int main(int argc, char** argv) {
   std::string arch;
   if (!(st = cf::current_arch(&arch)).ok()) return fail(st);
   const cf::Variant* variant = nullptr;
+  // The problem's sizes let the bundle's dispatcher preferences choose as the Python runtime does.
+  cf::ProblemSizes problem;
+  problem.batch = opt.batch, problem.seqlen_q = opt.seqlen_q, problem.seqlen_k = opt.seqlen_k;
+  problem.heads_q = opt.heads_q, problem.heads_kv = opt.heads_kv;
   st = opt.variant.empty()
            ? cf::select(cubinforge_bundle::kBundle,
-                        cf::attention_query(arch, opt.dtype, static_cast<int>(opt.head_dim), opt.causal), &variant)
+                        cf::attention_query(arch, opt.dtype, static_cast<int>(opt.head_dim), opt.causal), problem,
+                        &variant)
            : cf::find_variant(cubinforge_bundle::kBundle, opt.variant.c_str(), &variant);
   if (!st.ok()) return fail(st);
   cf::Kernel kernel;

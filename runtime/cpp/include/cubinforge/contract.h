@@ -204,6 +204,10 @@ struct Bundle {
   int count;
   const Preference* preferences = nullptr;  // earlier ones weigh more
   int num_preferences = 0;
+  // Exact axes a query may leave out, with the plain kernel's value (runtime/axes.py
+  // DEFAULT_AXES, generated): select() assumes them unless the query says otherwise.
+  const Axis* default_axes = nullptr;
+  int num_default_axes = 0;
 };
 
 // Lookups by name over the tables (linear: contracts have a handful of entries).

@@ -19,10 +19,8 @@ namespace cubinforge {
 // Requested axis values, in canonical form ("128", "true", "bf16"); axes not set match any.
 class Query {
  public:
-  // The family plus the runtime's default axes (runtime/registry_source.py DEFAULT_AXES).
-  explicit Query(std::string family = "fa3_fwd") : family_(std::move(family)) {
-    set("varlen", false).set("paged_kv", false).set("pack_gqa", false).set("split_kv", false);
-  }
+  // The family; the bundle supplies the default axes (Bundle::default_axes) at select().
+  explicit Query(std::string family = "fa3_fwd") : family_(std::move(family)) {}
 
   Query& set(const std::string& key, const std::string& value) {
     for (auto& kv : items_)
@@ -110,9 +108,18 @@ inline bool meets(const Variant& v, const Preference& p) {
 constexpr int kNearestShown = 8;
 
 // The best variant for `q` and `sizes`; `reasons`, when given, receives why (as Python's).
-inline Status select(const Bundle& bundle, const Query& q, const ProblemSizes& sizes, const Variant** out,
+// The query as select() matches it: the bundle's default axes first, then what was asked.
+inline Query with_defaults(const Bundle& bundle, const Query& asked) {
+  Query q(asked.family());
+  for (int i = 0; i < bundle.num_default_axes; ++i) q.set(bundle.default_axes[i].key, bundle.default_axes[i].value);
+  for (const auto& kv : asked.items()) q.set(kv.first, kv.second);
+  return q;
+}
+
+inline Status select(const Bundle& bundle, const Query& asked, const ProblemSizes& sizes, const Variant** out,
                      std::vector<std::string>* reasons = nullptr) {
   *out = nullptr;
+  const Query q = with_defaults(bundle, asked);
   std::vector<const Variant*> family;
   for (int i = 0; i < bundle.count; ++i)
     if (q.family().empty() || q.family() == bundle.variants[i].family) family.push_back(&bundle.variants[i]);
