@@ -96,6 +96,15 @@ class DeviceArray:
         return self
 
     @classmethod
+    def _trusted(cls, ptr: int, shape: tuple, strides: tuple, dtype: str, device: int, owner) -> "DeviceArray":
+        """__init__ with no checks, for a producer whose shapes and strides are known to be
+        tuples of non-negative ints (torch's, read by attribute in producers.py)."""
+        self = object.__new__(cls)
+        self.ptr, self.shape, self.strides, self.dtype = ptr, shape, strides, dtype
+        self.device, self.readonly, self._owner, self._stream = device, False, owner, None
+        return self
+
+    @classmethod
     def from_pointer(cls, ptr: int, shape, strides=None, dtype: str = "bf16",
                      device: int | None = None, owner: Any = None) -> "DeviceArray":
         """Wrap a raw device pointer; ``strides`` in elements, None = compact row-major.

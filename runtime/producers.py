@@ -79,4 +79,4 @@ def torch_array(t: Any, dtype: str | None, stream: int | None, what: str,
             driver.order_streams(consumer=consumer, producer=producer, device=dev)
         if ordered is not None:
             ordered.add(dev)
-    return DeviceArray._checked(ptr, tuple(t.shape), tuple(strides), got, dev, t, False)
+    return DeviceArray._trusted(ptr, tuple(t.shape), tuple(strides), got, dev, t)
