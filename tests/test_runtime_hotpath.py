@@ -18,7 +18,7 @@ from test_runtime_fixtures import BASE, arr, fa_arrays, manifest, write_registry
 
 from cubinforge.bench.host_overhead import (FakeCAIArray, FakeDLPackArray, MockDriver,  # noqa: E402
                                             main as bench_main)
-from cubinforge.runtime import (CudaError, DeviceArray, InputError, Kernel, LocalSource,  # noqa: E402
+from cubinforge.runtime import (CudaError, DeviceArray, InputError, Kernel, LocalSource, launch_count,  # noqa: E402
                                 clear_cache, flash_attn_func, last_launch, select_attention_variant)
 
 CUBIN = b"\x7fELF not really"
@@ -250,3 +250,20 @@ def test_the_call_cache_keeps_no_caller_buffer_alive(mock, source):
     del t
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_a_failing_launch_on_the_one_call_path_says_what_failed(mock, source):
+    t = fa_arrays()
+    for _ in range(3):                                       # the third takes the one-call path
+        call(t, source, stream=0x9)
+    mock.counts.clear()
+    call(t, source, stream=0x9)
+    assert dict(mock.counts) == {"cuCtxGetCurrent": 1, "cuLaunchKernelEx": 1}
+    mock.launch_error = mock.d.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+    n = launch_count()
+    with pytest.raises(CudaError, match=r"cuLaunchKernelEx failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.*grid=\(3, 8, 2\)"):
+        call(t, source, stream=0x9)
+    assert launch_count() == n
+    mock.launch_error = None
+    call(t, source, stream=0x9)
+    assert launch_count() == n + 1
