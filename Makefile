@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 ARCH ?= sm90
-SET ?= default
+# sm100 has its own set (fa4_fwd, never run: docs/kernels.md); every other arch builds `default`.
+SET ?= $(if $(filter sm100 sm_100 sm_100a,$(ARCH)),sm100,default)
 JOBS ?= $(shell nproc)
 # Optional filters, passed through when set: DTYPE=bf16 HDIM=128 CAUSAL=1
 FILTERS := $(if $(DTYPE),--dtype $(DTYPE)) $(if $(HDIM),--head-dim $(HDIM)) $(if $(CAUSAL),--causal $(CAUSAL))

@@ -124,6 +124,12 @@ class _Variant:
             axes.setdefault(k, v)
         self.axes = [(k, axis_text(v)) for k, v in axes.items()]
         self.sha256 = manifest["cubin"]["sha256"]
+        # Non-empty when the loader must refuse the variant without an opt-in (the runtime's rule).
+        from cubinforge.runtime.registry_source import refuses_unverified
+
+        verification = (manifest.get("provenance") or {}).get("verification") or {}
+        self.unverified_reason = (verification.get("reason") or "never checked numerically on a GPU") \
+            if refuses_unverified(verification) else None
         self.cubin_size = int(manifest["cubin"]["size"])
         if self.cubin_size <= 0:
             raise self.error("the cubin is empty")

@@ -89,12 +89,49 @@ FA3_FWD = Family(
     ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={
-        ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a needs its own kernel package",
+        ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a is built by fa4_fwd",
         ("dtype", "e4m3"): "e4m3 (FP8) is not built yet",
         ("varlen", True): "varlen is not built yet",
         ("paged_kv", True): "paged KV is not built yet",
         ("pack_gqa", True): "pack_gqa is not built yet",
         ("split_kv", True): "split KV is not built yet",
+    },
+)
+
+# SM100 (Blackwell): tcgen05 UMMA with S, P and O in TMEM. Cross-compiled only: no cubin of
+# it has run (the registry marks each `unverified`; docs/kernels.md says what was checked).
+FA4_FWD = Family(
+    name="fa4_fwd",
+    template="fa4_fwd_variant.py.j2",
+    package="cubinforge.generator.kernels.fa4_fwd_sm100",
+    config_class="FwdConfig",
+    supported={
+        "arch": ("sm_100a",),
+        "dtype": ("bf16", "fp16"),
+        "head_dim": (64, 128),
+        "causal": (False, True),
+        "varlen": (False,),
+        "paged_kv": (False,),
+        "pack_gqa": (False,),
+        "split_kv": (False,),
+        "scheduler": ("single",),
+        "tile_m": (128,),
+        "tile_n": (64, 128),
+    },
+    config_axes=("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n"),
+    tile_function="cubinforge.generator.kernels.fa4_fwd_sm100.config:default_tile",
+    not_yet={
+        ("arch", "sm_90a"): "fa4_fwd is SM100 only (tcgen05, TMEM); sm_90a is built by fa3_fwd",
+        ("head_dim", 96): "head_dim 96 is not built for sm_100a yet",
+        ("head_dim", 192): "head_dim 192 is not built for sm_100a yet",
+        ("head_dim", 256): "head_dim 256 is not built for sm_100a yet",
+        ("dtype", "e4m3"): "e4m3 (FP8) is not built yet",
+        ("varlen", True): "varlen is not built yet",
+        ("paged_kv", True): "paged KV is not built yet",
+        ("pack_gqa", True): "pack_gqa is not built yet",
+        ("split_kv", True): "split KV is not built yet",
+        ("scheduler", "persistent"): "one tile per CTA only so far (no persistent or CLC scheduler)",
+        ("scheduler", "lpt"): "one tile per CTA only so far (no persistent or CLC scheduler)",
     },
 )
 
@@ -109,7 +146,7 @@ DEMO_SCALE = Family(
     in_all=False,
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, DEMO_SCALE)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, FA4_FWD, DEMO_SCALE)}
 
 
 def register_family(family: Family) -> None:

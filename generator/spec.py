@@ -228,6 +228,8 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all
     ],
     "demo": [("demo_scale", {"arch": ALL, "dtype": ALL})],
+    # Blackwell: cross-compiled and statically checked only, never run (`make kernels ARCH=sm100`).
+    "sm100": [("fa4_fwd", {"arch": ["sm_100a"], "dtype": ALL, "head_dim": ALL, "causal": ALL})],
 }
 
 

@@ -14,7 +14,7 @@ from .arrays import DeviceArray, OwnedDeviceArray, as_device_array
 from .attention import clear_cache, flash_attn_func, plan_attention, select_attention_variant
 from .contract import Contract, bind, evaluate, load_contract
 from .errors import (ContractError, CubinforgeError, CudaError, DriverUnavailable, InputError,
-                     IntegrityError, VariantNotFound)
+                     IntegrityError, UnverifiedVariant, VariantNotFound)
 from .launcher import Kernel, LaunchRecord, last_launch, launch_count
 from .plan import AttentionPlan
 from .registry_source import LocalSource, Manifest, Source, load_manifest, select
@@ -26,5 +26,5 @@ __all__ = [
     "Contract", "load_contract", "bind", "evaluate",
     "Manifest", "Source", "LocalSource", "load_manifest", "select",
     "CubinforgeError", "ContractError", "InputError", "VariantNotFound", "IntegrityError",
-    "CudaError", "DriverUnavailable",
+    "CudaError", "DriverUnavailable", "UnverifiedVariant",
 ]

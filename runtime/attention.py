@@ -19,6 +19,9 @@ from .launcher import Kernel, record_copies, record_no_launch, resolve_devices
 from .registry_source import Manifest, Source, default_source, select
 
 FAMILY = "fa3_fwd"
+# The forward family per arch: sm_100a's (fa4_fwd) has never run, so the launcher refuses it
+# unless CUBINFORGE_ALLOW_UNVERIFIED=1 (registry_source.check_verified).
+FAMILY_BY_ARCH = {"sm_90a": FAMILY, "sm_100a": "fa4_fwd"}
 _kernels: dict[tuple, tuple] = {}    # (id(source), variant) -> (source, Kernel)
 _chosen: dict[tuple, tuple] = {}     # (id(source), arch, dtype, head_dim, causal, sizes) -> (source, Kernel)
 _kernels_lock = threading.Lock()
@@ -32,7 +35,8 @@ def select_attention_variant(dtype: str, head_dim: int, causal: bool = False, *,
     when ``arch`` is given). ``sizes`` (batch, seqlen_q, seqlen_k, heads_q, heads_kv) let the
     dispatcher's preferences choose among the variants that fit (runtime/dispatch.py)."""
     arch = arch or driver.device_arch(device)
-    return select(FAMILY, {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal)},
+    return select(FAMILY_BY_ARCH.get(arch, FAMILY),
+                  {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal)},
                   source=source, sizes=sizes)
 
 

@@ -22,11 +22,38 @@ from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 from .contract import Contract, load_contract
 from .axes import default_axes
 from .dispatch import Choice, Problem, matches, rank, same_value
-from .errors import ContractError, IntegrityError, VariantNotFound
+from .errors import ContractError, IntegrityError, UnverifiedVariant, VariantNotFound
 
 MANIFEST_VERSION = 1
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+ALLOW_UNVERIFIED_ENV = "CUBINFORGE_ALLOW_UNVERIFIED"
+
+
+def refuses_unverified(verification: Mapping[str, Any] | None) -> bool:
+    """The refusal rule (registry/verification.py writes the entry): a variant is refused without
+    an opt-in when it is unverified and no cubin of its family on its arch has passed a GPU check
+    (every sm_100a variant today), or its cubin failed one. A manifest written before
+    verification was recorded (no entry) is not refused."""
+    if not verification:
+        return False
+    return verification.get("status") != "verified" and not verification.get("arch_verified", False)
+
+
+def allow_unverified_from_env() -> bool:
+    return os.environ.get(ALLOW_UNVERIFIED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_verified(manifest: "Manifest", allow_unverified: bool | None = None) -> None:
+    """Raise UnverifiedVariant, saying why, unless the variant may launch (see refuses_unverified)."""
+    allow = allow_unverified_from_env() if allow_unverified is None else allow_unverified
+    v = manifest.verification
+    if allow or not refuses_unverified(v):
+        return
+    raise UnverifiedVariant(
+        f"{manifest.variant} is unverified: {v.get('reason', 'it has never been checked numerically on a GPU')}. "
+        f"Its results have never been compared with a reference, so they may be wrong. To launch it anyway "
+        f"set {ALLOW_UNVERIFIED_ENV}=1 or pass allow_unverified=True.")
 
 
 @runtime_checkable
@@ -46,6 +73,12 @@ class Manifest:
     contract: Contract
     metadata: Mapping[str, Any]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def verification(self) -> dict:
+        """provenance.verification: where this cubin was checked numerically, or why not ({} if
+        the manifest predates the record)."""
+        return dict((self.raw.get("provenance") or {}).get("verification") or {})
 
 
 def load_manifest(raw: Mapping[str, Any]) -> Manifest:

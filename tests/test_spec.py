@@ -10,9 +10,23 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 
 def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
-    assert len(select("default")) == 2 * 5 * 2
+    # bf16/fp16 x 5 head dims x causal/non-causal, plus the dispatcher's two short-causal forms
+    assert len(select("default")) == 2 * 5 * 2 + 2 * 2
     assert len(select("demo")) == 4
-    assert {v.family for v in select("all")} == {"fa3_fwd"}  # test/demo families stay out of `all`
+    assert {v.family for v in select("all")} == {"fa3_fwd", "fa4_fwd"}  # test/demo families stay out of `all`
+    sm100 = select("sm100")
+    assert len(sm100) == 2 * 2 * 2 and {v.arch for v in sm100} == {"sm_100a"} and {v.family for v in sm100} == {"fa4_fwd"}
+    assert "fa4-fwd-sm_100a-bf16-hd128-causal" in [v.name for v in sm100]
+    assert not any(v.arch == "sm_100a" for v in select("default"))  # the GPU sweep's set stays SM90
+
+
+def test_sm100_family_says_what_it_cannot_build():
+    with pytest.raises(SpecError, match="fa4_fwd cannot build head_dim=256: head_dim 256 is not built for sm_100a"):
+        make_variant("fa4_fwd", arch="sm100", dtype="bf16", head_dim=256, causal=False)
+    with pytest.raises(SpecError, match="fa4_fwd cannot build arch=sm_90a: fa4_fwd is SM100 only"):
+        make_variant("fa4_fwd", arch="sm90", dtype="bf16", head_dim=128, causal=False)
+    with pytest.raises(SpecError, match="sm_100a is built by fa4_fwd"):
+        make_variant("fa3_fwd", arch="sm100", dtype="bf16", head_dim=128, causal=False)
 
 
 def test_default_set_is_sm90_bf16_fp16_all_head_dims_both_causal():
@@ -46,7 +60,9 @@ def test_non_default_axes_append_tokens():
 
 def test_filters_accept_comma_lists_and_cli_spellings():
     vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90"})
-    assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
+    assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent-m128n128",
+                                    "fa3-fwd-sm_90a-bf16-hd64-causal-persistent",
+                                    "fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
     assert len(select("default", {"causal": ["0"]})) == 10
 
 
