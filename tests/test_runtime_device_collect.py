@@ -23,15 +23,22 @@ BLOCKER = textwrap.dedent("""
     import sys
 
     class _NoCutlass:
-        # What a machine without nvidia-cutlass-dsl gives: ModuleNotFoundError on import.
+        # What a machine without nvidia-cutlass-dsl looks like: no finder finds `cutlass`, so
+        # importlib.util.find_spec gives None and `import cutlass` ModuleNotFoundError.
+        def __init__(self, finder):
+            self._finder = finder
+
         def find_spec(self, name, path=None, target=None):
             if name == "cutlass" or name.startswith("cutlass."):
-                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)", name=name)
-            return None
+                return None
+            find = getattr(self._finder, "find_spec", None)
+            return find(name, path, target) if find is not None else None
 
-    sys.meta_path.insert(0, _NoCutlass())
+        def __getattr__(self, attr):
+            return getattr(self._finder, attr)
+
+    sys.meta_path[:] = [_NoCutlass(f) for f in sys.meta_path]
 """)
-
 
 def _env(blocker_dir: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MAKE"))}
@@ -42,10 +49,13 @@ def _env(blocker_dir: Path) -> dict:
 @pytest.fixture
 def blocker(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(BLOCKER)
-    # The blocker works: cutlass is not importable under it (else the test below proves nothing).
-    p = subprocess.run([sys.executable, "-c", "import cutlass"], env=_env(tmp_path), cwd=REPO,
+    # The blocker works: cutlass is neither found nor importable under it (else the test
+    # below proves nothing), while other packages still import.
+    probe = ("import importlib.util, json; assert importlib.util.find_spec('cutlass') is None; "
+             "import cubinforge.runtime; import cutlass")
+    p = subprocess.run([sys.executable, "-c", probe], env=_env(tmp_path), cwd=REPO,
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0 and "blocked by the test" in p.stderr, p.stderr
+    assert p.returncode != 0 and "No module named 'cutlass'" in p.stderr, p.stderr
     return tmp_path
 
 
