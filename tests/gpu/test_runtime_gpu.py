@@ -236,7 +236,9 @@ def _first(dtype=None, causal=None):
 def test_flash_attn_func_allocates_and_reports_variant():
     m = _first()
     dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
-    chosen = select_attention_variant(dtype, d, causal)
+    # The dispatcher chooses by the problem's sizes too (runtime/dispatch.py).
+    chosen = select_attention_variant(dtype, d, causal, sizes=dict(batch=2, seqlen_q=333, seqlen_k=333,
+                                                                   heads_q=4, heads_kv=2))
     rng = np.random.default_rng(1)
     (qh, kh, vh), (q, k, v) = make_inputs(rng, 2, 333, 333, 4, 2, d, dtype)
     out, lse = flash_attn_func(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype), causal=causal)
@@ -598,7 +600,8 @@ def test_plan_launch_and_run_over_new_buffers_match_reference():
     from cubinforge.runtime import launch_count, plan_attention
     dtype, d, causal, (qh, kh, vh), (q, k, v), o, lse = _case(11)
     plan = plan_attention(q, k, v, causal=causal, out=o, lse=lse)
-    assert plan.variant == select_attention_variant(dtype, d, causal).variant
+    sizes = dict(batch=q.shape[0], seqlen_q=q.shape[1], seqlen_k=k.shape[1], heads_q=q.shape[2], heads_kv=k.shape[2])
+    assert plan.variant == select_attention_variant(dtype, d, causal, sizes=sizes).variant
     n0 = launch_count()
     got_o, got_lse = plan.launch()
     assert got_o is o and got_lse is lse and launch_count() == n0 + 1
@@ -632,8 +635,10 @@ def test_flash_attn_func_new_pointers_of_a_cached_layout():
 
 
 def repoison(x) -> None:
-    """All bytes 0xFF (NaN in bf16, fp16 and f32), through the driver, synchronously."""
-    a = as_device_array(x)
+    """All bytes 0xFF (NaN in bf16, fp16 and f32), through the driver, synchronously. Raw bits
+    (CuPy's uint16 stand-in for bf16) are read as the 16-bit float they hold."""
+    bits = getattr(getattr(x, "dtype", None), "kind", None) in ("u", "i")
+    a = as_device_array(x, dtype={2: "bf16", 4: "f32"}[x.dtype.itemsize]) if bits else as_device_array(x)
     with driver.device_context(0):
         driver.call("cuCtxSynchronize")
         driver.call("cuMemsetD8", a.ptr, 0xFF, a.span_bytes)
