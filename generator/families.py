@@ -109,7 +109,24 @@ DEMO_SCALE = Family(
     in_all=False,
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, DEMO_SCALE)}
+# Make FP8 inputs without torch: bf16/fp16 -> e4m3 with per-head or per-block descales and
+# an optional random-sign Hadamard rotation (block size, rotation and seed are launch scalars).
+FP8_QUANT = Family(
+    name="fp8_quant",
+    template="fp8_quant_variant.py.j2",
+    package="cubinforge.generator.kernels.fp8_quant_sm90",
+    config_class="QuantConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 128, 256)},
+    config_axes=("arch", "dtype", "head_dim"),
+    not_yet={
+        ("arch", "sm_100a"): "fp8_quant is built and tested for sm_90a only",
+        ("dtype", "e4m3"): "fp8_quant reads bf16/fp16 and writes e4m3",
+        ("head_dim", 96): "the Hadamard rotation needs a power-of-two head_dim",
+        ("head_dim", 192): "the Hadamard rotation needs a power-of-two head_dim",
+    },
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, DEMO_SCALE, FP8_QUANT)}
 
 
 def register_family(family: Family) -> None:

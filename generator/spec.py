@@ -223,6 +223,8 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
                      "scheduler": ["single"]}),
+        # FP8 inputs for a torch-free caller (runtime/fp8.py quantize_fp8).
+        ("fp8_quant", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL}),
     ],
     "all": [
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all

@@ -1,0 +1,84 @@
+"""FP8 inputs without torch: ``quantize_fp8`` over the registry's ``fp8_quant`` variants.
+
+    x8, descale = quantize_fp8(q, block=128, hadamard=True, seed=7)
+
+x is (batch, seqlen, heads, head_dim) bf16 or fp16, any DLPack / __cuda_array_interface__
+array. x8 is e4m3 of the same shape and descale float32 (batch, heads, blocks) with
+blocks = ceil(seqlen / block) (block=None: one block of every token, descale (batch, heads)
+squeezed from (batch, heads, 1) -- FA3's per-(batch, head) descale shape). x ~= x8 * descale
+per block. With ``hadamard`` each token row is first rotated by diag(random signs from
+``seed``) then H/sqrt(head_dim) (orthonormal): rotate q and k with the same seed and
+Q K^T is unchanged up to rounding; v must not be rotated (O would come out rotated).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from . import driver
+from .arrays import DeviceArray, OwnedDeviceArray, as_device_array
+from .errors import InputError
+from .launcher import Kernel, resolve_devices
+from .registry_source import Source, default_source, select
+
+FAMILY = "fp8_quant"
+_kernels: dict[tuple, tuple] = {}  # (id(source), arch, dtype, head_dim) -> (source, Kernel)
+_lock = threading.Lock()
+I32_MAX = (1 << 31) - 1
+HEAD_DIMS = (64, 128, 256)  # generator/families.py FP8_QUANT (the runtime imports no generator)
+
+
+def _kernel(arch: str, dtype: str, head_dim: int, source: Source | None) -> Kernel:
+    key = (id(source), arch, dtype, head_dim)
+    ent = _kernels.get(key)
+    if ent is None or ent[0] is not source:
+        with _lock:
+            m = select(FAMILY, {"arch": arch, "dtype": dtype, "head_dim": head_dim}, source=source)
+            ent = _kernels[key] = (source, Kernel.from_manifest(m, source or default_source()))
+    return ent[1]
+
+
+def _block_tokens(block: Any, seqlen: int) -> int:
+    if block is None:
+        return seqlen
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise InputError(f"block must be None (one scale per (batch, head)) or a positive int of "
+                         f"tokens, got {block!r}")
+    return min(block, seqlen)
+
+
+def quantize_fp8(x: Any, block: int | None = None, hadamard: bool = False, seed: int = 0,
+                 stream: Any = None, *, source: Source | None = None):
+    """Quantise x to e4m3: returns (x_fp8, descale) as arrays exporting DLPack and
+    __cuda_array_interface__ (see the module docstring for shapes and the rotation)."""
+    handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
+    xa = x if isinstance(x, DeviceArray) else as_device_array(x, stream=handle, what="x")
+    if xa.ndim != 4:
+        raise InputError(f"x must be (batch, seqlen, heads, head_dim); got {xa.ndim} dims {xa.shape}")
+    if xa.dtype not in ("bf16", "fp16"):
+        raise InputError(f"x must be bf16 or fp16 to quantise to e4m3; got {xa.dtype}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= I32_MAX:
+        raise InputError(f"seed must be an int in 0..{I32_MAX}, got {seed!r}")
+    b, s, h, d = xa.shape
+    if d not in HEAD_DIMS:
+        raise InputError(f"head_dim {d} cannot be quantised here; fp8_quant builds head_dim {HEAD_DIMS} "
+                         f"(powers of two, for the Hadamard rotation)")
+    if min(b, s, h) < 1:
+        raise InputError(f"x must not be empty; got shape {xa.shape}")
+    tokens = _block_tokens(block, s)
+    blocks = -(-s // tokens)
+    arrays, device = resolve_devices({"x": xa})
+    kernel = _kernel(driver.device_arch(device), xa.dtype, d, source)
+    # Row strides of y padded to 16 bytes (one e4m3 element is one byte), as the contract asks.
+    y = OwnedDeviceArray.empty(xa.shape, "e4m3", device, stream)
+    desc = OwnedDeviceArray.empty((b, h, blocks), "f32", device, stream)
+    arrays.update(y=y, descale=desc)
+    scalars = {"block_tokens": tokens, "hadamard": int(bool(hadamard)), "seed": seed}
+    kernel.run(kernel.plan(arrays, scalars, handle), handle)
+    if block is None:
+        # The same memory as (batch, heads); the view keeps the allocation alive.
+        view = DeviceArray(desc.ptr, (b, h), desc.strides[:2], "f32", device, owner=desc)
+        view._stream = desc._stream
+        return y, view
+    return y, desc

@@ -1,0 +1,74 @@
+"""fp8_quant: the family in the default set, its cubins built with contracts matching the
+cubin's parameter table, no spills, the sign rule, and the runtime's input checks (CPU)."""
+
+import importlib.util
+
+import pytest
+
+from cubinforge.generator import build, spec
+from cubinforge.generator.kernels.fp8_quant_sm90.signs import hadamard_sign, mix32
+from cubinforge.registry import Registry
+from cubinforge.runtime import InputError, quantize_fp8
+from cubinforge.runtime.arrays import DeviceArray
+
+DSL = importlib.util.find_spec("cutlass") is not None
+
+
+def test_default_set_builds_every_quantise_variant():
+    names = {v.name for v in spec.expand_set("default") if v.family == "fp8_quant"}
+    assert names == {f"fp8-quant-sm_90a-{d}-hd{h}" for d in ("bf16", "fp16") for h in (64, 128, 256)}
+
+
+def test_quantise_family_refuses_what_it_cannot_build():
+    with pytest.raises(spec.SpecError, match="power-of-two"):
+        spec.make_variant("fp8_quant", arch="sm_90a", dtype="bf16", head_dim=96)
+    with pytest.raises(spec.SpecError, match="reads bf16/fp16"):
+        spec.make_variant("fp8_quant", arch="sm_90a", dtype="e4m3", head_dim=128)
+
+
+def test_signs_are_balanced_and_depend_on_the_seed():
+    a = [hadamard_sign(0, c) for c in range(256)]
+    b = [hadamard_sign(7, c) for c in range(256)]
+    assert set(a) == {1, -1} and 96 < a.count(1) < 160
+    assert a != b
+    assert all(0 <= mix32(x) <= 0xFFFFFFFF for x in (0, 1, 0xFFFFFFFF))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DSL, reason="needs the CuTe DSL")
+def test_quantise_variants_compile_with_matching_contracts(home):
+    reg = Registry()
+    chosen = spec.select("default", {"dtype": ["bf16"]}, families=["fp8_quant"])
+    outcomes = build.build(chosen, reg, jobs=1, progress=False)
+    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
+    for o in outcomes:
+        rec = reg.get(o.variant)
+        m, c = rec["metadata"], rec["contract"]
+        # The pipeline verified offsets and sizes against the cubin; check the count too.
+        assert [p["size"] for p in c["params"]] == [p["size"] for p in m["param_table"]]
+        assert c["dynamic_smem_bytes"] >= 16 and m["spill_store_bytes"] == 0 == m["spill_load_bytes"]
+        if "sass" in m:
+            assert m["sass"]["ldl"] == 0 and m["sass"]["stl"] == 0
+
+
+def _fake(shape, dtype="bf16"):
+    return DeviceArray(0x10000, shape, None, dtype, device=0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"block": 0}, "positive int"),
+    ({"block": True}, "positive int"),
+    ({"seed": -1}, "seed must be"),
+])
+def test_quantize_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        quantize_fp8(_fake((1, 8, 2, 128)), **kwargs)
+
+
+def test_quantize_rejects_bad_inputs():
+    with pytest.raises(InputError, match="bf16 or fp16"):
+        quantize_fp8(_fake((1, 8, 2, 128), "f32"))
+    with pytest.raises(InputError, match="head_dim 96"):
+        quantize_fp8(_fake((1, 8, 2, 96)))
+    with pytest.raises(InputError, match="batch, seqlen, heads, head_dim"):
+        quantize_fp8(_fake((8, 2, 128)))
