@@ -49,9 +49,11 @@ def _block_tokens(block: Any, seqlen: int) -> int:
 
 
 def quantize_fp8(x: Any, block: int | None = None, hadamard: bool = False, seed: int = 0,
-                 stream: Any = None, *, source: Source | None = None):
+                 stream: Any = None, *, out: tuple | None = None, source: Source | None = None):
     """Quantise x to e4m3: returns (x_fp8, descale) as arrays exporting DLPack and
-    __cuda_array_interface__ (see the module docstring for shapes and the rotation)."""
+    __cuda_array_interface__ (see the module docstring for shapes and the rotation).
+    ``out=(y, descale)`` writes into the caller's arrays instead (nothing is allocated):
+    y e4m3 like x, descale float32 (batch, heads, blocks) -- (batch, heads) when block is None."""
     handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
     xa = x if isinstance(x, DeviceArray) else as_device_array(x, stream=handle, what="x")
     if xa.ndim != 4:
@@ -71,10 +73,16 @@ def quantize_fp8(x: Any, block: int | None = None, hadamard: bool = False, seed:
     arrays, device = resolve_devices({"x": xa})
     kernel = _kernel(driver.device_arch(device), xa.dtype, d, source)
     # Row strides of y padded to 16 bytes (one e4m3 element is one byte), as the contract asks.
+    scalars = {"block_tokens": tokens, "hadamard": int(bool(hadamard)), "seed": seed}
+    if out is not None:
+        y, desc = _given_outputs(out, xa.shape, (b, h, blocks), block is None, handle)
+        arrays.update(y=y, descale=desc)
+        arrays, _ = resolve_devices(arrays)
+        kernel.run(kernel.plan(arrays, scalars, handle), handle)
+        return out
     y = OwnedDeviceArray.empty(xa.shape, "e4m3", device, stream)
     desc = OwnedDeviceArray.empty((b, h, blocks), "f32", device, stream)
     arrays.update(y=y, descale=desc)
-    scalars = {"block_tokens": tokens, "hadamard": int(bool(hadamard)), "seed": seed}
     kernel.run(kernel.plan(arrays, scalars, handle), handle)
     if block is None:
         # The same memory as (batch, heads); the view keeps the allocation alive.
@@ -82,3 +90,18 @@ def quantize_fp8(x: Any, block: int | None = None, hadamard: bool = False, seed:
         view._stream = desc._stream
         return y, view
     return y, desc
+
+
+def _given_outputs(out, shape, desc_shape, per_head: bool, handle: int):
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise InputError("out must be a pair (y, descale)")
+    y = out[0] if isinstance(out[0], DeviceArray) else as_device_array(out[0], stream=handle, what="y")
+    d = out[1] if isinstance(out[1], DeviceArray) else as_device_array(out[1], stream=handle, what="descale")
+    if y.shape != tuple(shape) or y.dtype != "e4m3":
+        raise InputError(f"out[0] must be e4m3 {tuple(shape)} like x; got {y.dtype} {y.shape}")
+    want = desc_shape[:2] if per_head else desc_shape
+    if d.shape != want or d.dtype != "f32":
+        raise InputError(f"out[1] (descale) must be float32 {want}; got {d.dtype} {d.shape}")
+    if per_head:  # the kernel sees (batch, heads, 1)
+        d = DeviceArray(d.ptr, desc_shape, (*d.strides, 1), "f32", d.device, owner=d)
+    return y, d

@@ -72,3 +72,24 @@ def test_quantize_rejects_bad_inputs():
         quantize_fp8(_fake((1, 8, 2, 96)))
     with pytest.raises(InputError, match="batch, seqlen, heads, head_dim"):
         quantize_fp8(_fake((8, 2, 128)))
+
+
+def test_numpy_e4m3_codec_round_trips_and_rounds_to_even():
+    import numpy as np
+
+    from cubinforge.bench.fp8_reference import E4M3_VALUES, e4m3_decode, e4m3_encode, e4m3_round
+
+    finite = [b for b in range(256) if not np.isnan(E4M3_VALUES[b]) and b != 0x80]
+    assert (e4m3_encode(E4M3_VALUES[finite]) == np.array(finite, np.uint8)).all()
+    assert e4m3_decode(np.array([0x7E]))[0] == 448.0
+    # 1.0625 lies halfway between 1.0 and 1.125 (mantissa 0 and 1): ties go to even (1.0).
+    assert e4m3_round(np.array([1.0625, 1.1875, 1000.0, -1000.0])).tolist() == [1.0, 1.25, 448.0, -448.0]
+
+
+def test_numpy_rotation_is_orthonormal():
+    import numpy as np
+
+    from cubinforge.bench.fp8_reference import hadamard_matrix
+
+    r = hadamard_matrix(64, seed=3)
+    assert np.allclose(r @ r.T, np.eye(64))

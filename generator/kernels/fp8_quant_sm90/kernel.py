@@ -12,8 +12,6 @@ Recomputing instead of keeping rows keeps the kernel a plain stream for any bloc
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 
 import cutlass
 import cutlass.cute as cute
@@ -131,9 +129,6 @@ def compile_variant(cfg: QuantConfig) -> KernelBuild:
     from cutlass.cute.runtime import make_fake_tensor
 
     options = f"--gpu-arch {cfg.arch} --keep-cubin"
-    os.environ.setdefault("CUTE_DSL_ARCH", cfg.arch)
-    os.environ.setdefault("CUTE_DSL_DUMP_DIR", os.path.join(tempfile.gettempdir(), "cubinforge-dsl-dump"))
-    os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
     d = cfg.head_dim
 
     def sym(div=1):
