@@ -70,13 +70,14 @@ FA3_FWD = Family(
     config_class="FwdConfig",
     supported={
         "arch": ("sm_90a",),
-        "dtype": ("bf16", "fp16"),
+        "dtype": ("bf16", "fp16", "e4m3"),
         "head_dim": (64, 96, 128, 192, 256),
         "causal": (False, True),
         "varlen": (False,),
         "paged_kv": (False,),
         "pack_gqa": (False,),
         "split_kv": (False,),
+        "v_layout": ("rowmajor", "colmajor"),
         # lpt: causal tiles longest first on a 1-D grid (not in the default set until timed)
         "scheduler": ("single", "persistent", "lpt"),
         "tile_m": (64, 128, 192),
@@ -86,11 +87,15 @@ FA3_FWD = Family(
     constraints=(
         (lambda ax: ax["scheduler"] != "lpt" or ax["causal"],
          "scheduler=lpt orders causal tiles by cost; non-causal tiles all cost the same (use single or persistent)"),
+        (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128),
+         "dtype=e4m3 is built for head_dim 64 and 128 so far"),
+        (lambda ax: (ax["dtype"] == "e4m3") == (ax["v_layout"] == "colmajor"),
+         "dtype=e4m3 needs v_layout=colmajor (V transposed in shared memory is not built), "
+         "and colmajor is built for e4m3 only"),
     ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={
         ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a needs its own kernel package",
-        ("dtype", "e4m3"): "e4m3 (FP8) is not built yet",
         ("varlen", True): "varlen is not built yet",
         ("paged_kv", True): "paged KV is not built yet",
         ("pack_gqa", True): "pack_gqa is not built yet",

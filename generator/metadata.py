@@ -33,7 +33,7 @@ def kernel_metadata(info: CubinInfo, kernel: KernelInfo, build: KernelBuild, sas
         "cluster": list(build.cluster),
     }
     if sass is not None:
-        meta["sass"] = {k: sass[k] for k in ("hgmma", "utmaldg", "utmastg", "ldl", "stl", "instructions")}
+        meta["sass"] = {k: sass[k] for k in ("hgmma", "qgmma", "utmaldg", "utmastg", "ldl", "stl", "instructions")}
     if build.extra:
         meta["kernel"] = build.extra
     return meta

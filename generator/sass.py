@@ -1,6 +1,6 @@
 """Optional SASS evidence from `cuobjdump -sass` (pip: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm).
 
-Counts the instructions worth watching in an attention kernel (HGMMA, UTMALDG, UTMASTG) and
+Counts the instructions worth watching in an attention kernel (HGMMA, QGMMA, UTMALDG, UTMASTG) and
 the local-memory traffic that betrays register spills (LDL, STL, with their static bytes).
 Returns None when the tools are not installed; the build does not depend on them.
 """
@@ -16,7 +16,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-WATCHED = {"HGMMA": "hgmma", "UTMALDG": "utmaldg", "UTMASTG": "utmastg", "LDL": "ldl", "STL": "stl"}
+WATCHED = {"HGMMA": "hgmma", "UTMALDG": "utmaldg", "UTMASTG": "utmastg", "LDL": "ldl", "STL": "stl",
+           "QGMMA": "qgmma"}  # QGMMA: the SASS name of an FP8 (e4m3/e5m2) warpgroup MMA
 _INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
 _WIDTH = {"64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
 

@@ -223,6 +223,14 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
                      "scheduler": ["single"]}),
+        # FP8 (e4m3) forward, V column-major: not timed yet, so persistent for all as bf16
+        # non-causal, lpt for hd128 causal, persistent for hd64 causal.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64, 128], "causal": [False],
+                     "v_layout": ["colmajor"], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [128], "causal": [True],
+                     "v_layout": ["colmajor"], "scheduler": ["lpt"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64], "causal": [True],
+                     "v_layout": ["colmajor"], "scheduler": ["persistent"]}),
         # FP8 inputs for a torch-free caller (runtime/fp8.py quantize_fp8).
         ("fp8_quant", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL}),
     ],

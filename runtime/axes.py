@@ -33,6 +33,9 @@ AXES: dict[str, Axis] = {
         Axis("paged_kv", (False, True), False, "paged"),
         Axis("pack_gqa", (False, True), False, "packgqa"),
         Axis("split_kv", (False, True), False, "splitkv"),
+        # How V is laid out: (batch, seqlen_k, heads_kv, head_dim) or, for FP8,
+        # (batch, heads_kv, head_dim, seqlen_k) (token "colmajor").
+        Axis("v_layout", ("rowmajor", "colmajor"), "rowmajor"),
         Axis("scheduler", ("single", "persistent", "lpt"), "single", exact=False),
         Axis("tile_m", (64, 128, 192, 256), exact=False),
         Axis("tile_n", tuple(range(16, 257, 16)), exact=False),

@@ -23,13 +23,17 @@ def compile_variant(cfg: FwdConfig):
     if len(entries) != 1:
         raise RuntimeError(f"expected one kernel in the compiled module, found {entries}")
     swizzle = swizzle_bytes(cfg.elem_bytes, cfg.head_dim)
+    swizzles = None
+    if cfg.fp8:
+        # V's rows are keys (tile_n bytes); O is bf16.
+        swizzles = {"v": swizzle_bytes(cfg.elem_bytes, cfg.tile_n), "o": swizzle_bytes(cfg.out_elem_bytes, cfg.head_dim)}
     return KernelBuild(
         cubin=bytes(compiled.__cubin__),
         entry=entries[0],
         block=(cfg.threads, 1, 1),
         cluster=(1, 1, 1),
         dynamic_smem_bytes=int(kernel.dynamic_smem_bytes),
-        contract=family_contract(cfg, kernel.tma_boxes, swizzle),
+        contract=family_contract(cfg, kernel.tma_boxes, swizzle, swizzles),
         compile_options=f"--gpu-arch {cfg.arch} --keep-cubin",
         extra={
             "tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages,
@@ -39,6 +43,7 @@ def compile_variant(cfg: FwdConfig):
             "separate_o_smem": cfg.separate_o_smem, "l2_section_mib": cfg.l2_section_mib,
             "in_order_row_sum": cfg.in_order_row_sum, "wg_epilogue": cfg.wg_epilogue,
             "mask_bits": cfg.mask_bits, "chunked_p_convert": cfg.chunked_p_convert,
+            **({"v_layout": cfg.v_layout, "out_dtype": cfg.out_dtype} if cfg.fp8 else {}),
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

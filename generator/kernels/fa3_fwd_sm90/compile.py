@@ -48,10 +48,19 @@ def compile_cubin(cfg: FwdConfig):
 
     q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv), bshd(seqlen_q, heads_q)
     lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
+    extra = ()
+    if cfg.fp8:
+        # O in bf16; V column-major (batch, heads_kv, head_dim, seqlen_k); the descales of
+        # q, k and v stacked as (3, batch, heads_kv) float32.
+        o = make_fake_tensor(DTYPES[cfg.out_dtype], (batch, seqlen_q, heads_q, d),
+                             stride=(sym(8), sym(8), sym(8), 1), assumed_align=16)
+        v = make_fake_tensor(dt, (batch, heads_kv, d, seqlen_k),
+                             stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1), assumed_align=16)
+        extra = (make_fake_tensor(cutlass.Float32, (3, batch, heads_kv), stride=(sym(), sym(), 1), assumed_align=4),)
     kernel = FlashFwdSm90(cfg)
     t0 = time.perf_counter()
     compiled = cute.compile(
-        kernel, q, k, v, o, lse, cutlass.Float32(1.0 / math.sqrt(d) * math.log2(math.e)),
+        kernel, q, k, v, o, lse, cutlass.Float32(1.0 / math.sqrt(d) * math.log2(math.e)), *extra,
         options=f"--gpu-arch {cfg.arch} --keep-cubin",
     )
     return compiled, kernel, time.perf_counter() - t0

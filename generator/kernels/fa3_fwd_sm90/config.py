@@ -50,7 +50,10 @@ SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", 
 # every cell of the A/B, so neither is a knob any more.
 LPT_L2_SECTION_MIB = 32
 
-SUPPORTED_DTYPES = ("bf16", "fp16")
+SUPPORTED_DTYPES = ("bf16", "fp16", "e4m3")
+# FP8 (e4m3): the head dims built so far, and the output dtype (the PV accumulator is fp32).
+E4M3_HEAD_DIMS = (64, 128)
+E4M3_OUT_DTYPE = "bf16"
 SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
 SUPPORTED_ARCHS = ("sm_90a",)
 # Dynamic shared memory one CTA may use on sm_90 (227 KiB); the barriers take under 1 KiB.
@@ -104,6 +107,10 @@ class FwdConfig:
     chunked_p_convert: bool | None = None
     # Sum softmax rows in order instead of as a tree (softmax.py says why).
     in_order_row_sum: bool | None = None
+    # How V arrives: "rowmajor" (batch, seqlen_k, heads_kv, head_dim) or, for e4m3,
+    # "colmajor" (batch, heads_kv, head_dim, seqlen_k): WGMMA reads an 8-bit B operand
+    # K-major only, which a column-major V already is.
+    v_layout: str = "rowmajor"
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -112,6 +119,15 @@ class FwdConfig:
             raise ValueError(f"dtype {self.dtype!r} not supported; use one of {SUPPORTED_DTYPES}")
         if self.head_dim not in SUPPORTED_HEAD_DIMS:
             raise ValueError(f"head_dim {self.head_dim} not supported; use one of {SUPPORTED_HEAD_DIMS}")
+        if self.v_layout not in ("rowmajor", "colmajor"):
+            raise ValueError(f"v_layout must be 'rowmajor' or 'colmajor', got {self.v_layout!r}")
+        if self.fp8:
+            if self.head_dim not in E4M3_HEAD_DIMS:
+                raise ValueError(f"e4m3 builds head_dim {E4M3_HEAD_DIMS} so far, not {self.head_dim}")
+            if self.v_layout != "colmajor":
+                raise ValueError("e4m3 needs v_layout='colmajor' (the transpose of V in shared memory is not built)")
+        elif self.v_layout != "rowmajor":
+            raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
         tm, tn = default_tile(self.head_dim, self.causal)
         if not self.tile_m:
             object.__setattr__(self, "tile_m", tm)
@@ -136,9 +152,19 @@ class FwdConfig:
         # A tile nobody measured starts from all switches off.
         tile = None if (self.tile_m, self.tile_n) == (tm, tn) else (self.tile_m, self.tile_n)
         tuned = TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
+        if self.fp8:
+            # Nothing measured for e4m3 yet. O (bf16) cannot go out through Q's (e4m3) buffer,
+            # and P is converted through its own register permutation (fp8_p.py).
+            tuned = {"separate_o_smem": True}
+            if self.chunked_p_convert:
+                raise ValueError("chunked_p_convert does not apply to e4m3 (P is permuted, not copied)")
+            if self.tile_n % 32:
+                raise ValueError(f"e4m3 tile_n must be a multiple of 32 (the PV GEMM's K step), got {self.tile_n}")
         for name in SWITCHES:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, False))
+        if self.fp8 and not self.separate_o_smem:
+            raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.smem_bytes > SMEM_LIMIT:
@@ -157,7 +183,8 @@ class FwdConfig:
         """Shared memory of the Q, K, V (and O) tiles, before alignment padding."""
         q = self.tile_m * self.head_dim * self.elem_bytes
         kv = 2 * self.stages * self.tile_n * self.head_dim * self.elem_bytes
-        return q + kv + (q if self.separate_o_smem else 0)
+        o = self.tile_m * self.head_dim * self.out_elem_bytes
+        return q + kv + (o if self.separate_o_smem else 0)
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -175,4 +202,16 @@ class FwdConfig:
 
     @property
     def elem_bytes(self) -> int:
+        return 1 if self.fp8 else 2
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype == "e4m3"
+
+    @property
+    def out_dtype(self) -> str:
+        return E4M3_OUT_DTYPE if self.fp8 else self.dtype
+
+    @property
+    def out_elem_bytes(self) -> int:
         return 2

@@ -48,9 +48,12 @@ def _lay_out(params: list[dict]) -> list[dict]:
     return params
 
 
-def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int) -> dict:
-    """Grid, symbols, tensors, scalars, checks and params for one compiled variant."""
+def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int,
+                    swizzles: dict[str, int] | None = None) -> dict:
+    """Grid, symbols, tensors, scalars, checks and params for one compiled variant.
+    ``swizzles`` gives a tensor's own swizzle where it differs from ``swizzle`` (e4m3)."""
     d = cfg.head_dim
+    sw = {n: (swizzles or {}).get(n, swizzle) for n in ("q", "k", "v", "o")}
     params = [
         _i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]),
         _i32_struct("k_coords", 1, ["seqlen_k", "heads_kv", "batch"]),
@@ -68,10 +71,10 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
                 {"offset": 32, "type": "i64", "value": ["lse.stride.0"]},
             ],
         },
-        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swizzle),
-        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swizzle),
-        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swizzle),
-        _tensormap("tma_o", 8, "o", cfg.dtype, boxes["o"], swizzle),
+        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], sw["q"]),
+        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], sw["k"]),
+        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], sw["v"]),
+        _tensormap("tma_o", 8, "o", cfg.out_dtype, boxes["o"], sw["o"]),
         {"name": "softmax_scale_log2", "ordinal": 9, "kind": "scalar", "size": 4, "align": 4,
          "type": "f32", "value": ["softmax_scale", "log2e_mul"]},
         # The two tiled-MMA arguments are compile-time only; the DSL still gives each a byte.
@@ -79,6 +82,35 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         {"name": "tiled_mma_pv", "ordinal": 11, "kind": "struct", "size": 1, "align": 1, "fields": []},
     ]
     bshd = {"contiguous_dim": 3, "align_bytes": 16}
+    v_dims = ["batch", "seqlen_k", "heads_kv", "head_dim"]
+    if cfg.v_layout == "colmajor":
+        v_dims = ["batch", "heads_kv", "head_dim", "seqlen_k"]
+        # The kernel's view of V is (head_dim, seqlen_k, heads_kv, batch): v_coords keep their
+        # values; the tensor map walks seqlen_k innermost.
+        params[7]["dims"] = [3, 2, 1, 0]
+    scalars = {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}}
+    tensors = {
+        "q": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
+        "k": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
+        "v": {"role": "input", "dtype": cfg.dtype, "dims": v_dims, **bshd},
+        "o": {"role": "output", "dtype": cfg.out_dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
+        "lse": {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
+                "contiguous_dim": 2, "align_bytes": 4},
+    }
+    if cfg.fp8:
+        # q, k and v descales stacked: (3, batch, heads_kv), FA3's (batch, heads_kv) each.
+        tensors["descale"] = {"role": "input", "dtype": "f32", "dims": [3, "batch", "heads_kv"],
+                              "contiguous_dim": 2, "align_bytes": 4}
+        params.append({
+            "name": "descale", "ordinal": 12, "kind": "struct", "size": 32, "align": 8,
+            "fields": [
+                {"offset": 0, "type": "ptr", "value": ["descale.ptr"]},
+                {"offset": 8, "type": "i32", "value": ["batch"]},
+                {"offset": 12, "type": "i32", "value": ["heads_kv"]},
+                {"offset": 16, "type": "i64", "value": ["descale.stride.0"]},
+                {"offset": 24, "type": "i64", "value": ["descale.stride.1"]},
+            ],
+        })
     return {
         "grid": (
             # One CTA per SM, never more CTAs than tiles.
@@ -97,15 +129,8 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             "seqlen_k": {"tensor": "k", "dim": 1, "min": 1},
             "heads_kv": {"tensor": "k", "dim": 2, "min": 1},
         },
-        "tensors": {
-            "q": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
-            "k": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
-            "v": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
-            "o": {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
-            "lse": {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
-                    "contiguous_dim": 2, "align_bytes": 4},
-        },
-        "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}},
+        "tensors": tensors,
+        "scalars": scalars,
         "checks": [
             {"expr": ["heads_q", "heads_kv", "%", 0, "=="],
              "message": "heads_q must be a multiple of heads_kv (MHA, GQA or MQA)"},
