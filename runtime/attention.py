@@ -115,7 +115,9 @@ def _padded_strides(shape, row_align_elems: int) -> tuple:
 
 
 def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
-                    out: Any = None, lse: Any = None, stream: Any = None, *, source: Source | None = None):
+                    out: Any = None, lse: Any = None, stream: Any = None, *, source: Source | None = None,
+                    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
+                    v_layout: str = "rowmajor"):
     """Attention forward: returns (out, lse).
 
     Arrays may be anything exporting ``__dlpack__`` or ``__cuda_array_interface__``, or
@@ -126,7 +128,10 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
 
     With ``out`` and ``lse`` given, a call whose arrays (pointers, shapes, strides, dtypes,
     devices, read-only flags), ``causal``, ``softmax_scale`` and ``source`` equal an earlier
-    call's launches that call's checked parameters at once; anything new is checked in full."""
+    call's launches that call's checked parameters at once; anything new is checked in full.
+
+    FP8: e4m3 q/k/v (or any descale, or v_layout="colmajor") go to runtime/fp8.py
+    ``flash_attn_fp8``: descales float32 (batch, heads_kv) or None, out bf16."""
     if type(stream) is int:
         handle = stream
     else:
@@ -137,6 +142,11 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     va = v if isinstance(v, DeviceArray) else as_device_array(v, stream=handle, what="v")
     oa = None if out is None else out if isinstance(out, DeviceArray) else as_device_array(out, stream=handle, what="o")
     la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(lse, stream=handle, what="lse")
+    if qa.dtype == "e4m3" or _fp8_args(q_descale, k_descale, v_descale, v_layout):
+        from .fp8 import flash_attn_fp8
+        o8, l8 = flash_attn_fp8(qa, ka, va, softmax_scale, causal, oa, la, handle, q_descale=q_descale,
+                                k_descale=k_descale, v_descale=v_descale, v_layout=v_layout, source=source)
+        return (o8 if out is None else out), (l8 if lse is None else lse)
     key = None
     if oa is not None and la is not None:
         try:
@@ -204,6 +214,10 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
                 _calls.pop(next(iter(_calls)))
             _calls[key] = (source, kernel, plan)
     return out, lse
+
+
+def _fp8_args(q_descale, k_descale, v_descale, v_layout) -> bool:
+    return q_descale is not None or k_descale is not None or v_descale is not None or v_layout != "rowmajor"
 
 
 def _on(a: DeviceArray, device: int) -> bool:

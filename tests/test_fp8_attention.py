@@ -1,0 +1,79 @@
+"""The e4m3 fa3_fwd variants on the CPU: in the default set, refused where not built, compiled
+with QGMMA (E4M3 operands) and no spills, a contract matching the cubin (descale tensor, V
+column-major), and flash_attn_func's FP8 input checks."""
+
+import importlib.util
+
+import pytest
+
+from cubinforge.generator import build, spec
+from cubinforge.registry import Registry
+from cubinforge.runtime import InputError, flash_attn_func
+from cubinforge.runtime.arrays import DeviceArray
+
+DSL = importlib.util.find_spec("cutlass") is not None
+
+
+def test_default_set_has_the_e4m3_variants():
+    names = {v.name for v in spec.expand_set("default") if v.axes.get("dtype") == "e4m3" and v.family == "fa3_fwd"}
+    assert names == {
+        "fa3-fwd-sm_90a-e4m3-hd64-noncausal-colmajor-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd64-causal-colmajor-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd128-noncausal-colmajor-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd128-causal-colmajor-lpt",
+    }
+    # The bf16/fp16 names do not change: v_layout's default is left out of them.
+    assert "fa3-fwd-sm_90a-bf16-hd128-causal-lpt" in {v.name for v in spec.expand_set("default")}
+
+
+@pytest.mark.parametrize("axes, message", [
+    ({"dtype": "e4m3", "head_dim": 256, "v_layout": "colmajor"}, "head_dim 64 and 128"),
+    ({"dtype": "e4m3", "head_dim": 128}, "needs v_layout=colmajor"),
+    ({"dtype": "bf16", "head_dim": 128, "v_layout": "colmajor"}, "colmajor is built for e4m3 only"),
+])
+def test_unbuilt_fp8_combinations_are_refused(axes, message):
+    with pytest.raises(spec.SpecError, match=message):
+        spec.make_variant("fa3_fwd", arch="sm_90a", causal=False, **axes)
+
+
+def test_name_round_trips():
+    v = spec.make_variant("fa3_fwd", arch="sm_90a", dtype="e4m3", head_dim=64, causal=True,
+                          v_layout="colmajor", scheduler="persistent")
+    assert spec.parse_name(v.name) == v
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DSL, reason="needs the CuTe DSL")
+def test_e4m3_variant_compiles_to_qgmma_without_spills(home):
+    reg = Registry()
+    chosen = spec.select("default", {"dtype": ["e4m3"], "head_dim": [128], "causal": [False]})
+    outcomes = build.build(chosen, reg, jobs=1, progress=False)
+    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
+    rec = reg.get(outcomes[0].variant)
+    m, c = rec["metadata"], rec["contract"]
+    assert [p["size"] for p in c["params"]] == [p["size"] for p in m["param_table"]]
+    assert m["spill_store_bytes"] == 0 == m["spill_load_bytes"]
+    assert c["tensors"]["v"]["dims"] == ["batch", "heads_kv", "head_dim", "seqlen_k"]
+    assert c["tensors"]["o"]["dtype"] == "bf16" and c["tensors"]["descale"]["dims"] == [3, "batch", "heads_kv"]
+    maps = {p["name"]: p for p in c["params"] if p["kind"] == "tensormap"}
+    assert maps["tma_v"]["dims"] == [3, 2, 1, 0] and maps["tma_o"]["dtype"] == "bf16"
+    if "sass" in m:
+        # QK^T and PV: 4 k-steps of 32 each per key block, in the first-block and loop bodies.
+        assert m["sass"]["qgmma"] >= 8 and m["sass"]["hgmma"] == 0
+        assert m["sass"]["ldl"] == 0 and m["sass"]["stl"] == 0
+
+
+def _fake(shape, dtype="e4m3"):
+    return DeviceArray(0x10000, shape, None, dtype, device=0)
+
+
+def test_fp8_inputs_are_checked_before_any_launch():
+    q, k = _fake((1, 64, 2, 128)), _fake((1, 64, 2, 128))
+    with pytest.raises(InputError, match="v_layout='colmajor'"):
+        flash_attn_func(q, k, _fake((1, 64, 2, 128)))
+    with pytest.raises(InputError, match="head_dim, seqlen_k"):
+        flash_attn_func(q, k, _fake((1, 64, 2, 128)), v_layout="colmajor")
+    with pytest.raises(InputError, match="e4m3 q, k and v"):
+        flash_attn_func(q, _fake((1, 64, 2, 128), "bf16"), _fake((1, 2, 128, 64)), v_layout="colmajor")
+    with pytest.raises(InputError, match="out must be bf16"):
+        flash_attn_func(q, k, _fake((1, 2, 128, 64)), v_layout="colmajor", out=_fake((1, 64, 2, 128)))
