@@ -1,5 +1,6 @@
-"""GPU tests of FP8: quantize_fp8 (fp8_quant) element by element against numpy. Outputs are
-poisoned first (y with NaN bytes, descale with NaN), so an element never written fails.
+"""GPU tests of FP8: quantize_fp8 (fp8_quant) element by element against numpy, and the e4m3
+fa3_fwd variants against float64 attention on the dequantised inputs. Outputs are poisoned
+first (NaN bytes / NaN floats), so an element never written fails.
 Skipped where there is no GPU or no variant; no cutlass import (the GPU machine has no DSL).
 """
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from cubinforge.bench.fp8_reference import dequantize, e4m3_decode, quantize, rotate
-from cubinforge.runtime import as_device_array, driver, quantize_fp8
+from cubinforge.runtime import DeviceArray, as_device_array, driver, quantize_fp8
 from cubinforge.runtime.registry_source import default_source, manifests
 
 
@@ -185,3 +186,104 @@ def test_hadamard_keeps_qk_products():
     s_rot = np.einsum("bshd,bthd->bhst", qq, kk)
     s_ref = np.einsum("bshd,bthd->bhst", q[0], k[0])
     assert np.linalg.norm(s_rot - s_ref) / np.linalg.norm(s_ref) < 0.08
+
+
+# --------------------------------------------------------------------------- e4m3 attention
+
+FP8_FWD = _have("fa3_fwd", dtype="e4m3")
+needs_fp8_fwd = pytest.mark.skipif(not FP8_FWD, reason="no e4m3 fa3_fwd variant in the local registry for this GPU")
+# Tolerance: the reference runs in float64 on the dequantised inputs, so the inputs' own
+# rounding is shared; what remains is P rounded to e4m3 (3 mantissa bits: up to 2^-4
+# relative per probability, ~1e-2 relative RMS on O over a few hundred keys, FA3's reported
+# scale) plus fp32 accumulation. 4e-2 leaves room for that and catches what a wrong layout,
+# permutation or descale gives (rel err ~ 0.3 - 1).
+RTOL_FP8 = 4e-2
+ATOL_LSE_FP8 = 2e-2  # LSE comes from fp32 S and the fp32 row sum (P's rounding does not enter)
+
+
+def _bf16_bits_to_f64(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _colmajor_v(v_bits):
+    """(b, sk, hkv, d) bytes -> a device V (b, hkv, d, sk) whose seqlen_k storage is padded
+    to 16 B (the TMA's stride rule), as the slice [..., :sk] of a padded array."""
+    b, sk, hkv, d = v_bits.shape
+    pad = -(-sk // 16) * 16
+    host = np.zeros((b, hkv, d, pad), np.uint8)
+    host[..., :sk] = v_bits.transpose(0, 2, 3, 1)
+    full = as_device_array(upload(host, "e4m3"))
+    return full, DeviceArray(full.ptr, (b, hkv, d, sk), full.strides, "e4m3", full.device, owner=full)
+
+
+@needs_fp8_fwd
+@pytest.mark.parametrize("m", FP8_FWD, ids=lambda m: m.variant)
+@pytest.mark.parametrize("shape", [(2, 200, 333, 4, 2), (1, 512, 512, 2, 2), (1, 1, 77, 3, 1)],
+                         ids=["gqa-tails", "square", "decode-mqa"])
+@pytest.mark.parametrize("descaled", [False, True], ids=["unit", "descaled"])
+def test_e4m3_forward_matches_reference(m, shape, descaled):
+    from cubinforge.bench.fp8_reference import attention, e4m3_encode
+    from cubinforge.runtime import flash_attn_func
+
+    d, causal = m.axes["head_dim"], m.axes["causal"]
+    b, sq, sk, hq, hkv = shape
+    rng = np.random.default_rng(d * 7 + sq)
+    raw = {n: rng.standard_normal((b, s, h, d)) for n, s, h in (("q", sq, hq), ("k", sk, hkv), ("v", sk, hkv))}
+    bits, deq, desc_dev = {}, {}, {}
+    for n, x in raw.items():
+        if descaled:
+            # Per-(batch, head_kv) scales, FA3's shape; q's heads of one kv group share one.
+            g = x.shape[2] // hkv
+            amax = np.abs(x).reshape(b, x.shape[1], hkv, g, d).max(axis=(1, 3, 4)) * rng.uniform(1, 3, (b, hkv))
+            desc = (amax / 448.0).astype(np.float32)
+            per_head = np.repeat(desc, g, axis=1)[:, None, :, None].astype(np.float64)
+            bits[n] = e4m3_encode(x / per_head)
+            deq[n] = e4m3_decode(bits[n]) * per_head
+            desc_dev[n] = upload(desc, "f32")
+        else:
+            bits[n] = e4m3_encode(x)
+            deq[n] = e4m3_decode(bits[n])
+    q8, k8 = upload(bits["q"], "e4m3"), upload(bits["k"], "e4m3")
+    _keep, v8 = _colmajor_v(bits["v"])
+    out = upload(np.full((b, sq, hq, d), 0x7FC0, np.uint16), "bf16")
+    lse = upload(np.full((b, hq, sq), np.nan, np.float32), "f32")
+    kw = {f"{n}_descale": desc_dev[n] for n in desc_dev}
+    flash_attn_func(q8, k8, v8, causal=causal, out=out, lse=lse, v_layout="colmajor", **kw)
+    o = _bf16_bits_to_f64(download_raw(out))
+    got_lse = download_f32(lse)
+    assert not np.isnan(o).any(), f"{int(np.isnan(o).sum())} O elements never written"
+    assert not np.isnan(got_lse).any(), f"{int(np.isnan(got_lse).sum())} LSE elements never written"
+    ref = attention(deq["q"], deq["k"], deq["v"], causal=causal)
+    rel = np.linalg.norm(o - ref) / np.linalg.norm(ref)
+    assert rel < RTOL_FP8, f"{m.variant}: O rel err {rel:.3e} (tolerance {RTOL_FP8})"
+    # LSE from the same scores.
+    scale = 1.0 / np.sqrt(d)
+    g = hq // hkv
+    s = np.einsum("bqhd,bkhd->bhqk", deq["q"], np.repeat(deq["k"], g, axis=2)) * scale
+    if causal:
+        i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+        s = np.where(j <= i + sk - sq, s, -np.inf)
+    mx = s.max(-1)
+    fin = np.isfinite(mx)
+    ref_lse = np.where(fin, mx + np.log(np.exp(s - np.where(fin, mx, 0)[..., None]).sum(-1)), -np.inf)
+    assert (got_lse[~fin] == -np.inf).all()
+    assert np.abs(got_lse[fin] - ref_lse[fin]).max() < ATOL_LSE_FP8
+
+
+@needs_fp8_fwd
+def test_e4m3_allocates_bf16_output():
+    from cubinforge.runtime import flash_attn_func
+
+    m = FP8_FWD[0]
+    d = m.axes["head_dim"]
+    rng = np.random.default_rng(3)
+    from cubinforge.bench.fp8_reference import attention, e4m3_encode
+    q = e4m3_encode(rng.standard_normal((1, 64, 2, d)))
+    k = e4m3_encode(rng.standard_normal((1, 64, 2, d)))
+    v = e4m3_encode(rng.standard_normal((1, 64, 2, d)))
+    _keep, v8 = _colmajor_v(v)
+    out, lse = flash_attn_func(upload(q, "e4m3"), upload(k, "e4m3"), v8, causal=m.axes["causal"], v_layout="colmajor")
+    assert as_device_array(out).dtype == "bf16" and as_device_array(out).shape == (1, 64, 2, d)
+    o = _bf16_bits_to_f64(download_raw(out))
+    ref = attention(e4m3_decode(q), e4m3_decode(k), e4m3_decode(v), causal=m.axes["causal"])
+    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < RTOL_FP8
