@@ -51,7 +51,14 @@ def e4m3_encode(x: np.ndarray) -> np.ndarray:
     r = e4m3_round(x)
     pos = E4M3_VALUES[:127]  # bytes 0x00..0x7E: 0 .. 448, increasing
     idx = np.searchsorted(pos, np.abs(r))
-    return (idx + np.where(r < 0, 128, 0)).astype(np.uint8)
+    # The sign bit survives rounding to zero (-tiny -> 0x80), as cvt.rn does.
+    return (idx + np.where(np.signbit(r), 128, 0)).astype(np.uint8)
+
+
+def same_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise e4m3 byte equality with +0 (0x00) and -0 (0x80) taken as equal."""
+    a, b = np.asarray(a, np.uint8), np.asarray(b, np.uint8)
+    return np.where(a == 0x80, 0, a) == np.where(b == 0x80, 0, b)
 
 
 def hadamard_matrix(d: int, seed: int) -> np.ndarray:
