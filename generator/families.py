@@ -87,8 +87,10 @@ FA3_FWD = Family(
     constraints=(
         (lambda ax: ax["scheduler"] != "lpt" or ax["causal"],
          "scheduler=lpt orders causal tiles by cost; non-causal tiles all cost the same (use single or persistent)"),
-        (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128),
-         "dtype=e4m3 is built for head_dim 64 and 128 so far"),
+        (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128, 256),
+         "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
+        (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,
+         "dtype=e4m3 needs tile_n a multiple of 32 (the 8-bit PV GEMM's K step; hd256: tile_n=128)"),
         (lambda ax: (ax["dtype"] == "e4m3") == (ax["v_layout"] == "colmajor"),
          "dtype=e4m3 needs v_layout=colmajor (V transposed in shared memory is not built), "
          "and colmajor is built for e4m3 only"),

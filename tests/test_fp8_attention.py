@@ -21,13 +21,16 @@ def test_default_set_has_the_e4m3_variants():
         "fa3-fwd-sm_90a-e4m3-hd64-causal-colmajor-persistent",
         "fa3-fwd-sm_90a-e4m3-hd128-noncausal-colmajor-persistent",
         "fa3-fwd-sm_90a-e4m3-hd128-causal-colmajor-lpt",
+        "fa3-fwd-sm_90a-e4m3-hd256-noncausal-colmajor-persistent-m128n128",
+        "fa3-fwd-sm_90a-e4m3-hd256-causal-colmajor-lpt-m128n128",
     }
     # The bf16/fp16 names do not change: v_layout's default is left out of them.
     assert "fa3-fwd-sm_90a-bf16-hd128-causal-lpt" in {v.name for v in spec.expand_set("default")}
 
 
 @pytest.mark.parametrize("axes, message", [
-    ({"dtype": "e4m3", "head_dim": 256, "v_layout": "colmajor"}, "head_dim 64 and 128"),
+    ({"dtype": "e4m3", "head_dim": 96, "v_layout": "colmajor"}, "head_dim 64, 128 and 256"),
+    ({"dtype": "e4m3", "head_dim": 256, "v_layout": "colmajor"}, "multiple of 32"),
     ({"dtype": "e4m3", "head_dim": 128}, "needs v_layout=colmajor"),
     ({"dtype": "bf16", "head_dim": 128, "v_layout": "colmajor"}, "colmajor is built for e4m3 only"),
 ])

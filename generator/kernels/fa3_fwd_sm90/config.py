@@ -52,7 +52,7 @@ LPT_L2_SECTION_MIB = 32
 
 SUPPORTED_DTYPES = ("bf16", "fp16", "e4m3")
 # FP8 (e4m3): the head dims built so far, and the output dtype (the PV accumulator is fp32).
-E4M3_HEAD_DIMS = (64, 128)
+E4M3_HEAD_DIMS = (64, 128, 256)
 E4M3_OUT_DTYPE = "bf16"
 SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
 SUPPORTED_ARCHS = ("sm_90a",)
