@@ -10,16 +10,17 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 
 def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
-    # bf16/fp16 x 5 head dims x causal/non-causal, plus the dispatcher's two short-causal forms
-    assert len(select("default")) == 2 * 5 * 2 + 2 * 2
+    # bf16/fp16 x 5 head dims x causal/non-causal, plus the dispatcher's two short-causal forms,
+    # e4m3 x 3 head dims x causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims)
+    assert len(select("default")) == 2 * 5 * 2 + 2 * 2 + 3 * 2 + 2 * 3
     assert len(select("demo")) == 4
-    assert {v.family for v in select("all")} == {"fa3_fwd"}  # test/demo families stay out of `all`
+    assert {v.family for v in select("all")} == {"fa3_fwd", "fp8_quant"}  # test/demo families stay out of `all`
 
 
 def test_default_set_is_sm90_bf16_fp16_all_head_dims_both_causal():
-    vs = select("default")
+    vs = select("default", families=["fa3_fwd"])
     assert {v.arch for v in vs} == {"sm_90a"}
-    assert {v["dtype"] for v in vs} == {"bf16", "fp16"}
+    assert {v["dtype"] for v in vs} == {"bf16", "fp16", "e4m3"}  # e4m3: hd64/128/256 (issue 13)
     assert {v["head_dim"] for v in vs} == {64, 96, 128, 192, 256}
     assert {v["causal"] for v in vs} == {True, False}
 
@@ -46,11 +47,11 @@ def test_non_default_axes_append_tokens():
 
 
 def test_filters_accept_comma_lists_and_cli_spellings():
-    vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90"})
+    vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90"}, families=["fa3_fwd"])
     assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent-m128n128",
                                     "fa3-fwd-sm_90a-bf16-hd64-causal-persistent",
                                     "fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
-    assert len(select("default", {"causal": ["0"]})) == 10
+    assert len(select("default", {"causal": ["0"]}, families=["fa3_fwd"])) == 10 + 3
 
 
 @pytest.mark.parametrize("text,arch", [("sm90", "sm_90a"), ("sm_90a", "sm_90a"), ("90", "sm_90a"), ("sm100", "sm_100a")])
@@ -61,7 +62,7 @@ def test_arch_spellings(text, arch):
 @pytest.mark.parametrize(
     "axes,message",
     [
-        ({"dtype": "e4m3"}, "e4m3 (FP8) is not built yet"),
+        ({"dtype": "e4m3"}, "dtype=e4m3 needs v_layout=colmajor"),
         ({"arch": "sm_100a"}, "SM90 (wgmma) only"),
         ({"head_dim": 80}, "unknown head_dim 80"),
         ({"dtype": "bf17"}, "unknown dtype bf17"),
@@ -76,8 +77,8 @@ def test_bad_combinations_are_rejected_with_reasons(axes, message):
 
 
 def test_empty_selection_explains_why():
-    with pytest.raises(SpecError, match="no variant of set 'default' matches dtype=e4m3.*not built yet"):
-        select("default", {"dtype": "e4m3"})
+    with pytest.raises(SpecError, match="no variant of set 'default' matches dtype=e4m3 head_dim=96.*power-of-two"):
+        select("default", {"dtype": "e4m3", "head_dim": "96"})
     with pytest.raises(SpecError, match="unknown set"):
         select("nope")
 
@@ -101,5 +102,5 @@ def test_lpt_scheduler_is_a_causal_axis_value():
     assert "fa3-fwd-sm_90a-fp16-hd64-causal-lpt" in names
     assert not any(n.endswith("noncausal-lpt") for n in names)
     # Shipped where the H200 A/B measured it ahead (spec.SETS "default" says where).
-    default_lpt = {(x.axes["head_dim"], x.axes["dtype"]) for x in expand_set("default") if x.axes["scheduler"] == "lpt"}
-    assert default_lpt == {(hd, dt) for hd in (128, 192, 256) for dt in ("bf16", "fp16")}
+    default_lpt = {(x.axes["head_dim"], x.axes["dtype"]) for x in expand_set("default") if x.axes.get("scheduler") == "lpt"}
+    assert default_lpt == {(hd, dt) for hd in (128, 192, 256) for dt in ("bf16", "fp16")} | {(128, "e4m3"), (256, "e4m3")}
