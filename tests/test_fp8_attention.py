@@ -60,6 +60,25 @@ def test_e4m3_variant_compiles_to_qgmma_without_spills(home):
     assert c["tensors"]["o"]["dtype"] == "bf16" and c["tensors"]["descale"]["dims"] == [3, "batch", "heads_kv"]
     maps = {p["name"]: p for p in c["params"] if p["kind"] == "tensormap"}
     assert maps["tma_v"]["dims"] == [3, 2, 1, 0] and maps["tma_o"]["dtype"] == "bf16"
+    # The contract binds FP8-shaped arrays: colmajor V with padded seqlen_k storage, bf16 O,
+    # the stacked descales; a row-major V is refused with the dimension named.
+    from cubinforge.runtime import bind, load_contract
+    contract = load_contract(c)
+    b, sq, sk, hq, hkv, d = 2, 100, 333, 4, 2, 128
+    arrays = {
+        "q": DeviceArray(0x10000, (b, sq, hq, d), None, "e4m3", 0),
+        "k": DeviceArray(0x20000, (b, sk, hkv, d), None, "e4m3", 0),
+        "v": DeviceArray(0x30000, (b, hkv, d, sk), (hkv * d * 336, d * 336, 336, 1), "e4m3", 0),
+        "o": DeviceArray(0x40000, (b, sq, hq, d), None, "bf16", 0),
+        "lse": DeviceArray(0x50000, (b, hq, sq), None, "f32", 0),
+        "descale": DeviceArray(0x60000, (3, b, hkv), None, "f32", 0),
+    }
+    bound = bind(contract, arrays, {}, {"sm_count": 132})
+    assert bound.grid == (min(-(-sq // 128) * hq * b, 132), 1, 1)
+    with pytest.raises(InputError, match="v.shape"):
+        bind(contract, {**arrays, "v": DeviceArray(0x30000, (b, sk, hkv, d), None, "e4m3", 0)}, {}, {"sm_count": 132})
+    with pytest.raises(InputError, match="not a multiple of 16"):
+        bind(contract, {**arrays, "v": DeviceArray(0x30000, (b, hkv, d, sk), None, "e4m3", 0)}, {}, {"sm_count": 132})
     if "sass" in m:
         # QK^T and PV: 4 k-steps of 32 each per key block, in the first-block and loop bodies.
         assert m["sass"]["qgmma"] >= 8 and m["sass"]["hgmma"] == 0

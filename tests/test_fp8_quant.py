@@ -49,6 +49,13 @@ def test_quantise_variants_compile_with_matching_contracts(home):
         assert c["dynamic_smem_bytes"] >= 16 and m["spill_store_bytes"] == 0 == m["spill_load_bytes"]
         if "sass" in m:
             assert m["sass"]["ldl"] == 0 and m["sass"]["stl"] == 0
+        from cubinforge.runtime import bind, load_contract
+        d = m["kernel"]["per_lane"] * 32  # the head dim this variant fixes
+        arrays = {"x": DeviceArray(0x10000, (2, 300, 3, d), None, "bf16", 0),
+                  "y": DeviceArray(0x20000, (2, 300, 3, d), None, "e4m3", 0),
+                  "descale": DeviceArray(0x30000, (2, 3, 3), None, "f32", 0)}
+        bound = bind(load_contract(c), arrays, {"block_tokens": 128, "hadamard": 1, "seed": 5})
+        assert bound.grid == (3, 3, 2) and bound.scalars["block_tokens"] == 128
 
 
 def _fake(shape, dtype="bf16"):
