@@ -198,9 +198,10 @@ def speed(seqlen: int, heads: int = 16):
 
             def one(d=d, causal=causal, case=case):
                 g = torch.Generator(device="cuda").manual_seed(0)
-                q = torch.randint(0, 120, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
-                k = torch.randint(0, 120, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
-                v = torch.randint(0, 120, (1, heads, d, seqlen), dtype=torch.uint8, device="cuda", generator=g)
+                # e4m3 bytes 0..55: values in [0, 0.94], so S and exp2 stay tame.
+                q = torch.randint(0, 56, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
+                k = torch.randint(0, 56, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
+                v = torch.randint(0, 56, (1, heads, d, seqlen), dtype=torch.uint8, device="cuda", generator=g)
                 from cubinforge.runtime import as_device_array
                 q8, k8, v8 = (as_device_array(t, dtype="e4m3") for t in (q, k, v))
                 out = torch.empty((1, seqlen, heads, d), dtype=torch.bfloat16, device="cuda")
