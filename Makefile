@@ -7,23 +7,26 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 ARCH ?= sm90
-SET ?= default
+# sm100 has its own set (fa4_fwd, never run: docs/kernels.md); every other arch builds `default`.
+SET ?= $(if $(filter sm100 sm_100 sm_100a,$(ARCH)),sm100,default)
 JOBS ?= $(shell nproc)
 # Optional filters, passed through when set: DTYPE=bf16 HDIM=128 CAUSAL=1
 FILTERS := $(if $(DTYPE),--dtype $(DTYPE)) $(if $(HDIM),--head-dim $(HDIM)) $(if $(CAUSAL),--causal $(CAUSAL))
+# Optional: CLUSTER=local:4 (a Dask LocalCluster) or CLUSTER=tcp://host:8786 (a running scheduler)
+CLUSTER ?=
 
 .PHONY: kernels test device-test bench serve venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[runtime,build,server,dev]'
+	$(PY) -m pip install -q -e '.[runtime,build,server,cluster,dev]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
 venv: $(STAMP)
 
 kernels: $(STAMP)
-	$(VENV)/bin/cubinforge build --arch $(ARCH) --set $(SET) --jobs $(JOBS) $(FILTERS)
+	$(VENV)/bin/cubinforge build --arch $(ARCH) --set $(SET) --jobs $(JOBS) $(FILTERS) $(if $(CLUSTER),--cluster $(CLUSTER))
 
 test: $(STAMP)
 	$(PY) -m pytest -q -ra tests

@@ -87,6 +87,8 @@ class Ours:
     def unreachable(self, variant) -> str | None:
         """Why flash_attn_func cannot launch this variant (None if it can)."""
         on = [a for a in self.UNREACHABLE_AXES if variant.axes.get(a)]
+        if variant.axes.get("head_dim_v", variant.head_dim) != variant.head_dim:
+            on.append("head_dim_v")             # v and o have their own head dim: not the sweep's shapes
         return f"axes {on} are not reachable through flash_attn_func" if on else None
 
     def last_variant(self) -> str | None:

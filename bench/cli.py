@@ -318,6 +318,14 @@ def _write_numbers(results: dict, out_dir: Path) -> None:
     from . import report as R
 
     R.write_json(results, out_dir / "results.json")
+    # Which cubins this sweep checked: `cubinforge verify import verified.json` stamps them.
+    import json
+
+    from .variants import registry_home
+    from .verified import manifest_reader, verified_doc
+
+    doc = verified_doc(results, manifest_reader(registry_home()), "results.json")
+    (out_dir / "verified.json").write_text(json.dumps(doc, indent=1) + "\n")
     R.write_csv(results.get("grid") or [], out_dir / "results.csv")
     R.write_markdown(results, out_dir / "results.md")
 

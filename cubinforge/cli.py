@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ["build", "ls", "show", "explain"]
+COMMANDS = ["build", "ls", "show", "explain", "verify"]
 # Modules that register several subcommands at once with `add_subcommands(subparsers)`.
 EXTENSIONS = ["cubinforge.commands_service"]
 

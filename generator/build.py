@@ -1,9 +1,11 @@
 """Build variants into the registry: render, skip what is current, compile in parallel, store.
 
 Each variant's rendered module is written to the build folder and compiled in a spawned
-worker (one pool per arch, CUTE_DSL_ARCH set before cutlass is imported). A variant whose
-content key is already in the registry is skipped without importing cutlass. A failing
-variant is reported with its traceback and the others still build.
+worker (one pool per arch, CUTE_DSL_ARCH set before cutlass is imported), or, given a Dask
+client, on a cluster (generator/cluster.py): the plan, the skip check, the progress bar and
+the registry writes are the same either way, and only this process writes the registry. A
+variant whose content key is already in the registry is skipped without importing cutlass.
+A failing variant is reported with its traceback and the others still build.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def _outcome_from_record(name: str, status: str, seconds: float, metadata: dict)
     return Outcome(name, status, seconds, metadata.get("registers"), smem)
 
 
-def plan(variants: Iterable[Variant], registry, build_dir: Path, force: bool = False):
-    """Split variants into (pending compile jobs, outcomes already known: skipped or failed)."""
+def plan(variants: Iterable[Variant], registry, build_dir: Path, force: bool = False, write_sources: bool = True):
+    """Split variants into (pending compile jobs, outcomes already known: skipped or failed).
+    A cluster build sends the rendered text itself, so it writes no sources here."""
     current = registry.content_keys()
     pending: list[_Pending] = []
     done: list[Outcome] = []
@@ -69,7 +72,7 @@ def plan(variants: Iterable[Variant], registry, build_dir: Path, force: bool = F
             done.append(Outcome(v.name, "skipped"))
             continue
         path = build_dir / f"{rendered.module_name}.py"
-        if not path.is_file() or path.read_text() != rendered.text:
+        if write_sources and (not path.is_file() or path.read_text() != rendered.text):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(rendered.text)
         pending.append(_Pending(v, rendered, key, CompileJob(v.name, v.arch, str(path), rendered.module_name)))
@@ -99,12 +102,18 @@ def _run_pool(arch: str, jobs: list[CompileJob], workers: int, isolate: bool, on
 
 
 def build(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
-          build_dir: Path | None = None, progress: bool | None = None) -> list[Outcome]:
-    """Build every variant not current in the registry; return one Outcome per variant, in order."""
+          build_dir: Path | None = None, progress: bool | None = None, client=None,
+          on_stored: Callable[[str], None] | None = None) -> list[Outcome]:
+    """Build every variant not current in the registry; return one Outcome per variant, in order.
+
+    `client`: a Dask `distributed.Client` (or any concurrent.futures Executor) to compile on
+    instead of local processes. `on_stored(name)` is called for each variant whose artifact is
+    current in the registry: as it is written, and at once for those skipped as current.
+    """
     from tqdm import tqdm
 
     build_dir = Path(build_dir) if build_dir else registry.home / "build"
-    pending, done = plan(variants, registry, build_dir, force)
+    pending, done = plan(variants, registry, build_dir, force, write_sources=client is None)
     by_name = {p.variant.name: p for p in pending}
     outcomes = {o.variant: o for o in done}
     bar = tqdm(total=len(pending), unit="variant", desc="compile", disable=(None if progress is None else not progress))
@@ -120,6 +129,8 @@ def build(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
                     compile_options=result.compile_options, content_key=p.key, build_seconds=result.seconds,
                 ))
                 outcomes[result.variant] = _outcome_from_record(result.variant, "built", result.seconds, result.metadata)
+                if on_stored is not None:
+                    on_stored(result.variant)
             except Exception as exc:
                 outcomes[result.variant] = Outcome(result.variant, "failed", result.seconds,
                                                    error=f"storing failed: {type(exc).__name__}: {exc}")
@@ -128,6 +139,24 @@ def build(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
         bar.set_postfix_str(result.variant[-40:], refresh=False)
         bar.update(1)
 
+    if on_stored is not None:
+        for o in done:
+            if o.status == "skipped":
+                on_stored(o.variant)
+    try:
+        if client is not None:
+            from .cluster import RemoteJob, run_jobs
+
+            run_jobs(client, [RemoteJob.of(p.variant.name, p.variant.arch, p.rendered.module_name, p.rendered.text,
+                                           get_family(p.variant.family).package) for p in pending], on_result=store)
+        else:
+            _run_local(pending, jobs, build_dir, store)
+    finally:
+        bar.close()
+    return [outcomes[v.name] for v in variants]
+
+
+def _run_local(pending: list[_Pending], jobs: int, build_dir: Path, store: Callable) -> None:
     by_arch: dict[str, list[CompileJob]] = defaultdict(list)
     for p in pending:
         by_arch[p.variant.arch].append(p.job)
@@ -138,9 +167,7 @@ def build(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
             lost = _run_pool(arch, lost, jobs, isolate=True, on_result=store, dump_dir=dump_dir)
         for job in lost:
             store(CompileResult(job.variant, ok=False, error="the compile worker process died (crash or out of memory)"))
-    bar.close()
     shutil.rmtree(build_dir / "dsl-dump", ignore_errors=True)  # the DSL's --keep-cubin copies; the registry has them
-    return [outcomes[v.name] for v in variants]
 
 
 # ---------------------------------------------------------------- reporting
@@ -178,9 +205,21 @@ def summary(outcomes: list[Outcome], elapsed: float | None = None) -> str:
 
 
 def run(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
-        build_dir: Path | None = None, progress: bool | None = None, echo: Callable[[str], None] = print) -> int:
-    """Build, print the summary, and return the exit code (1 if any variant failed)."""
+        build_dir: Path | None = None, progress: bool | None = None, echo: Callable[[str], None] = print,
+        client=None, publisher=None) -> int:
+    """Build, print the summary, and return the exit code (1 if any variant failed).
+
+    `publisher`: an object with `submit(name)` (called as each artifact is stored) and
+    `wait() -> {name: error}`; a variant that built but did not publish counts as failed.
+    """
     start = time.perf_counter()
-    outcomes = build(variants, registry, jobs=jobs, force=force, build_dir=build_dir, progress=progress)
+    try:
+        outcomes = build(variants, registry, jobs=jobs, force=force, build_dir=build_dir, progress=progress,
+                         client=client, on_stored=publisher.submit if publisher else None)
+    finally:
+        unpublished = publisher.wait() if publisher else {}
+    for o in outcomes:
+        if o.variant in unpublished:
+            o.status, o.error = "failed", f"in the registry, but publishing failed: {unpublished[o.variant]}"
     echo(summary(outcomes, time.perf_counter() - start))
     return 1 if any(o.status == "failed" for o in outcomes) else 0

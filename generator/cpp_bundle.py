@@ -33,7 +33,7 @@ import jinja2
 
 from cubinforge.runtime.arrays import DTYPE_BYTES as DTYPES
 from cubinforge.runtime.contract import BINARY_OPS as _BINARY, load_contract
-from cubinforge.runtime.axes import default_axes
+from cubinforge.runtime.axes import default_axes, derived_axes
 from cubinforge.runtime.dispatch import preference_table
 from cubinforge.runtime.errors import ContractError
 from cubinforge.runtime.registry_source import MANIFEST_VERSION
@@ -122,8 +122,17 @@ class _Variant:
         axes = dict(manifest.get("axes", {}))
         for k, v in default_axes().items():
             axes.setdefault(k, v)
+        for k, source in derived_axes().items():  # a value head dim defaults to the head dim
+            if source in axes:
+                axes.setdefault(k, axes[source])
         self.axes = [(k, axis_text(v)) for k, v in axes.items()]
         self.sha256 = manifest["cubin"]["sha256"]
+        # Non-empty when the loader must refuse the variant without an opt-in (the runtime's rule).
+        from cubinforge.runtime.registry_source import refuses_unverified
+
+        verification = (manifest.get("provenance") or {}).get("verification") or {}
+        self.unverified_reason = (verification.get("reason") or "never checked numerically on a GPU") \
+            if refuses_unverified(verification) else None
         self.cubin_size = int(manifest["cubin"]["size"])
         if self.cubin_size <= 0:
             raise self.error("the cubin is empty")

@@ -44,7 +44,8 @@ class Family:
         """The family's own default tile for the head dim; the table here until its package exists."""
         fn = _tile_function(self.tile_function) if self.tile_function else None
         if fn is not None:
-            return tuple(fn(axes["head_dim"], bool(axes.get("causal", False))))
+            extra = (axes["head_dim_v"],) if "head_dim_v" in axes else ()
+            return tuple(fn(axes["head_dim"], bool(axes.get("causal", False)), *extra))
         if self.default_tiles is None:
             return None
         return self.default_tiles[axes["head_dim"]]
@@ -62,6 +63,12 @@ def _tile_function(ref: str) -> Callable | None:
         return None
 
 
+def _dv_pairs() -> tuple:
+    """(head_dim, head_dim_v) pairs with their own value head dim: the kernel package's table
+    (config.py imports no cutlass)."""
+    from .kernels.fa3_fwd_sm90.config import HEAD_DIM_V_TILES
+    return tuple(HEAD_DIM_V_TILES)
+
 
 FA3_FWD = Family(
     name="fa3_fwd",
@@ -72,12 +79,18 @@ FA3_FWD = Family(
         "arch": ("sm_90a",),
         "dtype": ("bf16", "fp16", "e4m3"),
         "head_dim": (64, 96, 128, 192, 256),
+        "head_dim_v": (64, 96, 128, 192, 256),  # = head_dim, or a pair of HEAD_DIM_V_TILES
         "causal": (False, True),
         "varlen": (False,),
-        "paged_kv": (False,),
-        "pack_gqa": (False,),
-        "split_kv": (False,),
+        # Inference axes (kernels/fa3_fwd_sm90/inference.py): one tile per CTA.
+        "paged_kv": (False, True),
+        "pack_gqa": (False, True),
+        "split_kv": (False, True),
+        # V (batch, heads_kv, head_dim, seqlen_k) for FP8: the 8-bit PV GEMM wants V K-major.
         "v_layout": ("rowmajor", "colmajor"),
+        "softcap": (False, True),
+        "local": (False, True),
+        "learnable_sink": (False, True),
         # lpt: causal tiles longest first on a 1-D grid (not in the default set until timed)
         "scheduler": ("single", "persistent", "lpt"),
         "tile_m": (64, 128, 192),
@@ -87,6 +100,16 @@ FA3_FWD = Family(
     constraints=(
         (lambda ax: ax["scheduler"] != "lpt" or ax["causal"],
          "scheduler=lpt orders causal tiles by cost; non-causal tiles all cost the same (use single or persistent)"),
+        (lambda ax: ax["scheduler"] == "single" or not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),
+         "split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler=single"),
+        (lambda ax: ax["head_dim_v"] == ax["head_dim"] or (ax["head_dim"], ax["head_dim_v"]) in _dv_pairs(),
+         "head_dim_v must equal head_dim or make a pair the kernel builds: (192, 128), (128, 64), (96, 64)"),
+        (lambda ax: not (ax["local"] and ax["causal"]),
+         "local=1 is a sliding window with its own right edge; causal (the window (-1, 0)) is causal=1, local=0"),
+        (lambda ax: not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"])
+         or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]),
+         "the inference forms (split_kv, pack_gqa, paged_kv) do not take softcap, local, learnable_sink or "
+         "head_dim_v != head_dim yet"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128, 256),
          "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,
@@ -94,14 +117,53 @@ FA3_FWD = Family(
         (lambda ax: (ax["dtype"] == "e4m3") == (ax["v_layout"] == "colmajor"),
          "dtype=e4m3 needs v_layout=colmajor (V transposed in shared memory is not built), "
          "and colmajor is built for e4m3 only"),
+        (lambda ax: ax["dtype"] != "e4m3"
+         or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]
+                 or ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),
+         "dtype=e4m3 does not take the model variants (softcap, local, learnable_sink, head_dim_v != head_dim) "
+         "or the inference forms (split_kv, pack_gqa, paged_kv) yet"),
     ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={
-        ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a needs its own kernel package",
+        ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a is built by fa4_fwd",
+        ("varlen", True): "varlen is not built yet",
+    },
+)
+
+# SM100 (Blackwell): tcgen05 UMMA with S, P and O in TMEM. Cross-compiled only: no cubin of
+# it has run (the registry marks each `unverified`; docs/kernels.md says what was checked).
+FA4_FWD = Family(
+    name="fa4_fwd",
+    template="fa4_fwd_variant.py.j2",
+    package="cubinforge.generator.kernels.fa4_fwd_sm100",
+    config_class="FwdConfig",
+    supported={
+        "arch": ("sm_100a",),
+        "dtype": ("bf16", "fp16"),
+        "head_dim": (64, 128),
+        "causal": (False, True),
+        "varlen": (False,),
+        "paged_kv": (False,),
+        "pack_gqa": (False,),
+        "split_kv": (False,),
+        "scheduler": ("single",),
+        "tile_m": (128,),
+        "tile_n": (64, 128),
+    },
+    config_axes=("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n"),
+    tile_function="cubinforge.generator.kernels.fa4_fwd_sm100.config:default_tile",
+    not_yet={
+        ("arch", "sm_90a"): "fa4_fwd is SM100 only (tcgen05, TMEM); sm_90a is built by fa3_fwd",
+        ("head_dim", 96): "head_dim 96 is not built for sm_100a yet",
+        ("head_dim", 192): "head_dim 192 is not built for sm_100a yet",
+        ("head_dim", 256): "head_dim 256 is not built for sm_100a yet",
+        ("dtype", "e4m3"): "e4m3 (FP8) is not built yet",
         ("varlen", True): "varlen is not built yet",
         ("paged_kv", True): "paged KV is not built yet",
         ("pack_gqa", True): "pack_gqa is not built yet",
         ("split_kv", True): "split KV is not built yet",
+        ("scheduler", "persistent"): "one tile per CTA only so far (no persistent or CLC scheduler)",
+        ("scheduler", "lpt"): "one tile per CTA only so far (no persistent or CLC scheduler)",
     },
 )
 
@@ -114,6 +176,40 @@ DEMO_SCALE = Family(
     supported={"arch": ("sm_90a", "sm_100a"), "dtype": ("bf16", "fp16")},
     config_axes=("arch", "dtype"),
     in_all=False,
+)
+
+# Split-KV's second kernel: partial O and LSE (fp32, per split) -> O and LSE.
+ATTN_COMBINE = Family(
+    name="attn_combine",
+    template="attn_combine_variant.py.j2",
+    package="cubinforge.generator.kernels.attn_combine",
+    config_class="CombineConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256)},
+    config_axes=("arch", "dtype", "head_dim"),
+    not_yet={("arch", "sm_100a"): "attn_combine is built for sm_90a only so far"},
+)
+
+# New k/v tokens into a dense or paged cache at cache_seqlens, before attention.
+KV_APPEND = Family(
+    name="kv_append",
+    template="kv_append_variant.py.j2",
+    package="cubinforge.generator.kernels.kv_append",
+    config_class="AppendConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256),
+               "paged_kv": (False, True)},
+    config_axes=("arch", "dtype", "head_dim", "paged_kv"),
+    not_yet={("arch", "sm_100a"): "kv_append is built for sm_90a only so far"},
+)
+
+# Paged -> dense copy of the used keys: the path for page sizes the paged kernels do not take.
+KV_GATHER = Family(
+    name="kv_gather",
+    template="kv_gather_variant.py.j2",
+    package="cubinforge.generator.kernels.kv_gather",
+    config_class="GatherConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256)},
+    config_axes=("arch", "dtype", "head_dim"),
+    not_yet={("arch", "sm_100a"): "kv_gather is built for sm_90a only so far"},
 )
 
 # Make FP8 inputs without torch: bf16/fp16 -> e4m3 with per-head or per-block descales and
@@ -133,7 +229,8 @@ FP8_QUANT = Family(
     },
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, DEMO_SCALE, FP8_QUANT)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, FA4_FWD, DEMO_SCALE, ATTN_COMBINE, KV_APPEND, KV_GATHER,
+                                                   FP8_QUANT)}
 
 
 def register_family(family: Family) -> None:

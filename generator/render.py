@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from .families import get_family
-from .spec import AXES, Variant
+from .spec import Variant, axis_default
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 
@@ -57,7 +57,7 @@ def config_items(v: Variant) -> list[tuple[str, object]]:
     return [
         (axis, value)
         for axis, value in v.values
-        if axis in fam.config_axes or value != AXES[axis].default
+        if axis in fam.config_axes or value != axis_default(axis, v.axes)
     ]
 
 

@@ -17,7 +17,12 @@ from collections import Counter
 from pathlib import Path
 
 WATCHED = {"HGMMA": "hgmma", "UTMALDG": "utmaldg", "UTMASTG": "utmastg", "LDL": "ldl", "STL": "stl",
-           "QGMMA": "qgmma"}  # QGMMA: the SASS name of an FP8 (e4m3/e5m2) warpgroup MMA
+           "QGMMA": "qgmma",  # QGMMA: the SASS name of an FP8 (e4m3/e5m2) warpgroup MMA
+           # SM100: tcgen05 MMA (UTCHMMA, 16-bit inputs) and the TMEM loads and stores
+           "UTCHMMA": "utchmma", "LDTM": "ldtm", "STTM": "sttm"}
+# SM100 TMEM allocation as ptxas lowers it: tcgen05.alloc is an atomic find-and-set on the
+# SM's column bitmap (retried after NANOSLEEP), tcgen05.dealloc an atomic AND clearing it.
+WATCHED_MODS = {("UTCATOMSWS", "FIND_AND_SET"): "tmem_alloc", ("UTCATOMSWS", "AND"): "tmem_dealloc"}
 _INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
 _WIDTH = {"64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
 
@@ -53,18 +58,25 @@ def cuobjdump(args: list[str], cubin: bytes, timeout: float = 120) -> str | None
 
 def sass_counts(cubin: bytes) -> dict | None:
     text = cuobjdump(["-sass"], cubin)
-    if text is None:
-        return None
+    return None if text is None else counts_of(text)
+
+
+def counts_of(text: str) -> dict:
+    """sass_counts of SASS text already disassembled."""
     counts: Counter = Counter()
     for m in _INSTR.finditer(text):
         op, mods = m.group(1), m.group(2).split(".")[1:]
         counts["instructions"] += 1
         if op in WATCHED:
             counts[WATCHED[op]] += 1
+        for (wop, mod), key in WATCHED_MODS.items():
+            if op == wop and mod in mods:
+                counts[key] += 1
         if op in ("LDL", "STL"):
             width = next((_WIDTH[x] for x in mods if x in _WIDTH), 4)
             counts["spill_load_bytes" if op == "LDL" else "spill_store_bytes"] += width
-    return {k: counts[k] for k in (*WATCHED.values(), "instructions", "spill_load_bytes", "spill_store_bytes")}
+    return {k: counts[k] for k in (*WATCHED.values(), *WATCHED_MODS.values(), "instructions", "spill_load_bytes",
+                                   "spill_store_bytes")}
 
 
 _LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);")

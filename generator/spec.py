@@ -23,6 +23,12 @@ class SpecError(ValueError):
     """A variant, filter or set that the spec does not allow, with the reason."""
 
 
+def axis_default(axis: str, axes: Mapping[str, Any]) -> Any:
+    """The value `axis` takes when not given, for a variant whose other axes are `axes`."""
+    source = AXES[axis].default_from
+    return axes.get(source) if source else AXES[axis].default
+
+
 @dataclass(frozen=True)
 class Variant:
     """One buildable kernel: a family and a value for each of its axes (in AXES order)."""
@@ -119,6 +125,8 @@ def make_variant(family: str, **axes: Any) -> Variant:
             continue
         if axis in axes:
             values[axis] = parse_value(axis, axes[axis])
+        elif AXES[axis].default_from:
+            values[axis] = values[AXES[axis].default_from]
         elif AXES[axis].default is not None:
             values[axis] = AXES[axis].default
         else:
@@ -149,6 +157,9 @@ def variant_name(v: Variant) -> str:
         spec = AXES[axis]
         if axis == "head_dim":
             tokens.append(f"hd{value}")
+        elif AXES[axis].default_from:
+            if value != ax[AXES[axis].default_from]:
+                tokens.append(f"dv{value}")
         elif axis == "causal":
             tokens.append("causal" if value else "noncausal")
         elif spec.flag:
@@ -182,6 +193,8 @@ def parse_name(name: str) -> Variant:
             axes["tile_m"], axes["tile_n"] = int(m.group(1)), int(m.group(2))
         elif (m := re.fullmatch(r"hd(\d+)", tok)) and "head_dim" in fam.axes:
             axes["head_dim"] = int(m.group(1))
+        elif (m := re.fullmatch(r"dv(\d+)", tok)) and "head_dim_v" in fam.axes:
+            axes["head_dim_v"] = int(m.group(1))
         elif tok in ("causal", "noncausal") and "causal" in fam.axes:
             axes["causal"] = tok == "causal"
         else:
@@ -200,6 +213,27 @@ def parse_name(name: str) -> Variant:
 ALL = "*"  # in a set: every value the family supports
 
 # A set is a list of (family, {axis: values or ALL}); axes left out take their default.
+
+_INFERENCE_FORMS = (  # (split_kv, pack_gqa, paged_kv): every form with at least one on
+    (True, False, False), (False, True, False), (True, True, False), (False, False, True),
+    (True, False, True), (False, True, True), (True, True, True),
+)
+# Pack-GQA forms take 64-row tiles (decode rows are tokens x group: few), the others the
+# family's default tile.
+INFERENCE_SET = [
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
+                 "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **({"tile_m": [64]} if p else {})})
+    for s, p, g in _INFERENCE_FORMS
+] + [("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]}),
+      ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]}),
+      ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
+DECODE_DEFAULT = [
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
+                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True], "tile_m": [64]}),
+    ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
+    ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),
+    ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128]}),
+]
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # Each (head dim, mask) ships the scheduler that won the H200 A/B of 2026-12-01 (the
     # switches that go with it are the family's: fa3_fwd_sm90/config.py TUNED). Non-causal:
@@ -239,11 +273,57 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "v_layout": ["colmajor"], "scheduler": ["lpt"], "tile_m": [128], "tile_n": [128]}),
         # FP8 inputs for a torch-free caller (runtime/fp8.py quantize_fp8).
         ("fp8_quant", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL}),
+        # Decode: pack-GQA, with and without split-KV, dense or paged, and the combine.
+        *DECODE_DEFAULT,
+        # The commonest model variants (the rest are SET=variants): Gemma-2's softcap, a window.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True],
+                     "softcap": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
+                     "local": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [192], "head_dim_v": [128],
+                     "causal": [True]}),
     ],
+    # What models ship with: softcap (Gemma-2), sliding windows (Mistral, Gemma), learnable
+    # sinks (gpt-oss: hd64, window 128, sinks). Local variants are non-causal (a window's
+    # right side does what causal does) and persistent: windowed tiles cost about the same.
+    "variants": [
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 256], "causal": [True],
+                     "softcap": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 256], "causal": [False],
+                     "softcap": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 256], "causal": [False],
+                     "local": [True], "scheduler": ["persistent"]}),
+        # hd64 local at 128 x 128: at the default 192 x 128 (three consumer warpgroups, 160
+        # registers) the window's two-edge mask spills (~100 LDL/STL); 128 x 128 spills none.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [False],
+                     "local": [True], "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 256], "causal": [False],
+                     "local": [True], "softcap": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [True],
+                     "learnable_sink": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64, 128], "causal": [False],
+                     "learnable_sink": [True], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False],
+                     "local": [True], "learnable_sink": [True], "scheduler": ["persistent"],
+                     "tile_m": [128], "tile_n": [128]}),
+        # Value head dim != head dim: DeepSeek MLA prefill (192, 128), and (128, 64), (96, 64).
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
+                     "causal": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
+                     "causal": [False], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 96], "head_dim_v": [64],
+                     "causal": [True]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 96], "head_dim_v": [64],
+                     "causal": [False], "scheduler": ["persistent"]}),
+    ],
+    # Inference (issue 11): split-KV decode, pack-GQA, paged KV, and the combine kernel.
+    "inference": INFERENCE_SET,
     "all": [
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all
     ],
     "demo": [("demo_scale", {"arch": ALL, "dtype": ALL})],
+    # Blackwell: cross-compiled and statically checked only, never run (`make kernels ARCH=sm100`).
+    "sm100": [("fa4_fwd", {"arch": ["sm_100a"], "dtype": ALL, "head_dim": ALL, "causal": ALL})],
 }
 
 

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, Iterator, Mapping
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import settings
+from . import settings, verification
 from .blobstore import BlobStore
 from .manifest import make_manifest, read_manifest, remove_manifest, write_manifest
 from .models import AXIS_COLUMNS, Artifact, ArtifactBuild, Base
@@ -94,6 +94,9 @@ class Registry:
             "rendered_source_sha256": source_sha,
             "template": a.template,
             "python": a.python,
+            # Where this exact cubin was checked numerically, or why it is unverified.
+            "verification": verification.stamp(a.family, a.axes.get("arch"), cubin_sha,
+                                               verification.all_records(self.home)),
         }
         manifest = make_manifest(
             variant=a.name, family=a.family, axes=a.axes, cubin_sha256=cubin_sha, cubin_size=len(a.cubin),
@@ -135,6 +138,29 @@ class Registry:
         else:
             write_manifest(self.manifests_dir, record_manifest(record))
         return record
+
+    def import_verification(self, path: str | Path) -> list[dict]:
+        """Keep a verification record file in `verified/` and restamp every current variant
+        from all records: those whose cubin sha256 a record names change status."""
+        import shutil
+
+        records = verification.load_records(path)  # checked before it is kept
+        (self.home / "verified").mkdir(exist_ok=True)
+        kept = self.home / "verified" / Path(path).name
+        if Path(path).resolve() != kept.resolve():
+            shutil.copyfile(path, kept)
+        every = verification.all_records(self.home)
+        changed = []
+        with self.session() as s:
+            for row in s.scalars(select(Artifact).where(Artifact.yanked.is_(False))):
+                arch = (row.axes or {}).get("arch")
+                new = verification.stamp(row.family, arch, row.cubin_sha256, every)
+                if (row.provenance or {}).get("verification") != new:
+                    row.provenance = {**(row.provenance or {}), "verification": new}
+                    changed.append(_record(row))
+        for record in changed:
+            write_manifest(self.manifests_dir, record_manifest(record))
+        return [{"variant": r["name"], **r["provenance"]["verification"]} for r in changed]
 
     # ------------------------------------------------------------ reading
 

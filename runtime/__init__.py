@@ -11,16 +11,18 @@ from .arrays import DeviceArray, OwnedDeviceArray, as_device_array
 from .attention import clear_cache, flash_attn_func, select_attention_variant
 from .contract import Contract, bind, evaluate, load_contract
 from .errors import (ContractError, CubinforgeError, CudaError, DriverUnavailable, InputError,
-                     IntegrityError, VariantNotFound)
+                     IntegrityError, UnverifiedVariant, VariantNotFound)
 from .fp8 import quantize_fp8
+from .kvcache import flash_attn_combine, flash_attn_with_kvcache, prepare_kvcache
 from .launcher import Kernel, LaunchRecord, last_launch
 from .registry_source import LocalSource, Manifest, Source, load_manifest, select
 
 __all__ = [
     "flash_attn_func", "select_attention_variant", "last_launch", "clear_cache", "quantize_fp8",
+    "flash_attn_with_kvcache", "flash_attn_combine", "prepare_kvcache",
     "Kernel", "LaunchRecord", "DeviceArray", "OwnedDeviceArray", "as_device_array",
     "Contract", "load_contract", "bind", "evaluate",
     "Manifest", "Source", "LocalSource", "load_manifest", "select",
     "CubinforgeError", "ContractError", "InputError", "VariantNotFound", "IntegrityError",
-    "CudaError", "DriverUnavailable",
+    "CudaError", "DriverUnavailable", "UnverifiedVariant",
 ]

@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import InputError
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "f32": 4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "f32": 4, "i32": 4}
 
 # DLPack constants (dlpack.h 1.x).
 KDL_CUDA = 2
@@ -26,16 +26,16 @@ _DL_DEVICE_NAMES = {1: "kDLCPU", 2: "kDLCUDA", 3: "kDLCUDAHost", 4: "kDLOpenCL",
                     8: "kDLMetal", 9: "kDLVPI", 10: "kDLROCM", 11: "kDLROCMHost", 12: "kDLExtDev",
                     13: "kDLCUDAManaged", 14: "kDLOneAPI", 15: "kDLWebGPU", 16: "kDLHexagon",
                     17: "kDLMAIA", 18: "kDLTrn"}
-KDL_UINT, KDL_FLOAT, KDL_BFLOAT, KDL_FLOAT8_E4M3FN = 1, 2, 4, 10
+KDL_INT, KDL_UINT, KDL_FLOAT, KDL_BFLOAT, KDL_FLOAT8_E4M3FN = 0, 1, 2, 4, 10
 _DL_TO_DTYPE = {(KDL_BFLOAT, 16): "bf16", (KDL_FLOAT, 16): "fp16", (KDL_FLOAT, 32): "f32",
-                (KDL_FLOAT8_E4M3FN, 8): "e4m3"}
+                (KDL_FLOAT8_E4M3FN, 8): "e4m3", (KDL_INT, 32): "i32"}
 _DTYPE_TO_DL = {v: k for k, v in _DL_TO_DTYPE.items()}
 DLPACK_FLAG_READ_ONLY = 1
 
 # __cuda_array_interface__ typestrs. bf16 and e4m3 have no numpy typestr: they travel as
 # opaque 'V' elements tagged with a descr name (readable back here; elsewhere use DLPack).
-_CAI_TO_DTYPE = {"<f2": "fp16", "<f4": "f32"}
-_DTYPE_TO_CAI = {"fp16": ("<f2", None), "f32": ("<f4", None),
+_CAI_TO_DTYPE = {"<f2": "fp16", "<f4": "f32", "<i4": "i32"}
+_DTYPE_TO_CAI = {"fp16": ("<f2", None), "f32": ("<f4", None), "i32": ("<i4", None),
                  "bf16": ("<V2", [("bf16", "<V2")]), "e4m3": ("|V1", [("e4m3", "|V1")])}
 
 

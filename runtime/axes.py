@@ -20,6 +20,9 @@ class Axis:
     # Exact axes must equal what a caller asks (a cubin for one head dim cannot run another);
     # free axes (scheduler, tiles) are the dispatcher's to choose among what fits.
     exact: bool = True
+    # An axis whose default is another axis's value (V as wide as Q: head_dim_v = head_dim),
+    # left out of names when it equals it.
+    default_from: str | None = None
 
 
 AXES: dict[str, Axis] = {
@@ -28,6 +31,7 @@ AXES: dict[str, Axis] = {
         Axis("arch", ("sm_90a", "sm_100a")),
         Axis("dtype", ("bf16", "fp16", "e4m3")),
         Axis("head_dim", (64, 96, 128, 192, 256)),
+        Axis("head_dim_v", (64, 96, 128, 192, 256), default_from="head_dim"),
         Axis("causal", (False, True)),
         Axis("varlen", (False, True), False, "varlen"),
         Axis("paged_kv", (False, True), False, "paged"),
@@ -36,6 +40,9 @@ AXES: dict[str, Axis] = {
         # How V is laid out: (batch, seqlen_k, heads_kv, head_dim) or, for FP8,
         # (batch, heads_kv, head_dim, seqlen_k) (token "colmajor").
         Axis("v_layout", ("rowmajor", "colmajor"), "rowmajor"),
+        Axis("softcap", (False, True), False, "softcap"),
+        Axis("local", (False, True), False, "local"),
+        Axis("learnable_sink", (False, True), False, "sink"),
         Axis("scheduler", ("single", "persistent", "lpt"), "single", exact=False),
         Axis("tile_m", (64, 128, 192, 256), exact=False),
         Axis("tile_n", tuple(range(16, 257, 16)), exact=False),
@@ -50,3 +57,30 @@ def default_axes() -> dict:
     "the plain kernel", never "whatever exists". Read from AXES on every call, so an axis
     added to the table is seen everywhere at once."""
     return {a.name: a.default for a in AXES.values() if a.exact and a.default is not None}
+
+
+def derived_axes() -> dict:
+    """Axes whose default is another axis's value: {axis: the axis it defaults to}."""
+    return {a.name: a.default_from for a in AXES.values() if a.default_from}
+
+
+def axis_value(axes, name: str):
+    """A variant's value of axis `name`, from its axes; an axis written before it existed
+    takes its default (a value head dim is the head dim)."""
+    if name in axes:
+        return axes[name]
+    axis = AXES.get(name)
+    if axis is not None and axis.default_from:
+        return axes.get(axis.default_from)
+    return default_axes().get(name)
+
+
+def with_defaults(axes) -> dict:
+    """The exact axes a request means: the plain kernel's defaults, what was asked, and each
+    derived axis from the axis it follows (head_dim_v = head_dim unless asked)."""
+    want = default_axes()
+    want.update(axes)
+    for name, source in derived_axes().items():
+        if name not in want and source in want:
+            want[name] = want[source]
+    return want

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .axes import default_axes
+from .axes import axis_value, with_defaults
 # The problem's sizes a preference may test, besides its exact axes.
 SIZES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "sm_count")
 
@@ -84,9 +84,7 @@ class Problem:
     sm_count: int | None = None
 
     def exact(self) -> dict:
-        want = default_axes()
-        want.update(self.axes)
-        return want
+        return with_defaults(self.axes)
 
     def value(self, key: str) -> Any:
         if key == "family":
@@ -112,8 +110,7 @@ class Choice:
 
 def matches(problem: Problem, axes: Mapping[str, Any]) -> list[str]:
     """The exact axes on which a variant's axes differ from the problem's (empty: it fits)."""
-    defaults = default_axes()
-    return [k for k, v in problem.exact().items() if not same_value(axes.get(k, defaults.get(k)), v)]
+    return [k for k, v in problem.exact().items() if not same_value(axis_value(axes, k), v)]
 
 
 def rank(problem: Problem, candidates: Iterable[Any], *, axes_of=lambda c: c.axes,

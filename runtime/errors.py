@@ -24,6 +24,11 @@ class VariantNotFound(CubinforgeError, LookupError):
     """No variant in the registry matches what was asked; nothing is substituted."""
 
 
+class UnverifiedVariant(CubinforgeError, RuntimeError):
+    """The variant has never been checked numerically on a GPU of its arch; launching it needs
+    an explicit opt-in (CUBINFORGE_ALLOW_UNVERIFIED=1 or allow_unverified=True)."""
+
+
 class IntegrityError(CubinforgeError):
     """A registry blob does not hash to the sha256 its manifest names."""
 

@@ -16,7 +16,7 @@ from .arrays import DeviceArray, as_device_array
 from .contract import Bound, Contract, bind
 from .errors import CudaError, InputError
 from .params import build_params
-from .registry_source import Manifest, Source, default_source, fetch_cubin
+from .registry_source import Manifest, Source, check_verified, default_source, fetch_cubin
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,10 @@ def _scalars_key(scalars) -> tuple | None:
 class Kernel:
     """A registry variant ready to launch: its manifest and cubin bytes (verified)."""
 
-    def __init__(self, manifest: Manifest, cubin: bytes):
+    def __init__(self, manifest: Manifest, cubin: bytes, allow_unverified: bool | None = None):
+        # Refuse a variant never checked on a GPU of its arch unless the caller opts in
+        # (None: CUBINFORGE_ALLOW_UNVERIFIED decides).
+        check_verified(manifest, allow_unverified)
         self.manifest = manifest
         self.cubin = cubin
         self._plans: dict[tuple, _Plan] = {}
@@ -87,8 +90,10 @@ class Kernel:
         self._names = tuple(manifest.contract.tensors)
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest, source: Source | None = None) -> "Kernel":
-        return cls(manifest, fetch_cubin(manifest, source or default_source()))
+    def from_manifest(cls, manifest: Manifest, source: Source | None = None,
+                      allow_unverified: bool | None = None) -> "Kernel":
+        check_verified(manifest, allow_unverified)  # before fetching the cubin
+        return cls(manifest, fetch_cubin(manifest, source or default_source()), allow_unverified)
 
     @property
     def contract(self) -> Contract:

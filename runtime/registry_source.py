@@ -20,13 +20,40 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
 from .contract import Contract, load_contract
-from .axes import default_axes
+from .axes import axis_value, derived_axes
 from .dispatch import Choice, Problem, matches, rank, same_value
-from .errors import ContractError, IntegrityError, VariantNotFound
+from .errors import ContractError, IntegrityError, UnverifiedVariant, VariantNotFound
 
 MANIFEST_VERSION = 1
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+ALLOW_UNVERIFIED_ENV = "CUBINFORGE_ALLOW_UNVERIFIED"
+
+
+def refuses_unverified(verification: Mapping[str, Any] | None) -> bool:
+    """The refusal rule (registry/verification.py writes the entry): a variant is refused without
+    an opt-in when it is unverified and no cubin of its family on its arch has passed a GPU check
+    (every sm_100a variant today), or its cubin failed one. A manifest written before
+    verification was recorded (no entry) is not refused."""
+    if not verification:
+        return False
+    return verification.get("status") != "verified" and not verification.get("arch_verified", False)
+
+
+def allow_unverified_from_env() -> bool:
+    return os.environ.get(ALLOW_UNVERIFIED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_verified(manifest: "Manifest", allow_unverified: bool | None = None) -> None:
+    """Raise UnverifiedVariant, saying why, unless the variant may launch (see refuses_unverified)."""
+    allow = allow_unverified_from_env() if allow_unverified is None else allow_unverified
+    v = manifest.verification
+    if allow or not refuses_unverified(v):
+        return
+    raise UnverifiedVariant(
+        f"{manifest.variant} is unverified: {v.get('reason', 'it has never been checked numerically on a GPU')}. "
+        f"Its results have never been compared with a reference, so they may be wrong. To launch it anyway "
+        f"set {ALLOW_UNVERIFIED_ENV}=1 or pass allow_unverified=True.")
 
 
 @runtime_checkable
@@ -46,6 +73,12 @@ class Manifest:
     contract: Contract
     metadata: Mapping[str, Any]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def verification(self) -> dict:
+        """provenance.verification: where this cubin was checked numerically, or why not ({} if
+        the manifest predates the record)."""
+        return dict((self.raw.get("provenance") or {}).get("verification") or {})
 
 
 def load_manifest(raw: Mapping[str, Any]) -> Manifest:
@@ -175,7 +208,9 @@ def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | 
     """The variant of ``family`` whose axes equal ``axes`` (plus axes.default_axes() for those not
     given). Axes not asked for (scheduler, tiles) may take any value: among several such
     matches the dispatcher's preferences for the problem's ``sizes`` (seqlen_q, ...) rank
-    them, then the name, so the choice is stable. Nothing else is substituted."""
+    them, then the name, so the choice is stable. Nothing else is substituted. With
+    CUBINFORGE_COMPILE_ON_MISS=1, a miss on a LocalSource first compiles exactly the asked
+    variant into it (runtime/compile_on_miss.py), then chooses again."""
     return choose(Problem(family, {**(axes or {}), **more}, **(sizes or {})), source).best
 
 
@@ -188,19 +223,33 @@ def choose(problem: Problem, source: Source | None = None) -> Choice:
     if choice is not None:
         return choice
     family, want = problem.family, problem.exact()
+    derived = derived_axes()
 
     def differs(m: Manifest) -> list[str]:
-        return matches(problem, m.axes)
+        # A derived axis nobody asked for (head_dim_v) is said once, beside its source
+        # (head_dim), unless the variant's own value departs from its source's.
+        return [k for k in matches(problem, m.axes)
+                if not (k in derived and k not in problem.axes
+                        and same_value(axis_value(m.axes, k), axis_value(m.axes, derived[k])))]
 
     def have(m: Manifest, k: str):
-        return m.axes.get(k, default_axes().get(k))
+        return axis_value(m.axes, k)
 
-    lines = [f"no {family} variant with {_fmt(want)} in {source!r}."]
+    asked = {k: v for k, v in want.items() if k not in derived or k in problem.axes}
+    lines = [f"no {family} variant with {_fmt(asked)} in {source!r}."]
+    from . import compile_on_miss  # only on a miss; it runs the build in a subprocess
+
+    if compile_on_miss.enabled() and isinstance(source, LocalSource):
+        ok, said = compile_on_miss.compile_variant(source.home, family, want)
+        choice = rank(problem, manifests(source, family)[0]) if ok else None
+        if choice is not None:
+            return choice
+        lines.append(f"{compile_on_miss.ENV}=1 tried to compile it: {said}")
     if not found:
         lines.append(f"The registry holds no {family} variants at all"
                      + (" (build some: make kernels)." if not broken else "."))
     else:
-        for k, v in want.items():
+        for k, v in asked.items():
             if not any(same_value(have(m, k), v) for m in found):
                 values = sorted({repr(have(m, k)) for m in found})
                 lines.append(f"No {family} variant has {k}={v!r} (available: {', '.join(values)}).")

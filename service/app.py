@@ -17,7 +17,7 @@ from .config import Settings
 from .db import Database
 from .fastpath import BlobFastPath
 from .metrics import BodyLimitMiddleware, MetricsMiddleware
-from .routers import artifacts, blobs, health, select, variants
+from .routers import artifacts, blobs, health, jobs, select, variants
 from .store import Store
 
 log = logging.getLogger("cubinforge.service")
@@ -39,6 +39,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             upgrade(settings.database_url)
         app.state.blobs.root.mkdir(parents=True, exist_ok=True)
         yield
+        if app.state.builds:
+            app.state.builds.close()
         app.state.db.dispose()
 
     app = FastAPI(title="cubinforge registry", version=__version__, description=DESCRIPTION, lifespan=lifespan)
@@ -49,8 +51,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.blob_cache = BlobCache(settings.blob_cache_bytes, settings.blob_cache_item_bytes)
     app.state.publisher_keys = (signing.load_trusted_keys(settings.publisher_keys)
                                 if settings.publisher_keys else None)
+    app.state.builds = None
+    if settings.build_backend:
+        from .build_jobs import BuildJobs
+        app.state.builds = BuildJobs(settings)
     errors.install(app)
-    for r in (variants, blobs, select, artifacts, health):
+    for r in (variants, blobs, select, artifacts, health, jobs):
         app.include_router(r.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(BlobFastPath, state=app.state)

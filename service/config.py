@@ -42,6 +42,8 @@ class Settings:
     blob_cache_bytes: int = 256 << 20
     blob_cache_item_bytes: int = 8 << 20
     migrate_on_start: bool = True
+    # Build on a select miss (service/build_jobs.py): a Dask scheduler (tcp://host:8786) or local:N.
+    build_backend: str | None = None
 
     def __post_init__(self):
         self.home = Path(self.home)
@@ -62,4 +64,5 @@ class Settings:
             publisher_keys=os.environ.get("CUBINFORGE_PUBLISHER_KEYS") or None,
             blob_cache_bytes=_int("CUBINFORGE_BLOB_CACHE_BYTES", 256 << 20),
             migrate_on_start=_bool("CUBINFORGE_MIGRATE_ON_START", True),
+            build_backend=os.environ.get("CUBINFORGE_BUILD_BACKEND") or None,
         )

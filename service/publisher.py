@@ -61,7 +61,9 @@ class Signer:
 
 # ------------------------------------------------------------------ HTTP publish
 class PublishError(RuntimeError):
-    pass
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status; None when the server was not reached
 
 
 def publish(server: str, token: str, manifest: dict, cubin: bytes, timeout: float = 60) -> dict:
@@ -76,7 +78,7 @@ def publish(server: str, token: str, manifest: dict, cubin: bytes, timeout: floa
             msg = json.loads(e.read()).get("message")
         except ValueError:
             msg = e.reason
-        raise PublishError(f"{manifest.get('variant')}: HTTP {e.code}: {msg}") from None
+        raise PublishError(f"{manifest.get('variant')}: HTTP {e.code}: {msg}", e.code) from None
     except urllib.error.URLError as e:
         raise PublishError(f"cannot reach {server}: {e.reason}") from None
 

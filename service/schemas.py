@@ -130,6 +130,11 @@ class SelectRequest(BaseModel):
     heads_kv: int | None = Field(default=None, ge=1, le=65536, description="defaults to heads_q")
     varlen: bool = False
     paged_kv: bool = False
+    # The model variants (docs/kernels.md): exact axes like causal.
+    head_dim_v: int | None = Field(default=None, ge=1, le=4096, description="defaults to head_dim")
+    softcap: bool = False
+    local: bool = False
+    learnable_sink: bool = False
 
 
 class SelectResponse(BaseModel):

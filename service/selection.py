@@ -9,16 +9,31 @@ from __future__ import annotations
 
 from .store import Record
 
-EXACT_AXES = ("family", "arch", "dtype", "head_dim", "causal", "varlen", "paged_kv")
+EXACT_AXES = ("family", "arch", "dtype", "head_dim", "head_dim_v", "causal", "varlen", "paged_kv",
+              "softcap", "local", "learnable_sink")
+# Exact axes a record or a problem may leave out: they mean False (plain attention).
+_FALSE_UNLESS_GIVEN = ("varlen", "paged_kv", "softcap", "local", "learnable_sink")
 SM_COUNT = {"sm_90a": 132, "sm_100a": 148}  # H100/H200 SXM, B200: enough to judge "fills the GPU"
 
 
 def _axis(rec: Record, axis: str):
-    return rec.family if axis == "family" else rec.axes.get(axis, False if axis in ("varlen", "paged_kv") else None)
+    if axis == "family":
+        return rec.family
+    if axis == "head_dim_v":                    # None: V as wide as Q and K (left out or equal)
+        dv = rec.axes.get(axis, rec.axes.get("head_dim"))
+        return None if dv == rec.axes.get("head_dim") else dv
+    return rec.axes.get(axis, False if axis in _FALSE_UNLESS_GIVEN else None)
+
+
+def _given(problem: dict, axis: str):
+    if axis == "head_dim_v":                    # as _axis: None unless V has a head dim of its own
+        dv = problem.get(axis) or problem["head_dim"]
+        return None if dv == problem["head_dim"] else dv
+    return problem.get(axis, False) if axis in _FALSE_UNLESS_GIVEN else problem[axis]
 
 
 def exact_values(problem: dict) -> dict:
-    return {a: problem[a] for a in EXACT_AXES}
+    return {a: _given(problem, a) for a in EXACT_AXES}
 
 
 def choose(problem: dict, records: list[Record]) -> tuple[Record | None, list[str], int]:
@@ -66,7 +81,7 @@ def explain_missing(problem: dict, records: list[Record], limit: int = 5) -> dic
     ranked = sorted(pool, key=lambda r: (sum(_axis(r, a) != v for a, v in want.items()), r.name))
     nearest = [{"variant": r.name, "differs": {a: _axis(r, a) for a, v in want.items() if _axis(r, a) != v}}
                for r in ranked[:limit]]
-    asked = ", ".join(f"{a}={v}" for a, v in want.items())
+    asked = ", ".join(f"{a}={v}" for a, v in want.items() if not (a == "head_dim_v" and v is None))
     if not records:
         msg = "no variants are published on this server yet"
     elif missing:

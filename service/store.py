@@ -55,6 +55,13 @@ class Record:
                 "published_at": self.published_at}
 
 
+def _field(r: Record, key: str):
+    """An axis of the record, or `verified`: whether its manifest says its cubin passed a GPU check."""
+    if key == "verified":
+        return ((r.manifest.get("provenance") or {}).get("verification") or {}).get("status") == "verified"
+    return r.axes.get(key)
+
+
 def _utc(dt: datetime | None) -> datetime | None:
     # SQLite hands back naive datetimes; they were stored as UTC.
     return dt.replace(tzinfo=timezone.utc) if dt is not None and dt.tzinfo is None else dt
@@ -90,7 +97,7 @@ class Store:
             return [Record.of(r) for r in rows], int(total or 0)
         # Non-indexed axes (varlen, pack_gqa, tile_m...) are few per variant: filter in Python.
         recs = [Record.of(r) for r in s.scalars(q.order_by(PublishedVariant.name)).all()]
-        recs = [r for r in recs if all(r.axes.get(k) == v for k, v in extra.items())]
+        recs = [r for r in recs if all(_field(r, k) == v for k, v in extra.items())]
         return recs[offset:offset + limit], len(recs)
 
     def candidates(self, s: Session) -> list[Record]:

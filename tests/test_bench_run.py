@@ -80,7 +80,13 @@ def test_full_run_writes_every_file(tmp_path, fakes, capsys):
     out = tmp_path / "out"
     code = cli.main(["--quick", "--out", str(out), "--no-plots", "--seed", "5"], prog="python3 -m bench")
     assert code == cli.EXIT_OK, capsys.readouterr().out
-    assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "results.md", "env.txt"}
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "results.md", "env.txt", "verified.json"}
+    # Which cubins the sweep checked, for `cubinforge verify import` (issue 16).
+    ver = json.loads((out / "verified.json").read_text())
+    assert ver["verification_version"] == 1
+    res_ran = sorted({c["ran_variant"] or c["variant"] for c in json.loads((out / "results.json").read_text())["correctness"]})
+    assert [r["variant"] for r in ver["records"]] == res_ran and res_ran
+    assert all(r["result"] == "passed" and r["device"] == "NVIDIA H200" for r in ver["records"])
     res = json.loads((out / "results.json").read_text())
     assert res["command"] == f"python3 -m bench --quick --out {out} --no-plots --seed 5"
     assert res["gpu"] == "NVIDIA H200" and res["matmul_tflops"] == 780.0 and res["seed"] == 5

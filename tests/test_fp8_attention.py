@@ -33,10 +33,27 @@ def test_default_set_has_the_e4m3_variants():
     ({"dtype": "e4m3", "head_dim": 256, "v_layout": "colmajor"}, "multiple of 32"),
     ({"dtype": "e4m3", "head_dim": 128}, "needs v_layout=colmajor"),
     ({"dtype": "bf16", "head_dim": 128, "v_layout": "colmajor"}, "colmajor is built for e4m3 only"),
+    # Not combined with the model variants or the inference forms yet (issues 11, 12).
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "softcap": True}, "e4m3 does not take the model"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "local": True}, "e4m3 does not take the model"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "learnable_sink": True}, "e4m3 does not take"),
+    ({"dtype": "e4m3", "head_dim": 128, "head_dim_v": 64, "v_layout": "colmajor"}, "e4m3 does not take"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "pack_gqa": True}, "or the inference forms"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "split_kv": True}, "or the inference forms"),
 ])
 def test_unbuilt_fp8_combinations_are_refused(axes, message):
     with pytest.raises(spec.SpecError, match=message):
         spec.make_variant("fa3_fwd", arch="sm_90a", causal=False, **axes)
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"softcap": True}, "softcap"), ({"local": True}, "local"), ({"learnable_sink": True}, "learnable_sink"),
+    ({"head_dim_v": 64}, "head_dim_v=64"), ({"paged_kv": True}, "paged_kv"),
+])
+def test_fwd_config_refuses_e4m3_with_variants_or_inference_forms(extra, named):
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import FwdConfig
+    with pytest.raises(ValueError, match=f"e4m3 does not take the model variants or the inference forms yet.*{named}"):
+        FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, v_layout="colmajor", **extra)
 
 
 def test_name_round_trips():
@@ -97,5 +114,8 @@ def test_fp8_inputs_are_checked_before_any_launch():
         flash_attn_func(q, k, _fake((1, 64, 2, 128)), v_layout="colmajor")
     with pytest.raises(InputError, match="e4m3 q, k and v"):
         flash_attn_func(q, _fake((1, 64, 2, 128), "bf16"), _fake((1, 2, 128, 64)), v_layout="colmajor")
+    for kw in ({"softcap": 30.0}, {"window_size": (128, 0)}, {"learnable_sink": _fake((2,), "f32")}):
+        with pytest.raises(InputError, match="FP8 .e4m3. attention does not take window_size, softcap"):
+            flash_attn_func(q, k, _fake((1, 2, 128, 64)), v_layout="colmajor", **kw)
     with pytest.raises(InputError, match="out must be bf16"):
         flash_attn_func(q, k, _fake((1, 2, 128, 64)), v_layout="colmajor", out=_fake((1, 64, 2, 128)))

@@ -305,3 +305,21 @@ def test_signed_publish_and_bad_signatures(server, tmp_path):
     s5 = signer.sign(m2)
     s5["signatures"][0]["sig"] = "%%%"
     assert_error(publish(server, s5, c2), 422, "bad_signature")
+
+
+def test_list_filters_on_verification(server, seeded):
+    """`verified` filters on provenance.verification.status (issue 16)."""
+    m, c = artifact("misc-verified-sm_100a", arch="sm_100a", head_dim=64)
+    m["provenance"] = {"verification": {"status": "verified", "device": "NVIDIA B200", "driver": "x",
+                                        "commit": "abc", "date": "2026-12-01", "result": "passed"}}
+    assert publish(server, m, c).status_code == 201
+    u, cu = artifact("misc-unverified-sm_100a", arch="sm_100a", head_dim=64)
+    u["provenance"] = {"verification": {"status": "unverified", "reason": "never run", "arch_verified": False}}
+    assert publish(server, u, cu).status_code == 201
+    yes = server.get("/v1/variants", params={"verified": True, "arch": "sm_100a"}).json()
+    no = server.get("/v1/variants", params={"verified": False, "arch": "sm_100a"}).json()
+    assert [i["variant"] for i in yes["items"]] == ["misc-verified-sm_100a"] and yes["total"] == 1
+    assert [i["variant"] for i in no["items"]] == ["misc-unverified-sm_100a"]
+    everything = server.get("/v1/variants", params={"limit": 1000}).json()["total"]
+    both = sum(server.get("/v1/variants", params={"verified": v, "limit": 1000}).json()["total"] for v in (True, False))
+    assert both == everything

@@ -10,15 +10,32 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 
 def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
-    # bf16/fp16 x 5 head dims x causal/non-causal, plus the dispatcher's two short-causal forms,
-    # e4m3 x 3 head dims x causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims)
-    assert len(select("default")) == 2 * 5 * 2 + 2 * 2 + 3 * 2 + 2 * 3
+    # dense: 2 dtypes x (5 non-causal + 7 causal, short-causal ones included); decode
+    # (issue 11): 8 bf16 hd128 forms, 2 combines, 2 appends, 1 gather; three model variants
+    # (hd128 softcap causal, hd128 local, hd192/dv128 causal); e4m3 x 3 head dims x
+    # causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims)
+    assert len(select("default")) == 2 * (5 + 7) + 8 + 2 + 2 + 1 + 3 + 3 * 2 + 2 * 3
     assert len(select("demo")) == 4
-    assert {v.family for v in select("all")} == {"fa3_fwd", "fp8_quant"}  # test/demo families stay out of `all`
+    # test/demo families stay out of `all`
+    assert {v.family for v in select("all")} == {"fa3_fwd", "fa4_fwd", "attn_combine", "kv_append", "kv_gather",
+                                                 "fp8_quant"}
+    sm100 = select("sm100")
+    assert len(sm100) == 2 * 2 * 2 and {v.arch for v in sm100} == {"sm_100a"} and {v.family for v in sm100} == {"fa4_fwd"}
+    assert "fa4-fwd-sm_100a-bf16-hd128-causal" in [v.name for v in sm100]
+    assert not any(v.arch == "sm_100a" for v in select("default"))  # the GPU sweep's set stays SM90
+
+
+def test_sm100_family_says_what_it_cannot_build():
+    with pytest.raises(SpecError, match="fa4_fwd cannot build head_dim=256: head_dim 256 is not built for sm_100a"):
+        make_variant("fa4_fwd", arch="sm100", dtype="bf16", head_dim=256, causal=False)
+    with pytest.raises(SpecError, match="fa4_fwd cannot build arch=sm_90a: fa4_fwd is SM100 only"):
+        make_variant("fa4_fwd", arch="sm90", dtype="bf16", head_dim=128, causal=False)
+    with pytest.raises(SpecError, match="sm_100a is built by fa4_fwd"):
+        make_variant("fa3_fwd", arch="sm100", dtype="bf16", head_dim=128, causal=False)
 
 
 def test_default_set_is_sm90_bf16_fp16_all_head_dims_both_causal():
-    vs = select("default", families=["fa3_fwd"])
+    vs = [v for v in select("default") if v.family == "fa3_fwd" and not v["pack_gqa"]]
     assert {v.arch for v in vs} == {"sm_90a"}
     assert {v["dtype"] for v in vs} == {"bf16", "fp16", "e4m3"}  # e4m3: hd64/128/256 (issue 13)
     assert {v["head_dim"] for v in vs} == {64, 96, 128, 192, 256}
@@ -34,7 +51,7 @@ def test_names_unique_stable_and_parseable():
     assert "fa3-fwd-sm_90a-bf16-hd128-causal-lpt" in default
     assert "fa3-fwd-sm_90a-fp16-hd64-noncausal-persistent" in default
     assert default == [v.name for v in select("default")]  # same order every time
-    assert default[0] == "fa3-fwd-sm_90a-bf16-hd64-noncausal-persistent"
+    assert [n for n in default if n.startswith("fa3")][0] == "fa3-fwd-sm_90a-bf16-hd64-noncausal-persistent"
 
 
 def test_non_default_axes_append_tokens():
@@ -47,11 +64,13 @@ def test_non_default_axes_append_tokens():
 
 
 def test_filters_accept_comma_lists_and_cli_spellings():
-    vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90"}, families=["fa3_fwd"])
+    vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90", "pack_gqa": "0", "softcap": "0"},
+                families=["fa3_fwd"])
     assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent-m128n128",
                                     "fa3-fwd-sm_90a-bf16-hd64-causal-persistent",
                                     "fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
-    assert len(select("default", {"causal": ["0"]}, families=["fa3_fwd"])) == 10 + 3
+    # bf16/fp16 x 5 head dims, and e4m3 x 3
+    assert len(select("default", {"causal": ["0"], "pack_gqa": ["0"], "local": ["0"]}, families=["fa3_fwd"])) == 10 + 3
 
 
 @pytest.mark.parametrize("text,arch", [("sm90", "sm_90a"), ("sm_90a", "sm_90a"), ("90", "sm_90a"), ("sm100", "sm_100a")])
@@ -102,5 +121,6 @@ def test_lpt_scheduler_is_a_causal_axis_value():
     assert "fa3-fwd-sm_90a-fp16-hd64-causal-lpt" in names
     assert not any(n.endswith("noncausal-lpt") for n in names)
     # Shipped where the H200 A/B measured it ahead (spec.SETS "default" says where).
-    default_lpt = {(x.axes["head_dim"], x.axes["dtype"]) for x in expand_set("default") if x.axes.get("scheduler") == "lpt"}
+    default_lpt = {(x.axes["head_dim"], x.axes["dtype"]) for x in expand_set("default")
+                   if x.axes.get("scheduler") == "lpt"}
     assert default_lpt == {(hd, dt) for hd in (128, 192, 256) for dt in ("bf16", "fp16")} | {(128, "e4m3"), (256, "e4m3")}

@@ -17,6 +17,18 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def verification_text(provenance: dict) -> str:
+    """`verified (NVIDIA H200)`, `unverified`, or `unverified (never run)` where launchers refuse it."""
+    from cubinforge.runtime.registry_source import refuses_unverified
+
+    v = provenance.get("verification")
+    if not v:
+        return "-"
+    if v.get("status") == "verified":
+        return f"verified ({v.get('device')})"
+    return "unverified (refused)" if refuses_unverified(v) else "unverified"
+
+
 def run(args) -> int:
     filters = dict(axis_filters(args))
     if families(args):
@@ -25,12 +37,14 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
-    rows = [("variant", "regs", "smem", "threads", "cubin", "built_at", "")]
+    rows = [("variant", "regs", "smem", "tmem", "threads", "cubin", "built_at", "verification", "")]
     for r in records:
         m = r["metadata"]
         smem = (m.get("dynamic_smem_bytes") or 0) + (m.get("static_smem_bytes") or 0)
-        rows.append((r["name"], str(m.get("registers", "-")), str(smem), str(m.get("max_threads", "-")),
-                     str(r["cubin"]["size"]), (r["provenance"].get("built_at") or "")[:19],
+        tmem = (m.get("kernel") or {}).get("tmem_columns")
+        rows.append((r["name"], str(m.get("registers", "-")), str(smem), "-" if tmem is None else str(tmem),
+                     str(m.get("max_threads", "-")), str(r["cubin"]["size"]),
+                     (r["provenance"].get("built_at") or "")[:19], verification_text(r["provenance"]),
                      "yanked" if r["yanked"] else ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:

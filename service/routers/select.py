@@ -9,12 +9,15 @@ from ..auth import session_dep
 from ..errors import APIError
 from ..schemas import ErrorResponse, NoVariantError, SelectRequest, SelectResponse
 from ..selection import choose, explain_missing
+from .jobs import JobAccepted, build_on_miss
 
 router = APIRouter(prefix="/v1", tags=["select"])
 
 
 @router.post("/select", response_model=SelectResponse, summary="Choose the variant for a problem",
-             responses={404: {"model": NoVariantError, "description": "no variant fits; says which axis values "
+             responses={202: {"model": JobAccepted, "description": "no variant fits yet; a build backend is "
+                                                                   "building it (poll the job, then select again)"},
+                        404: {"model": NoVariantError, "description": "no variant fits; says which axis values "
                                                                       "are missing and what is nearest"},
                         422: {"model": ErrorResponse}})
 def select_variant(req: SelectRequest, request: Request, s: Session = Depends(session_dep)):
@@ -28,5 +31,8 @@ def select_variant(req: SelectRequest, request: Request, s: Session = Depends(se
     best, reasons, n = choose(problem, records)
     if best is None:
         body = explain_missing(problem, records)
+        started = build_on_miss(request, problem, body)  # 202 and a job, with a build backend configured
+        if started is not None:
+            return started
         raise APIError(404, body.pop("error"), body.pop("message"), **body)
     return {"variant": best.name, "reasons": reasons, "candidates": n, "summary": best.summary()}

@@ -33,13 +33,15 @@ def list_variants(
     paged_kv: bool | None = None,
     pack_gqa: bool | None = None,
     split_kv: bool | None = None,
+    verified: bool | None = Query(None, description="true: only variants whose cubin passed a GPU check; "
+                                  "false: only unverified ones (provenance.verification.status)"),
     include_yanked: bool = Query(False, description="also list yanked variants"),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=2**31 - 1),
     s: Session = Depends(session_dep),
 ):
     filters = dict(family=family, arch=arch, dtype=dtype, head_dim=head_dim, causal=causal, varlen=varlen,
-                   paged_kv=paged_kv, pack_gqa=pack_gqa, split_kv=split_kv)
+                   paged_kv=paged_kv, pack_gqa=pack_gqa, split_kv=split_kv, verified=verified)
     recs, total = request.app.state.store.list(s, filters, include_yanked, limit, offset)
     nxt = offset + len(recs) if offset + len(recs) < total else None
     return {"items": [r.summary() for r in recs], "total": total, "limit": limit, "offset": offset,

@@ -33,7 +33,10 @@ def _probe():
     arch = driver.device_arch(0)
     found, _broken = manifests(default_source(), "fa3_fwd")
     plain = [m for m in found if m.contract.arch == arch
-             and not any(m.axes.get(a) for a in ("varlen", "paged_kv", "split_kv"))
+             and not any(m.axes.get(a) for a in ("varlen", "paged_kv", "split_kv",
+                                                 # test_variants_gpu.py checks these
+                                                 "softcap", "local", "learnable_sink"))
+             and m.axes.get("head_dim_v", m.axes.get("head_dim")) == m.axes.get("head_dim")
              and set(m.contract.tensors) <= {"q", "k", "v", "o", "lse"}]
     if not plain:
         return None, arch, [], f"the local registry ({default_source().home}) has no fa3_fwd variant for {arch}"

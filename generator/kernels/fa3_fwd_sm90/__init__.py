@@ -15,25 +15,26 @@ def compile_variant(cfg: FwdConfig):
     from cubinforge.generator.kernel_build import KernelBuild
 
     from .compile import compile_cubin
-    from .contract import family_contract
+    from .contract import family_contract, inference_contract
     from .layouts import swizzle_bytes
 
     compiled, kernel, seconds = compile_cubin(cfg)
     entries = list(compiled.kernel_info)
     if len(entries) != 1:
         raise RuntimeError(f"expected one kernel in the compiled module, found {entries}")
-    swizzle = swizzle_bytes(cfg.elem_bytes, cfg.head_dim)
-    swizzles = None
+    # Q and K rows are head_dim wide, V and O rows head_dim_v: each map takes its own swizzle.
+    swizzle = {t: swizzle_bytes(cfg.elem_bytes, cfg.head_dim if t in "qk" else cfg.head_dim_v) for t in "qkvo"}
     if cfg.fp8:
-        # V's rows are keys (tile_n bytes); O is bf16.
-        swizzles = {"v": swizzle_bytes(cfg.elem_bytes, cfg.tile_n), "o": swizzle_bytes(cfg.out_elem_bytes, cfg.head_dim)}
+        # V column-major: its rows are keys (tile_n bytes); O is bf16.
+        swizzle["v"] = swizzle_bytes(cfg.elem_bytes, cfg.tile_n)
+        swizzle["o"] = swizzle_bytes(cfg.out_elem_bytes, cfg.head_dim_v)
     return KernelBuild(
         cubin=bytes(compiled.__cubin__),
         entry=entries[0],
         block=(cfg.threads, 1, 1),
         cluster=(1, 1, 1),
         dynamic_smem_bytes=int(kernel.dynamic_smem_bytes),
-        contract=family_contract(cfg, kernel.tma_boxes, swizzle, swizzles),
+        contract=(inference_contract if cfg.inference else family_contract)(cfg, kernel.tma_boxes, swizzle),
         compile_options=f"--gpu-arch {cfg.arch} --keep-cubin",
         extra={
             "tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages,
@@ -43,6 +44,7 @@ def compile_variant(cfg: FwdConfig):
             "separate_o_smem": cfg.separate_o_smem, "l2_section_mib": cfg.l2_section_mib,
             "in_order_row_sum": cfg.in_order_row_sum, "wg_epilogue": cfg.wg_epilogue,
             "mask_bits": cfg.mask_bits, "chunked_p_convert": cfg.chunked_p_convert,
+            **({"split_kv": cfg.split_kv, "pack_gqa": cfg.pack_gqa, "paged_kv": cfg.paged_kv} if cfg.inference else {}),
             **({"v_layout": cfg.v_layout, "out_dtype": cfg.out_dtype} if cfg.fp8 else {}),
             "dsl_compile_seconds": round(seconds, 3),
         },

@@ -39,28 +39,75 @@ def compile_cubin(cfg: FwdConfig):
     heads_q, heads_kv = cute.sym_int(), cute.sym_int()
     d = cfg.head_dim
 
-    def bshd(seqlen, heads):
+    def bshd(seqlen, heads, dim=d):
         return make_fake_tensor(
-            dt, (batch, seqlen, heads, d),
+            dt, (batch, seqlen, heads, dim),
             stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1),
             assumed_align=16,
         )
 
-    q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv), bshd(seqlen_q, heads_q)
+    scale = cutlass.Float32(1.0 / math.sqrt(d) * math.log2(math.e))
+    options = f"--gpu-arch {cfg.arch} --keep-cubin"
+    if cfg.inference:
+        return _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, heads_kv, scale, options)
+    dv = cfg.head_dim_v
+    q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv, dv), bshd(seqlen_q, heads_q, dv)
     lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
-    extra = ()
+    # The variants' runtime values; left out (None) when off, so those cubins stay as they were.
+    extra = {}
+    if cfg.softcap:
+        extra["softcap_pre"] = cutlass.Float32(1.0 / math.sqrt(d) / 30.0)
+    if cfg.local:
+        extra["window_left"], extra["window_right"] = cutlass.Int32(128), cutlass.Int32(0)
+    if cfg.learnable_sink:
+        extra["mSink"] = make_fake_tensor(cutlass.Float32, (heads_q,), stride=(1,), assumed_align=4)
     if cfg.fp8:
-        # O in bf16; V column-major (batch, heads_kv, head_dim, seqlen_k); the descales of
+        # O in bf16; V column-major (batch, heads_kv, head_dim_v, seqlen_k); the descales of
         # q, k and v stacked as (3, batch, heads_kv) float32.
-        o = make_fake_tensor(DTYPES[cfg.out_dtype], (batch, seqlen_q, heads_q, d),
+        o = make_fake_tensor(DTYPES[cfg.out_dtype], (batch, seqlen_q, heads_q, dv),
                              stride=(sym(8), sym(8), sym(8), 1), assumed_align=16)
-        v = make_fake_tensor(dt, (batch, heads_kv, d, seqlen_k),
+        v = make_fake_tensor(dt, (batch, heads_kv, dv, seqlen_k),
                              stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1), assumed_align=16)
-        extra = (make_fake_tensor(cutlass.Float32, (3, batch, heads_kv), stride=(sym(), sym(), 1), assumed_align=4),)
+        extra["mDescale"] = make_fake_tensor(cutlass.Float32, (3, batch, heads_kv), stride=(sym(), sym(), 1),
+                                             assumed_align=4)
     kernel = FlashFwdSm90(cfg)
     t0 = time.perf_counter()
-    compiled = cute.compile(
-        kernel, q, k, v, o, lse, cutlass.Float32(1.0 / math.sqrt(d) * math.log2(math.e)), *extra,
-        options=f"--gpu-arch {cfg.arch} --keep-cubin",
-    )
+    compiled = cute.compile(kernel, q, k, v, o, lse, scale, **extra, options=options)
+    return compiled, kernel, time.perf_counter() - t0
+
+
+def _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, heads_kv, scale, options):
+    """The split_kv / pack_gqa / paged_kv form: inference.FlashFwdSm90Inference's arguments."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    from .inference import FlashFwdSm90Inference
+
+    d = cfg.head_dim
+    q = bshd(seqlen_q, heads_q)
+    if cfg.paged_kv:
+        num_pages, page_size = cute.sym_int(), cute.sym_int()
+        k = make_fake_tensor(dt, (num_pages, page_size, heads_kv, d),
+                             stride=(sym(8), sym(8), sym(8), 1), assumed_align=16)
+        v = make_fake_tensor(dt, (num_pages, page_size, heads_kv, d),
+                             stride=(sym(8), sym(8), sym(8), 1), assumed_align=16)
+    else:
+        k, v = bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv)
+    if cfg.split_kv:
+        splits = cute.sym_int()
+        o = make_fake_tensor(cutlass.Float32, (splits, batch, seqlen_q, heads_q, d),
+                             stride=(sym(4), sym(4), sym(4), sym(4), 1), assumed_align=16)
+        lse = make_fake_tensor(cutlass.Float32, (splits, batch, heads_q, seqlen_q),
+                               stride=(sym(), sym(), sym(), 1), assumed_align=4)
+    else:
+        o = bshd(seqlen_q, heads_q)
+        lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
+    seqused_k = make_fake_tensor(cutlass.Int32, (batch,), stride=(1,), assumed_align=4)
+    extra = []
+    if cfg.paged_kv:
+        extra.append(make_fake_tensor(cutlass.Int32, (batch, cute.sym_int()), stride=(sym(), 1), assumed_align=4))
+    kernel = FlashFwdSm90Inference(cfg)
+    t0 = time.perf_counter()
+    compiled = cute.compile(kernel, q, k, v, o, lse, scale, seqused_k, *extra, options=options)
     return compiled, kernel, time.perf_counter() - t0

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 # (bench/results/2026-11-29-h200/ab.md); hd96 at 192x128 and hd128 at 128x176 ran at 0.72x
 # and 0.80x cuDNN in early dev runs (figures not kept), so they stay at 128x128.
 DEFAULT_TILES = {64: (192, 128), 96: (128, 128), 128: (128, 128), 192: (128, 96), 256: (128, 80)}
+# (head_dim, head_dim_v) pairs with a value head dim of their own (DeepSeek MLA prefill is
+# (192, 128)) and their tiles: V's smaller rows leave room for FA4's wider key blocks.
+HEAD_DIM_V_TILES = {(192, 128): (128, 128), (128, 64): (128, 128), (96, 64): (128, 128)}
 
 # The switches each shipped (head_dim, causal, scheduler) builds with: the winners of the
 # H200 A/B of 2026-12-01 (../shared/measurements/2026-12-01-h200/ab-summary.txt, every
@@ -58,12 +61,16 @@ SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
 SUPPORTED_ARCHS = ("sm_90a",)
 # Dynamic shared memory one CTA may use on sm_90 (227 KiB); the barriers take under 1 KiB.
 SMEM_LIMIT = 227 * 1024 - 1024
+# paged_kv: rows of one TMA box where a page is smaller than a K/V tile (page sizes that are
+# multiples of it take that path; runtime/kvcache.py gathers the others into a dense copy).
+PAGE_CHUNK = 16
 
 
-def default_tile(head_dim: int, causal: bool = False) -> tuple[int, int]:
+def default_tile(head_dim: int, causal: bool = False, head_dim_v: int | None = None) -> tuple[int, int]:
     """The (tile_m, tile_n) this family uses unless told otherwise. `causal` is part of the
     interface (the spec asks per variant); no measured choice depends on it today."""
-    return DEFAULT_TILES[head_dim]
+    # A pair not in the table falls back to head_dim's tile; FwdConfig and the spec refuse it.
+    return HEAD_DIM_V_TILES.get((head_dim, head_dim_v), DEFAULT_TILES[head_dim])
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,9 @@ class FwdConfig:
     causal: bool
     tile_m: int = 0  # 0: the family's default for this head dim
     tile_n: int = 0
-    stages: int = 2
+    # K/V pipeline slots. None: 2, or 3 for the inference forms where they fit (decode
+    # streams K/V: more bytes in flight per SM).
+    stages: int | None = None
     # FA3's two overlaps; switches so each can be measured by leaving it out.
     intra_wg_overlap: bool = True
     pingpong: bool | None = None  # None: see __post_init__
@@ -111,6 +120,28 @@ class FwdConfig:
     # "colmajor" (batch, heads_kv, head_dim, seqlen_k): WGMMA reads an 8-bit B operand
     # K-major only, which a column-major V already is.
     v_layout: str = "rowmajor"
+    # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
+    # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers
+    # (inference.py). split_kv: the key range of a tile is cut into num_splits parts (grid
+    # x), each writing fp32 partial O and LSE for the attn_combine family to reduce.
+    split_kv: bool = False
+    # pack_gqa: the query heads of one KV head share the M tile (rows = tokens x group), Q
+    # loaded by the consumers row by row; grid y counts KV heads.
+    pack_gqa: bool = False
+    # paged_kv: K and V come from a paged cache (num_pages, page_size, heads_kv, d) through
+    # page_table (batch, max_pages); the producer picks a whole-tile TMA box where a page
+    # holds whole tiles, else boxes of PAGE_CHUNK rows.
+    paged_kv: bool = False
+    # What models ship with (runtime values are the contract's scalars and tensors):
+    # scores become c * tanh(s * scale / c) before the softmax; c is the scalar `softcap`.
+    softcap: bool = False
+    # A sliding window (window_left, window_right), bottom-right aligned (block_range.py);
+    # key blocks outside it are never loaded. Causal (the window (-1, 0)) keeps its own path.
+    local: bool = False
+    # One logit per query head added to each row's softmax denominator (gpt-oss, FA4).
+    learnable_sink: bool = False
+    # V's (and O's) head dim when it differs from Q's and K's: one of HEAD_DIM_V_TILES.
+    head_dim_v: int = 0  # 0: head_dim
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -119,6 +150,11 @@ class FwdConfig:
             raise ValueError(f"dtype {self.dtype!r} not supported; use one of {SUPPORTED_DTYPES}")
         if self.head_dim not in SUPPORTED_HEAD_DIMS:
             raise ValueError(f"head_dim {self.head_dim} not supported; use one of {SUPPORTED_HEAD_DIMS}")
+        if not self.head_dim_v:
+            object.__setattr__(self, "head_dim_v", self.head_dim)
+        if self.head_dim_v != self.head_dim and (self.head_dim, self.head_dim_v) not in HEAD_DIM_V_TILES:
+            raise ValueError(f"(head_dim, head_dim_v) = ({self.head_dim}, {self.head_dim_v}) not supported; "
+                             f"use one of {sorted(HEAD_DIM_V_TILES)} or head_dim_v = head_dim")
         if self.v_layout not in ("rowmajor", "colmajor"):
             raise ValueError(f"v_layout must be 'rowmajor' or 'colmajor', got {self.v_layout!r}")
         if self.fp8:
@@ -126,13 +162,24 @@ class FwdConfig:
                 raise ValueError(f"e4m3 builds head_dim {E4M3_HEAD_DIMS} so far, not {self.head_dim}")
             if self.v_layout != "colmajor":
                 raise ValueError("e4m3 needs v_layout='colmajor' (the transpose of V in shared memory is not built)")
+            if self.model_variant or self.inference:
+                on = [n for n in ("softcap", "local", "learnable_sink", "split_kv", "pack_gqa", "paged_kv")
+                      if getattr(self, n)]
+                if self.head_dim_v != self.head_dim:
+                    on.append(f"head_dim_v={self.head_dim_v}")
+                raise ValueError(f"e4m3 does not take the model variants or the inference forms yet "
+                                 f"(got {', '.join(on)}); build e4m3 with none of them, or use bf16/fp16")
         elif self.v_layout != "rowmajor":
             raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
-        tm, tn = default_tile(self.head_dim, self.causal)
+        tm, tn = default_tile(self.head_dim, self.causal, self.head_dim_v)
         if not self.tile_m:
             object.__setattr__(self, "tile_m", tm)
         if not self.tile_n:
             object.__setattr__(self, "tile_n", tn)
+        if self.stages is None:
+            object.__setattr__(self, "stages", 2)
+            if self.inference and self.smem_for(3) <= SMEM_LIMIT:
+                object.__setattr__(self, "stages", 3)
         # Side by side on the H200 at 8k (early dev run, figures not kept): for hd192/256
         # non-causal, dropping the schedule barrier and rescaling O early gained ~2%; causal
         # did not gain (ab.md: hd256 causal 683 vs 682 TFLOPS), so it keeps the FA3 schedule.
@@ -151,7 +198,9 @@ class FwdConfig:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
         # A tile nobody measured starts from all switches off.
         tile = None if (self.tile_m, self.tile_n) == (tm, tn) else (self.tile_m, self.tile_n)
-        tuned = TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
+        # The inference forms and the model variants were not in that A/B: all off.
+        unmeasured = self.inference or self.model_variant
+        tuned = {} if unmeasured else TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
         if self.fp8:
             # Nothing measured for e4m3 yet. O (bf16) cannot go out through Q's (e4m3) buffer,
             # and P is converted through its own register permutation (fp8_p.py).
@@ -165,8 +214,18 @@ class FwdConfig:
                 object.__setattr__(self, name, tuned.get(name, False))
         if self.fp8 and not self.separate_o_smem:
             raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
+        if self.local and self.causal:
+            raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
+        if self.local and self.mask_bits:
+            raise ValueError("mask_bits counts a prefix of kept columns; a window's kept columns are not one")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
+        if self.inference and self.scheduler != "single":
+            raise ValueError("split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler 'single'")
+        if self.inference and (self.separate_o_smem or self.wg_epilogue):
+            raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
+        if self.paged_kv and self.tile_n % PAGE_CHUNK:
+            raise ValueError(f"paged_kv loads pages in boxes of {PAGE_CHUNK} rows: tile_n must be a multiple")
         if self.smem_bytes > SMEM_LIMIT:
             raise ValueError(
                 f"tiles {self.tile_m}x{self.tile_n} at head_dim {self.head_dim} with {self.stages} stages"
@@ -181,10 +240,24 @@ class FwdConfig:
     @property
     def smem_bytes(self) -> int:
         """Shared memory of the Q, K, V (and O) tiles, before alignment padding."""
+        return self.smem_for(self.stages)
+
+    def smem_for(self, stages: int) -> int:
         q = self.tile_m * self.head_dim * self.elem_bytes
-        kv = 2 * self.stages * self.tile_n * self.head_dim * self.elem_bytes
-        o = self.tile_m * self.head_dim * self.out_elem_bytes
+        q = self.tile_m * self.head_dim * self.elem_bytes
+        kv = stages * self.tile_n * (self.head_dim + self.head_dim_v) * self.elem_bytes
+        o = self.tile_m * self.head_dim_v * self.out_elem_bytes
         return q + kv + (o if self.separate_o_smem else 0)
+
+    @property
+    def inference(self) -> bool:
+        """Whether any inference axis is on (the seqused_k / register-epilogue kernel form)."""
+        return self.split_kv or self.pack_gqa or self.paged_kv
+
+    @property
+    def model_variant(self) -> bool:
+        """Whether a model-variant axis is on (softcap, window, sink, V narrower than Q)."""
+        return self.softcap or self.local or self.learnable_sink or self.head_dim_v != self.head_dim
 
     @property
     def consumer_warpgroups(self) -> int:

@@ -48,12 +48,22 @@ def _lay_out(params: list[dict]) -> list[dict]:
     return params
 
 
-def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int,
-                    swizzles: dict[str, int] | None = None) -> dict:
+def window_expr(side: str, reach: str) -> list:
+    """One side of the window as the kernel takes it (block_range.window_bounds): a negative
+    value is unbounded, which `reach` (seqlen_k on the left, seqlen_q on the right) already
+    is, and nothing beyond `reach` differs from it, so no kernel sum can overflow:
+    min(max(w, -1) + (w < 0) * (reach + 1), reach)."""
+    return [side, -1, "max", side, 0, "<", reach, 1, "+", "*", "+", reach, "min"]
+
+
+def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
     """Grid, symbols, tensors, scalars, checks and params for one compiled variant.
-    ``swizzles`` gives a tensor's own swizzle where it differs from ``swizzle`` (e4m3)."""
+    `swizzle`: one for every tensor map, or one per tensor (V and O rows may be narrower;
+    e4m3's column-major V rows are keys, its O is bf16)."""
     d = cfg.head_dim
-    sw = {n: (swizzles or {}).get(n, swizzle) for n in ("q", "k", "v", "o")}
+    swz = swizzle if isinstance(swizzle, dict) else {t: swizzle for t in "qkvo"}
+    # V and O are head_dim_v wide: its own symbol only where it differs, so plain contracts stay.
+    dv_sym = "head_dim_v" if cfg.head_dim_v != d else "head_dim"
     params = [
         _i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]),
         _i32_struct("k_coords", 1, ["seqlen_k", "heads_kv", "batch"]),
@@ -71,38 +81,54 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
                 {"offset": 32, "type": "i64", "value": ["lse.stride.0"]},
             ],
         },
-        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], sw["q"]),
-        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], sw["k"]),
-        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], sw["v"]),
-        _tensormap("tma_o", 8, "o", cfg.out_dtype, boxes["o"], sw["o"]),
+        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swz["q"]),
+        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swz["k"]),
+        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swz["v"]),
+        _tensormap("tma_o", 8, "o", cfg.out_dtype, boxes["o"], swz["o"]),
         {"name": "softmax_scale_log2", "ordinal": 9, "kind": "scalar", "size": 4, "align": 4,
-         "type": "f32", "value": ["softmax_scale", "log2e_mul"]},
+         # softcap: the softmax exponent is softcap * tanh(..) * log2(e) (softmax.apply_softcap).
+         "type": "f32", "value": ["softcap", "log2e_mul"] if cfg.softcap else ["softmax_scale", "log2e_mul"]},
         # The two tiled-MMA arguments are compile-time only; the DSL still gives each a byte.
         {"name": "tiled_mma_qk", "ordinal": 10, "kind": "struct", "size": 1, "align": 1, "fields": []},
         {"name": "tiled_mma_pv", "ordinal": 11, "kind": "struct", "size": 1, "align": 1, "fields": []},
     ]
+    # The variants' arguments follow, in the kernel's order, each only where its axis is on.
+    scalars = {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}}
+    tensors = {}
+    if cfg.softcap:
+        # A softcap variant needs its cap: the default 0 makes softcap_pre a division by zero,
+        # which both launchers refuse (the C++ table wants a default for every scalar).
+        scalars["softcap"] = {"type": "f32", "default": [0.0]}
+        params.append({"name": "softcap_pre", "ordinal": len(params), "kind": "scalar", "size": 4,
+                       "align": 4, "type": "f32", "value": ["softmax_scale", "softcap", "/"]})
+    if cfg.local:
+        # FlashAttention's window_size: -1 (any negative) is unbounded; the default is (-1, -1).
+        scalars["window_left"] = {"type": "i32", "default": [-1]}
+        scalars["window_right"] = {"type": "i32", "default": [-1]}
+        for side, reach in (("window_left", "seqlen_k"), ("window_right", "seqlen_q")):
+            params.append({"name": side, "ordinal": len(params), "kind": "scalar", "size": 4, "align": 4,
+                           "type": "i32", "value": window_expr(side, reach)})
+    if cfg.learnable_sink:
+        tensors["learnable_sink"] = {"role": "input", "dtype": "f32", "dims": ["heads_q"],
+                                     "contiguous_dim": 0, "align_bytes": 4}
+        params.append({
+            "name": "learnable_sink", "ordinal": len(params), "kind": "struct", "size": 16, "align": 8,
+            "fields": [{"offset": 0, "type": "ptr", "value": ["learnable_sink.ptr"]},
+                       {"offset": 8, "type": "i32", "value": ["heads_q"]}],
+        })
     bshd = {"contiguous_dim": 3, "align_bytes": 16}
-    v_dims = ["batch", "seqlen_k", "heads_kv", "head_dim"]
+    v_dims = ["batch", "seqlen_k", "heads_kv", dv_sym]
     if cfg.v_layout == "colmajor":
-        v_dims = ["batch", "heads_kv", "head_dim", "seqlen_k"]
+        v_dims = ["batch", "heads_kv", dv_sym, "seqlen_k"]
         # The kernel's view of V is (head_dim, seqlen_k, heads_kv, batch): v_coords keep their
         # values; the tensor map walks seqlen_k innermost.
         params[7]["dims"] = [3, 2, 1, 0]
-    scalars = {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}}
-    tensors = {
-        "q": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
-        "k": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
-        "v": {"role": "input", "dtype": cfg.dtype, "dims": v_dims, **bshd},
-        "o": {"role": "output", "dtype": cfg.out_dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
-        "lse": {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
-                "contiguous_dim": 2, "align_bytes": 4},
-    }
     if cfg.fp8:
         # q, k and v descales stacked: (3, batch, heads_kv), FA3's (batch, heads_kv) each.
         tensors["descale"] = {"role": "input", "dtype": "f32", "dims": [3, "batch", "heads_kv"],
                               "contiguous_dim": 2, "align_bytes": 4}
         params.append({
-            "name": "descale", "ordinal": 12, "kind": "struct", "size": 32, "align": 8,
+            "name": "descale", "ordinal": len(params), "kind": "struct", "size": 32, "align": 8,
             "fields": [
                 {"offset": 0, "type": "ptr", "value": ["descale.ptr"]},
                 {"offset": 8, "type": "i32", "value": ["batch"]},
@@ -128,8 +154,17 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             "head_dim": {"tensor": "q", "dim": 3, "fixed": d},
             "seqlen_k": {"tensor": "k", "dim": 1, "min": 1},
             "heads_kv": {"tensor": "k", "dim": 2, "min": 1},
+            **({dv_sym: {"tensor": "v", "dim": 3, "fixed": cfg.head_dim_v}} if dv_sym != "head_dim" else {}),
         },
-        "tensors": tensors,
+        "tensors": {
+            "q": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
+            "k": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
+            "v": {"role": "input", "dtype": cfg.dtype, "dims": v_dims, **bshd},
+            "o": {"role": "output", "dtype": cfg.out_dtype, "dims": ["batch", "seqlen_q", "heads_q", dv_sym], **bshd},
+            "lse": {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
+                    "contiguous_dim": 2, "align_bytes": 4},
+            **tensors,
+        },
         "scalars": scalars,
         "checks": [
             {"expr": ["heads_q", "heads_kv", "%", 0, "=="],
@@ -137,5 +172,120 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             {"expr": ["heads_q", 65535, "<="], "message": "heads_q must be at most 65535 (grid y)"},
             {"expr": ["batch", 65535, "<="], "message": "batch must be at most 65535 (grid z)"},
         ],
+        "params": _lay_out(params),
+    }
+
+
+def _tensor_struct(name: str, ordinal: int, tensor: str, shapes: list[str], strides: list[int]) -> dict:
+    """A CuTe tensor parameter: pointer, its dynamic shapes (i32) in the kernel's mode order,
+    then its dynamic strides (i64, `tensor.stride.i` of the caller's dimension i)."""
+    fields = [{"offset": 0, "type": "ptr", "value": [f"{tensor}.ptr"]}]
+    fields += [{"offset": 8 + 4 * i, "type": "i32", "value": [s]} for i, s in enumerate(shapes)]
+    start = (8 + 4 * len(shapes) + 7) // 8 * 8
+    fields += [{"offset": start + 8 * i, "type": "i64", "value": [f"{tensor}.stride.{d}"]} for i, d in enumerate(strides)]
+    size = start + 8 * len(strides)
+    return {"name": name, "ordinal": ordinal, "kind": "struct", "size": size, "align": 8, "fields": fields}
+
+
+def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
+    """The contract of a split_kv / pack_gqa / paged_kv variant (inference.FlashFwdSm90Inference).
+
+    Tensors: q; k and v (dense (batch, seqlen_k, ...) or the paged cache (num_pages,
+    page_size, ...)); seqused_k (keys per sequence); page_table when paged; o and lse, or with
+    split_kv the fp32 partials o_partial (num_splits, batch, seqlen_q, heads_q, d) and
+    lse_partial (num_splits, batch, heads_q, seqlen_q) for attn_combine.
+    """
+    swz = swizzle if isinstance(swizzle, dict) else {t: swizzle for t in "qkvo"}
+    d = cfg.head_dim
+    kv_rows = ["page_size"] if cfg.paged_kv else ["seqlen_k"]
+    kv_outer = "num_pages" if cfg.paged_kv else "batch"
+    o_name, lse_name = ("o_partial", "lse_partial") if cfg.split_kv else ("o", "lse")
+    params: list[dict] = []
+
+    def add(p):
+        p["ordinal"] = len(params)
+        params.append(p)
+
+    if cfg.pack_gqa:  # Q as a plain tensor in the kernel's (seqlen, d, heads, batch) view
+        add(_tensor_struct("q", 0, "q", ["seqlen_q", "heads_q", "batch"], [1, 2, 0]))
+    else:
+        add(_i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]))
+    add(_i32_struct("k_coords", 0, kv_rows + ["heads_kv", kv_outer]))
+    add(_i32_struct("v_coords", 0, kv_rows + ["heads_kv", kv_outer]))
+    if cfg.split_kv:
+        add(_tensor_struct(o_name, 0, o_name, ["num_splits", "batch", "seqlen_q", "heads_q"], [0, 1, 2, 3]))
+        add(_tensor_struct(lse_name, 0, lse_name, ["num_splits", "batch", "heads_q", "seqlen_q"], [0, 1, 2]))
+    else:
+        add(_tensor_struct(o_name, 0, o_name, ["batch", "seqlen_q", "heads_q"], [0, 1, 2]))
+        add(_tensor_struct(lse_name, 0, lse_name, ["batch", "heads_q", "seqlen_q"], [0, 1]))
+    if not cfg.pack_gqa:
+        add(_tensormap("tma_q", 0, "q", cfg.dtype, boxes["q"], swz["q"]))
+    add(_tensormap("tma_k", 0, "k", cfg.dtype, boxes["k"], swz["k"]))
+    add(_tensormap("tma_v", 0, "v", cfg.dtype, boxes["v"], swz["v"]))
+    if cfg.paged_kv:
+        add(_i32_struct("kc_coords", 0, kv_rows + ["heads_kv", kv_outer]))
+        add(_i32_struct("vc_coords", 0, kv_rows + ["heads_kv", kv_outer]))
+        add(_tensormap("tma_k_chunk", 0, "k", cfg.dtype, boxes["kc"], swz["k"]))
+        add(_tensormap("tma_v_chunk", 0, "v", cfg.dtype, boxes["vc"], swz["v"]))
+    add({"name": "softmax_scale_log2", "ordinal": 0, "kind": "scalar", "size": 4, "align": 4,
+         "type": "f32", "value": ["softmax_scale", "log2e_mul"]})
+    add(_tensor_struct("seqused_k", 0, "seqused_k", ["batch"], []))
+    if cfg.paged_kv:
+        add(_tensor_struct("page_table", 0, "page_table", ["batch", "max_pages"], [0]))
+    add({"name": "tiled_mma_qk", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
+    add({"name": "tiled_mma_pv", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
+
+    bshd = {"contiguous_dim": 3, "align_bytes": 16}
+    heads_grid = "heads_kv" if cfg.pack_gqa else "heads_q"
+    rows = ["seqlen_q", "heads_q", "heads_kv", "//", "*"] if cfg.pack_gqa else ["seqlen_q"]
+    grid_x = rows + [cfg.tile_m, "ceil_div"] + (["num_splits", "*"] if cfg.split_kv else [])
+    symbols = {
+        "batch": {"tensor": "q", "dim": 0, "min": 1},
+        "seqlen_q": {"tensor": "q", "dim": 1, "min": 1},
+        "heads_q": {"tensor": "q", "dim": 2, "min": 1},
+        "head_dim": {"tensor": "q", "dim": 3, "fixed": d},
+        "heads_kv": {"tensor": "k", "dim": 2, "min": 1},
+    }
+    kv_dims = [kv_outer] + kv_rows + ["heads_kv", "head_dim"]
+    symbols[kv_outer] = symbols.get(kv_outer, {"tensor": "k", "dim": 0, "min": 1})
+    symbols[kv_rows[0]] = {"tensor": "k", "dim": 1, "min": 1}
+    tensors = {
+        "q": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
+        "k": {"role": "input", "dtype": cfg.dtype, "dims": kv_dims, **bshd},
+        "v": {"role": "input", "dtype": cfg.dtype, "dims": kv_dims, **bshd},
+        "seqused_k": {"role": "input", "dtype": "i32", "dims": ["batch"], "contiguous_dim": 0, "align_bytes": 4},
+    }
+    if cfg.paged_kv:
+        symbols["max_pages"] = {"tensor": "page_table", "dim": 1, "min": 1}
+        tensors["page_table"] = {"role": "input", "dtype": "i32", "dims": ["batch", "max_pages"],
+                                 "contiguous_dim": 1, "align_bytes": 4}
+    if cfg.split_kv:
+        symbols["num_splits"] = {"tensor": o_name, "dim": 0, "min": 1}
+        tensors[o_name] = {"role": "output", "dtype": "f32",
+                           "dims": ["num_splits", "batch", "seqlen_q", "heads_q", "head_dim"],
+                           "contiguous_dim": 4, "align_bytes": 16}
+        tensors[lse_name] = {"role": "output", "dtype": "f32", "dims": ["num_splits", "batch", "heads_q", "seqlen_q"],
+                             "contiguous_dim": 3, "align_bytes": 4}
+    else:
+        tensors[o_name] = {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"],
+                           **bshd}
+        tensors[lse_name] = {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
+                             "contiguous_dim": 2, "align_bytes": 4}
+    checks = [
+        {"expr": ["heads_q", "heads_kv", "%", 0, "=="],
+         "message": "heads_q must be a multiple of heads_kv (MHA, GQA or MQA)"},
+        {"expr": [heads_grid, 65535, "<="], "message": f"{heads_grid} must be at most 65535 (grid y)"},
+        {"expr": ["batch", 65535, "<="], "message": "batch must be at most 65535 (grid z)"},
+    ]
+    if cfg.paged_kv:
+        from .config import PAGE_CHUNK
+        checks.append({"expr": ["page_size", PAGE_CHUNK, "%", 0, "=="],
+                       "message": f"page_size must be a multiple of {PAGE_CHUNK} for this variant"})
+    return {
+        "grid": [grid_x, [heads_grid], ["batch"]],
+        "symbols": symbols,
+        "tensors": tensors,
+        "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}},
+        "checks": checks,
         "params": _lay_out(params),
     }

@@ -36,9 +36,10 @@ from .layouts import (
     smem_store_atom,
     transpose_view,
 )
-from .mask import apply_mask, apply_mask_bits
+from . import block_range
+from .mask import apply_mask, apply_mask_bits, apply_window_mask
 from .schedule import causal_lpt_order, next_tile, strided_tile
-from .softmax import OnlineSoftmax, rescale_rows
+from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlass.Float8E4M3FN}
 # The H200's SM count: only the DSL's own (unused) host launcher sees it; launchers take the
@@ -54,8 +55,12 @@ class FlashFwdSm90:
         self.fp8 = cfg.fp8
         self.o_dtype = DTYPES[cfg.out_dtype]
         self.tile_m, self.tile_n, self.hdim = cfg.tile_m, cfg.tile_n, cfg.head_dim
+        self.hdim_v = cfg.head_dim_v  # V and O
         self.stages = cfg.stages
         self.causal = cfg.causal
+        self.local = cfg.local
+        self.softcap = cfg.softcap
+        self.sink = cfg.learnable_sink
         self.num_wg = cfg.consumer_warpgroups
         self.num_threads = cfg.threads
         self.consumer_threads = 128 * self.num_wg
@@ -82,7 +87,7 @@ class FlashFwdSm90:
         pv = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype,
             OperandMajorMode.K, OperandMajorMode.K if self.fp8 else OperandMajorMode.MN,
-            Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.hdim),
+            Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.hdim_v),
             a_source=warpgroup.OperandSource.RMEM,
         )
         return qk, pv
@@ -95,8 +100,12 @@ class FlashFwdSm90:
         mV: cute.Tensor,
         mO: cute.Tensor,  # like mQ
         mLSE: cute.Tensor,  # (batch, heads_q, seqlen_q) float32
-        softmax_scale_log2: Float32,
-        mDescale: cute.Tensor = None,  # e4m3: (3, batch, heads_kv) float32, q/k/v descales
+        softmax_scale_log2: Float32,  # softcap: softcap * log2(e)
+        softcap_pre: Float32 | None = None,  # softcap: softmax_scale / softcap
+        window_left: Int32 | None = None,  # local: resolved (block_range.window_bounds)
+        window_right: Int32 | None = None,
+        mSink: cute.Tensor | None = None,  # learnable_sink: (heads_q,) float32
+        mDescale: cute.Tensor | None = None,  # e4m3: (3, batch, heads_kv) float32, q/k/v descales
     ):
         # Kernel view: (seqlen, head_dim, heads, batch) so a tile is a slice of modes 0 and 1.
         bshd_to_sdhb = [1, 3, 2, 0]
@@ -112,14 +121,19 @@ class FlashFwdSm90:
         tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
         sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
-        sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
+        sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim_v, self.stages)
         if const_expr(self.fp8):
-            sV_layout = smem_layout(self.dtype, self.hdim, self.tile_n, self.stages)
+            # Column-major V: a stage is (head_dim_v, tile_n keys), K-major for the PV GEMM.
+            sV_layout = smem_layout(self.dtype, self.hdim_v, self.tile_n, self.stages)
         # wg_epilogue: one 64-row slab per warpgroup, each stored on its own.
-        sO_layout = smem_layout(self.dtype, 64, self.hdim, self.num_wg) if self.wg_epilogue else sQ_layout
+        sO_layout = smem_layout(self.dtype, 64, self.hdim_v, self.num_wg) if self.wg_epilogue else sQ_layout
+        if const_expr(self.hdim_v != self.hdim and not self.wg_epilogue):
+            # O's rows are dv wide; through Q's buffer it takes the first tile_m * dv of it.
+            sO_layout = smem_layout(self.dtype, self.tile_m, self.hdim_v)
         if const_expr(self.fp8):
-            sO_layout = (smem_layout(self.o_dtype, 64, self.hdim, self.num_wg) if self.wg_epilogue
-                         else smem_layout(self.o_dtype, self.tile_m, self.hdim))
+            # O in bf16 through its own buffer (separate_o_smem), never Q's e4m3 one.
+            sO_layout = (smem_layout(self.o_dtype, 64, self.hdim_v, self.num_wg) if self.wg_epilogue
+                         else smem_layout(self.o_dtype, self.tile_m, self.hdim_v))
         sO_box_layout = cute.select(sO_layout, mode=[0, 1]) if self.wg_epilogue else sO_layout
 
         def buffer(layout, dtype=self.dtype):
@@ -146,16 +160,16 @@ class FlashFwdSm90:
         )
         tma_v, tV = cpasync.make_tiled_tma_atom(
             load_op, mV, cute.select(sV_layout, mode=[0, 1]),
-            (self.hdim, self.tile_n) if const_expr(self.fp8) else (self.tile_n, self.hdim),
+            (self.hdim_v, self.tile_n) if const_expr(self.fp8) else (self.tile_n, self.hdim_v),
         )
-        tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_box_layout, (self.o_rows, self.hdim))
+        tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_box_layout, (self.o_rows, self.hdim_v))
         # Facts the launch contract needs and the cubin does not hold.
         self.dynamic_smem_bytes = SharedStorage.size_in_bytes()
         self.tma_boxes = {
             name: (_inner_cols(layout), rows)
             for name, layout, rows in (
                 ("q", sQ_layout, self.tile_m), ("k", sK_layout, self.tile_n),
-                ("v", sV_layout, self.hdim if self.fp8 else self.tile_n), ("o", sO_layout, self.o_rows),
+                ("v", sV_layout, self.hdim_v if self.fp8 else self.tile_n), ("o", sO_layout, self.o_rows),
             )
         }
 
@@ -175,7 +189,8 @@ class FlashFwdSm90:
             tma_q, tma_k, tma_v, tma_o,
             softmax_scale_log2,
             sQ_layout, sK_layout, sV_layout, sO_layout,
-            tiled_mma_qk, tiled_mma_pv, mDescale,
+            tiled_mma_qk, tiled_mma_pv,
+            softcap_pre, window_left, window_right, mSink, mDescale,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
 
     # ---------------------------------------------------------------- device side
@@ -198,7 +213,11 @@ class FlashFwdSm90:
         sO_layout: cute.ComposedLayout,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
-        mDescale: cute.Tensor = None,
+        softcap_pre: Float32 | None,
+        window_left: Int32 | None,
+        window_right: Int32 | None,
+        mSink: cute.Tensor | None,
+        mDescale: cute.Tensor | None = None,  # e4m3: (3, batch, heads_kv) float32
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -214,6 +233,7 @@ class FlashFwdSm90:
         consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
         q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
         kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
+        v_bytes = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
         pipe_q = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
             producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
@@ -224,7 +244,7 @@ class FlashFwdSm90:
         )
         pipe_v = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
-            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
+            producer_group=producer, consumer_group=consumers, tx_count=v_bytes, defer_sync=True,
         )
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
@@ -262,10 +282,12 @@ class FlashFwdSm90:
                 k = Int32(0)
                 tile = strided_tile(k, cta, ctas, zigzag)
                 while tile < num_tiles:
-                    m_block, head, head_kv, batch, n_block_max = self.tile_work(tile, num_m, mQ, mK)
+                    m_block, head, head_kv, batch, n_block_max = self.tile_work(
+                        tile, num_m, mQ, mK, window_right)
+                    n_block_min = self.first_block(m_block, mQ, mK, window_left)
                     q_state, kv_state = self.produce(
                         mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v, pipe_q, pipe_k, pipe_v,
-                        q_state, kv_state, m_block, head, head_kv, batch, n_block_max,
+                        q_state, kv_state, m_block, head, head_kv, batch, n_block_max, n_block_min,
                     )
                     k += 1
                     tile = next_tile(k, tile, cta, ctas, zigzag)
@@ -283,7 +305,9 @@ class FlashFwdSm90:
             k = Int32(0)
             tile = strided_tile(k, cta, ctas, zigzag)
             while tile < num_tiles:
-                m_block, head, head_kv, batch, n_block_max = self.tile_work(tile, num_m, mQ, mK)
+                m_block, head, head_kv, batch, n_block_max = self.tile_work(
+                    tile, num_m, mQ, mK, window_right)
+                n_block_min = self.first_block(m_block, mQ, mK, window_left)
                 scale_log2 = softmax_scale_log2
                 v_descale = None
                 if const_expr(self.fp8):
@@ -293,7 +317,8 @@ class FlashFwdSm90:
                 q_state, kv_state = self.consume(
                     mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
                     pipe_q, pipe_k, pipe_v, q_state, kv_state, scale_log2,
-                    ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k, v_descale,
+                    ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
+                    n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
                 )
                 k += 1
                 tile = next_tile(k, tile, cta, ctas, zigzag)
@@ -303,12 +328,12 @@ class FlashFwdSm90:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
-    def tile_work(self, tile, num_m, mQ, mK):
+    def tile_work(self, tile, num_m, mQ, mK, window_right=None):
         """(m_block, head, head_kv, batch, n_block_max) of a linear tile index."""
         heads = mQ.shape[2]
         if const_expr(self.causal and (self.persistent or self.linear_grid)):
             m_block, hb = causal_lpt_order(
-                tile, num_m, heads * mQ.shape[3], mK.shape[0], 2 * self.hdim * self.cfg.elem_bytes,
+                tile, num_m, heads * mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
                 self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
             )
             head = hb % heads
@@ -325,28 +350,37 @@ class FlashFwdSm90:
                 m_block = num_m - 1 - m_block
         head_kv = head // (mQ.shape[2] // mK.shape[2])
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
-        n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
-        if const_expr(self.causal):
-            # Last key any row of this tile may see: (m_block+1)*tile_m - 1 + seqlen_k - seqlen_q.
-            # A tile whose rows see no key still visits block 0, fully masked: O = 0, LSE = -inf.
-            last_key = (m_block + 1) * self.tile_m + seqlen_k - seqlen_q
-            n_block_max = cutlass.max(
-                cutlass.min(n_block_max, (last_key + self.tile_n - 1) // self.tile_n), 1
-            )
+        n_block_max = block_range.n_block_max(
+            m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n, self.causal, self.local, window_right,
+            mn=cutlass.min, mx=cutlass.max,
+        )
         return m_block, head, head_kv, batch, n_block_max
+
+    def first_block(self, m_block, mQ, mK, window_left):
+        """The first key block the tile visits: 0 (a Python int, so nothing is traced) unless
+        local."""
+        if const_expr(not self.local):
+            return 0
+        return block_range.n_block_min(
+            m_block, mQ.shape[0], mK.shape[0], self.tile_m, self.tile_n, True, window_left, mx=cutlass.max
+        )
 
     @cute.jit
     def produce(
         self, mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v, pipe_q, pipe_k, pipe_v,
-        q_state, kv_state, m_block, head, head_kv, batch, n_block_max,
+        q_state, kv_state, m_block, head, head_kv, batch, n_block_max, n_block_min,
     ):
+        # Blocks n_block_max - 1 down to n_block_min (0 unless local), the consumers' order.
+        n_blocks = n_block_max
+        if const_expr(self.local):
+            n_blocks = n_block_max - n_block_min
         gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
         gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
         if const_expr(self.fp8):
-            # Column-major V: a block is (head_dim, tile_n keys), blocks along the key mode.
-            gV = cute.local_tile(mV[None, None, head_kv, batch], (self.hdim, self.tile_n), (0, None))
+            # Column-major V: a block is (head_dim_v, tile_n keys), blocks along the key mode.
+            gV = cute.local_tile(mV[None, None, head_kv, batch], (self.hdim_v, self.tile_n), (0, None))
         else:
-            gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
+            gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, self.hdim_v), (None, 0))
         one = cute.make_layout(1)
         tQsQ, tQgQ = cpasync.tma_partition(
             tma_q, 0, one, cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
@@ -367,7 +401,7 @@ class FlashFwdSm90:
 
         if const_expr(self.overlap):
             # Consumers take K[j] then V[j+1]: load in that order.
-            for i in cutlass.range(n_block_max - 1, unroll=1):
+            for i in cutlass.range(n_blocks - 1, unroll=1):
                 n_block = n_block_max - 1 - i
                 v_state = kv_state.clone()
                 kv_state.advance()
@@ -378,11 +412,11 @@ class FlashFwdSm90:
                 cute.copy(tma_v, tVgV[None, n_block], tVsV[None, v_state.index],
                           tma_bar_ptr=pipe_v.producer_get_barrier(v_state))
             pipe_v.producer_acquire(kv_state)
-            cute.copy(tma_v, tVgV[None, 0], tVsV[None, kv_state.index],
+            cute.copy(tma_v, tVgV[None, n_block_min], tVsV[None, kv_state.index],
                       tma_bar_ptr=pipe_v.producer_get_barrier(kv_state))
             kv_state.advance()
         else:
-            for i in cutlass.range(n_block_max, unroll=1):
+            for i in cutlass.range(n_blocks, unroll=1):
                 n_block = n_block_max - 1 - i
                 if i > 0:
                     pipe_k.producer_acquire(kv_state)
@@ -399,7 +433,8 @@ class FlashFwdSm90:
     def consume(
         self, mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
         pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
-        tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k, v_descale=None,
+        tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
+        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None,
     ):
         wg = cute.arch.make_warp_uniform(tidx // 128)
         wg_first_thread = cute.make_layout(self.num_wg, stride=128)
@@ -412,7 +447,7 @@ class FlashFwdSm90:
         # e4m3: sV is already (head_dim, keys), keys contiguous: the K-major B operand.
         sVt = sV if const_expr(self.fp8) else transpose_view(sV)
         tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
-        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim)), Float32)
+        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim_v)), Float32)
         tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
         s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
 
@@ -435,6 +470,11 @@ class FlashFwdSm90:
         )
 
         def mask(acc_S, n_block, causal):
+            if const_expr(self.local):
+                # Every block masked here is masked at both window edges and the key length.
+                apply_window_mask(acc_S, coords_rc, m_block, n_block, seqlen_q, seqlen_k,
+                                  window_left, window_right, self.tile_m, self.tile_n)
+                return
             if const_expr(self.cfg.mask_bits):
                 apply_mask_bits(acc_S, coords_rc, offsets_rc, m_block, n_block, seqlen_q, seqlen_k,
                                 self.tile_m, self.tile_n, causal)
@@ -453,22 +493,30 @@ class FlashFwdSm90:
             else:
                 tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
 
+        sink = None
+        if const_expr(self.sink):
+            # Loaded now, used after the last block: its latency hides under the main loop.
+            sink = Float32(mSink[head])
         pipe_q.consumer_wait(q_state)
 
         acc_O.fill(0.0)
         # Blocks needing a causal mask: those reaching past the diagonal of the first row.
         n_block_causal = n_block_max
         if const_expr(self.causal):
-            n_block_causal = cutlass.max(
-                (m_block * self.tile_m + seqlen_k - seqlen_q) // self.tile_n, 0
+            n_block_causal = block_range.n_block_right_masked(
+                m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n, mx=cutlass.max
             )
-        # First block: S, mask (key tail and diagonal), softmax; no PV yet.
+        elif const_expr(self.local):
+            n_block_causal = 0  # plain_step masks every local block
+        # First block: S, mask (key tail and diagonal or window), softmax; no PV yet.
         n_block = n_block_max - 1
         pipe_k.consumer_wait(kv_state)
         acc_S = gemm_qk(kv_state.index)
         warpgroup.wait_group(0)
         pipe_k.consumer_release(kv_state)
-        mask(acc_S, n_block, self.causal)
+        if const_expr(self.softcap):
+            apply_softcap(acc_S, softcap_pre)
+        mask(acc_S, n_block, self.causal or self.local)
         softmax.step(acc_S, is_first=True)
         to_p(acc_S)
 
@@ -479,16 +527,35 @@ class FlashFwdSm90:
             n_masked = 0
             if const_expr(self.causal):
                 n_masked = cutlass.max(cutlass.min(n_block_max - 1 - n_block_causal, n_block_max - 1), 0)
+            n_unmasked = None
+            if const_expr(self.local):
+                # Right edge masked, inside every row's window, left edge masked (block_range.py).
+                n_masked, n_unmasked, n_masked_left = block_range.local_block_counts(
+                    n_block_min, n_block_max,
+                    block_range.n_block_right_masked(m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n,
+                                                     True, window_right, mx=cutlass.max),
+                    block_range.n_block_left_masked(m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n,
+                                                    window_left, mx=cutlass.max),
+                    mn=cutlass.min, mx=cutlass.max,
+                )
             for i in cutlass.range(n_masked, unroll=1):
                 kv_state = self.overlapped_step(
                     kv_state, n_block_max - 2 - i, gemm_qk, gemm_pv, mask, to_p, softmax,
-                    acc_O, scale_prev, pipe_k, pipe_v, wg, True,
+                    acc_O, scale_prev, pipe_k, pipe_v, wg, True, softcap_pre,
                 )
-            for i in cutlass.range(n_block_max - 1 - n_masked, unroll=1):
+            if const_expr(not self.local):
+                n_unmasked = n_block_max - 1 - n_masked
+            for i in cutlass.range(n_unmasked, unroll=1):
                 kv_state = self.overlapped_step(
                     kv_state, n_block_max - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
-                    softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False,
+                    softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False, softcap_pre,
                 )
+            if const_expr(self.local):
+                for i in cutlass.range(n_masked_left, unroll=1):
+                    kv_state = self.overlapped_step(
+                        kv_state, n_block_max - 2 - n_masked - n_unmasked - i, gemm_qk, gemm_pv, mask,
+                        to_p, softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, True, softcap_pre,
+                    )
             self.release_q_early(pipe_q, q_state)
             # Last PV.
             if const_expr(self.rescale_early):
@@ -504,14 +571,17 @@ class FlashFwdSm90:
             warpgroup.wait_group(0)
             pipe_v.consumer_release(kv_state)
             kv_state.advance()
-            for i in cutlass.range(n_block_max - 1, unroll=1):
+            n_rest = n_block_max - 1
+            if const_expr(self.local):
+                n_rest = n_block_max - 1 - n_block_min
+            for i in cutlass.range(n_rest, unroll=1):
                 kv_state = self.plain_step(
                     kv_state, n_block_max - 2 - i, n_block_causal, gemm_qk, gemm_pv, mask,
-                    to_p, softmax, acc_O, pipe_k, pipe_v,
+                    to_p, softmax, acc_O, pipe_k, pipe_v, softcap_pre,
                 )
             self.release_q_early(pipe_q, q_state)
 
-        inv_sum, lse = softmax.finish()
+        inv_sum, lse = softmax.finish(sink)
         if const_expr(self.fp8):
             for r in cutlass.range_constexpr(cute.size(inv_sum)):
                 inv_sum[r] = inv_sum[r] * v_descale
@@ -534,13 +604,15 @@ class FlashFwdSm90:
     @cute.jit
     def plain_step(
         self, kv_state, n_block, n_block_causal, gemm_qk, gemm_pv, mask, to_p, softmax, acc_O,
-        pipe_k, pipe_v,
+        pipe_k, pipe_v, softcap_pre=None,
     ):
         """One key block with no overlap inside the warpgroup (kept to measure the overlap)."""
         pipe_k.consumer_wait(kv_state)
         acc_S = gemm_qk(kv_state.index)
         warpgroup.wait_group(0)
         pipe_k.consumer_release(kv_state)
+        if const_expr(self.softcap):
+            apply_softcap(acc_S, softcap_pre)
         if n_block >= n_block_causal:
             mask(acc_S, n_block, True)
         row_scale = softmax.step(acc_S, is_first=False)
@@ -556,7 +628,7 @@ class FlashFwdSm90:
     @cute.jit
     def overlapped_step(
         self, kv_state, n_block, gemm_qk, gemm_pv, mask, to_p, softmax, acc_O, scale_prev,
-        pipe_k, pipe_v, wg, causal_mask: cutlass.Constexpr[bool],
+        pipe_k, pipe_v, wg, causal_mask: cutlass.Constexpr[bool], softcap_pre=None,
     ):
         """QK^T of block n_block runs while PV of the previous block and this softmax do."""
         v_state = kv_state.clone()
@@ -571,6 +643,8 @@ class FlashFwdSm90:
         self.schedule_pass(wg)
         warpgroup.wait_group(1)  # S is ready; PV still running
         pipe_k.consumer_release(kv_state)
+        if const_expr(self.softcap):
+            apply_softcap(acc_S, softcap_pre)
         if const_expr(causal_mask):
             mask(acc_S, n_block, True)
         row_scale = softmax.step(acc_S, is_first=False)
@@ -632,7 +706,7 @@ class FlashFwdSm90:
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
         if tidx == 0:
-            gO = cute.local_tile(mO[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
+            gO = cute.local_tile(mO[None, None, head, batch], (self.tile_m, self.hdim_v), (m_block, 0))
             tOsO, tOgO = cpasync.tma_partition(
                 tma_o, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2), cute.group_modes(gO, 0, 2)
             )
@@ -646,7 +720,7 @@ class FlashFwdSm90:
     def store_lse(self, lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
         """LSE: the thread holding column 0 of a row writes that row."""
         thr_mma = tiled_mma_pv.get_slice(tidx)
-        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim_v))))
         if cO[0, 0][1] == 0:
             for r in cutlass.range_constexpr(cute.size(lse)):
                 row = m_block * self.tile_m + cO[r, 0][0]
@@ -674,7 +748,7 @@ class FlashFwdSm90:
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=barrier, number_of_threads=128)
         if wg_tidx == 0:
-            gO = cute.local_tile(mO[None, None, head, batch], (64, self.hdim), (m_block * self.num_wg + wg, 0))
+            gO = cute.local_tile(mO[None, None, head, batch], (64, self.hdim_v), (m_block * self.num_wg + wg, 0))
             tOsO, tOgO = cpasync.tma_partition(
                 tma_o, 0, cute.make_layout(1), cute.group_modes(sO_wg, 0, 2), cute.group_modes(gO, 0, 2)
             )

@@ -1,7 +1,8 @@
-"""Key-length and causal masking of an S fragment.
+"""Key-length, causal and sliding-window masking of an S fragment.
 
 Causal is aligned bottom-right as in FlashAttention: query row i sees key j when
-j <= i + seqlen_k - seqlen_q.
+j <= i + seqlen_k - seqlen_q. A window (left, right) keeps i + off - left <= j <= i + off + right
+(block_range.py); it is applied per element, so windows narrower than a tile are exact.
 """
 
 from __future__ import annotations
@@ -21,6 +22,38 @@ def row_col_limit(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, ti
         row = m_block * tile_m + coords_rc[r, 0][0]
         col_limit = cutlass.min(col_limit, row + seqlen_k - seqlen_q + 1 - n_block * tile_n)
     return col_limit
+
+
+def window_cols(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, left, right):
+    """(first kept column, first column past the kept ones) of row r in key block n_block
+    under a window; the key length bounds the second."""
+    row = m_block * tile_m + coords_rc[r, 0][0]
+    diag = row + seqlen_k - seqlen_q - n_block * tile_n
+    col_limit = cutlass.min(seqlen_k - n_block * tile_n, diag + right + 1)
+    return diag - left, col_limit
+
+
+@cute.jit
+def apply_window_mask(
+    acc_S: cute.Tensor,
+    coords_rc: cute.Tensor,
+    m_block: Int32,
+    n_block: Int32,
+    seqlen_q: Int32,
+    seqlen_k: Int32,
+    left: Int32,
+    right: Int32,
+    tile_m: cutlass.Constexpr[int],
+    tile_n: cutlass.Constexpr[int],
+):
+    """apply_mask for a sliding window: both edges and the key length."""
+    s_rc = acc_as_rows_cols(acc_S)
+    for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
+        col_start, col_limit = window_cols(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k,
+                                           tile_m, tile_n, left, right)
+        for c in cutlass.range_constexpr(cute.size(s_rc, mode=[1])):
+            col = coords_rc[0, c][1]
+            s_rc[r, c] = -Float32.inf if col >= col_limit or col < col_start else s_rc[r, c]
 
 
 @cute.jit

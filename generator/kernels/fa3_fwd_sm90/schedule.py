@@ -44,3 +44,13 @@ def causal_lpt_order(tile, num_m, num_hb, seqlen_k, kv_row_bytes, section_bytes:
     in_section = tile - first_hb * num_m
     pairs = mn(per_section, num_hb - first_hb)  # the last section may be short
     return num_m - 1 - in_section // pairs, first_hb + in_section % pairs
+
+
+def split_range(n_block_min, n_block_max, split, num_splits, mn=min):
+    """[lo, hi) of the key blocks split `split` of `num_splits` visits, out of the tile's
+    [n_block_min, n_block_max) (whatever range the mask rules gave): equal runs of
+    ceil(blocks / num_splits), so the last splits may be short or empty (lo >= hi). An
+    empty split still writes its partial (O = 0, LSE = -inf): the combine weighs it 0."""
+    per = (n_block_max - n_block_min + num_splits - 1) // num_splits
+    lo = n_block_min + split * per
+    return lo, mn(lo + per, n_block_max)

@@ -15,6 +15,7 @@ from cutlass import Float32
 from .layouts import acc_as_rows_cols
 
 LN2 = math.log(2.0)
+LOG2E = math.log2(math.e)
 
 
 class OnlineSoftmax:
@@ -67,12 +68,24 @@ class OnlineSoftmax:
         return row_scale
 
     @cute.jit
-    def finish(self) -> tuple[cute.Tensor, cute.Tensor]:
-        """(1/row_sum per row, natural-log LSE per row); fully masked rows give O = 0, LSE = -inf."""
+    def finish(self, sink=None) -> tuple[cute.Tensor, cute.Tensor]:
+        """(1/row_sum per row, natural-log LSE per row); fully masked rows give O = 0, LSE = -inf.
+
+        `sink` (natural-log logit, FA4's learnable_sink) is one more column of every row that
+        counts in the denominator and the LSE but has no value: LSE = log(sum_j exp(s_j) +
+        exp(sink)); a row that sees no key gets O = 0 and LSE = sink, as in FA4."""
         inv = cute.make_rmem_tensor(self.rows, Float32)
         lse = cute.make_rmem_tensor(self.rows, Float32)
         for r in cutlass.range_constexpr(self.rows):
             total = cute.arch.warp_reduction_sum(self.row_sum[r], threads_in_group=4)
+            if cutlass.const_expr(sink is not None):
+                # After the quad's reduction: the sink enters each row once. With no key seen,
+                # the sink is the row's maximum.
+                sink_log2 = sink * LOG2E
+                m = self.row_max[r]
+                m = sink_log2 / self.scale_log2 if m == -Float32.inf else m
+                self.row_max[r] = m
+                total = total + cute.math.exp2(sink_log2 - m * self.scale_log2, fastmath=True)
             empty = total == Float32(0.0) or total != total
             inv[r] = Float32(0.0) if empty else cute.arch.rcp_approx(total)
             lse[r] = (
@@ -97,6 +110,16 @@ def _tree_reduce(t_rc: cute.Tensor, r: cutlass.Constexpr[int], op) -> Float32:
         for j in cutlass.range_constexpr(4):
             part[j] = op(part[j], t_rc[r, i + j])
     return op(op(part[0], part[1]), op(part[2], part[3]))
+
+
+@cute.jit
+def apply_softcap(acc_S: cute.Tensor, pre_scale: Float32):
+    """S <- tanh(S * pre_scale) in place, with pre_scale = softmax_scale / softcap: the softmax
+    then runs with scale_log2 = softcap * log2(e), so its exponent is
+    softcap * tanh(s * softmax_scale / softcap) in the exp2 domain (FlashAttention's softcap).
+    tanh.approx.f32 on the MUFU: one op per score beside the softmax's exp2."""
+    s = acc_S.load()
+    acc_S.store(cute.math.tanh(s * pre_scale, fastmath=True))
 
 
 @cute.jit

@@ -171,6 +171,9 @@ struct Variant {
   uint64_t cubin_size;
   const unsigned char* cubin_data;  // the embedded image, or nullptr (then load the file)
   const Contract* contract;
+  // Why the loader refuses this variant without an opt-in (never checked numerically on a GPU
+  // of its arch), or nullptr when it may launch. Kernel::load says it and stops.
+  const char* unverified_reason = nullptr;
 };
 
 // A dispatcher preference, generated from runtime/dispatch.py PREFERENCES: when every

@@ -4,6 +4,8 @@
 
 #include <cuda.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -70,9 +72,16 @@ class Kernel {
  public:
   // Loads `v`'s cubin (embedded bytes when the bundle has them, else
   // `<bundle_dir>/<sha256>.cubin`) into the current context, after checking that the
-  // device is the arch the variant was built for.
-  static Status load(const Variant& v, const std::string& bundle_dir, Kernel* out) {
+  // device is the arch the variant was built for. A variant with an `unverified_reason` is
+  // refused unless `allow_unverified` or CUBINFORGE_ALLOW_UNVERIFIED=1 (docs/kernels.md).
+  static Status load(const Variant& v, const std::string& bundle_dir, Kernel* out,
+                     bool allow_unverified = false) {
     const Contract& c = *v.contract;
+    if (v.unverified_reason != nullptr && !allow_unverified && !unverified_allowed_by_env())
+      return Status(CUDA_ERROR_NOT_PERMITTED,
+                    "variant " + std::string(v.name) + " is unverified: " + v.unverified_reason +
+                        ". Its results have never been compared with a reference, so they may be wrong. "
+                        "To load it anyway set CUBINFORGE_ALLOW_UNVERIFIED=1 or pass allow_unverified=true");
     std::string arch;
     CUBINFORGE_TRY(current_arch(&arch));
     if (arch != c.arch)
@@ -96,6 +105,14 @@ class Kernel {
                             std::to_string(c.dynamic_smem_bytes) + ") failed for " + v.name);
     *out = std::move(k);
     return Status::Ok();
+  }
+
+  static bool unverified_allowed_by_env() {
+    const char* e = std::getenv("CUBINFORGE_ALLOW_UNVERIFIED");
+    if (e == nullptr) return false;
+    for (const char* yes : {"1", "true", "yes", "on"})
+      if (std::strcmp(e, yes) == 0) return true;
+    return false;
   }
 
   const Variant& variant() const { return *variant_; }

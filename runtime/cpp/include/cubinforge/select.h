@@ -47,7 +47,8 @@ class Query {
   std::vector<std::pair<std::string, std::string>> items_;
 };
 
-// The usual attention query: the device's arch, dtype, head_dim, causal.
+// The usual attention query: the device's arch, dtype, head_dim, causal, V as wide as Q and K
+// (set "head_dim_v", "softcap", "local", "learnable_sink" on it for the model variants).
 inline Query attention_query(const std::string& arch, const std::string& dtype, int head_dim, bool causal) {
   Query q;
   q.set("arch", arch).set("dtype", dtype).set("head_dim", head_dim).set("causal", causal);
@@ -61,10 +62,20 @@ inline bool axis_matches(const Variant& v, const std::string& key, const std::st
   return have != nullptr && value == have;
 }
 
+// A query that leaves head_dim_v out asks for V as wide as Q and K (runtime/registry_source.py
+// does the same): a variant whose head_dim_v differs from its head_dim differs from it.
+inline const char* own_value_head_dim(const Variant& v, const Query& q) {
+  for (const auto& kv : q.items())
+    if (kv.first == "head_dim_v") return nullptr;
+  const char* dv = axis_value(v, "head_dim_v");
+  const char* d = axis_value(v, "head_dim");
+  return dv && d && std::string(dv) != d ? dv : nullptr;
+}
+
 inline int count_differences(const Variant& v, const Query& q) {
   int n = 0;
   for (const auto& kv : q.items()) n += !axis_matches(v, kv.first, kv.second);
-  return n;
+  return n + (own_value_head_dim(v, q) != nullptr);
 }
 
 }  // namespace detail
@@ -191,6 +202,7 @@ inline Status select(const Bundle& bundle, const Query& asked, const ProblemSize
       const char* have = axis_value(v, kv.first.c_str());
       diff += (diff.empty() ? "" : ", ") + kv.first + "=" + (have ? have : "(none)");
     }
+    if (const char* dv = detail::own_value_head_dim(v, q)) diff += (diff.empty() ? "" : ", ") + std::string("head_dim_v=") + dv;
     msg += std::string(n ? ";" : "") + " " + v.name + " (differs in " + diff + ")";
   }
   return Status(CUDA_ERROR_NOT_FOUND, msg);

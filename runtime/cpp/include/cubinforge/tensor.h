@@ -9,12 +9,12 @@
 
 namespace cubinforge {
 
-enum class DType : uint8_t { bf16, fp16, e4m3, f32 };
+enum class DType : uint8_t { bf16, fp16, e4m3, f32, i32 };  // i32: index tensors (page tables)
 
 constexpr int kMaxRank = 8;
 
 inline constexpr int dtype_bytes(DType t) {
-  return t == DType::f32 ? 4 : t == DType::e4m3 ? 1 : 2;
+  return t == DType::f32 || t == DType::i32 ? 4 : t == DType::e4m3 ? 1 : 2;
 }
 
 inline constexpr const char* dtype_name(DType t) {
@@ -23,6 +23,7 @@ inline constexpr const char* dtype_name(DType t) {
     case DType::fp16: return "fp16";
     case DType::e4m3: return "e4m3";
     case DType::f32: return "f32";
+    case DType::i32: return "i32";
   }
   return "?";
 }

@@ -36,6 +36,7 @@ inline CUtensorMapDataType tensormap_dtype(DType t) {
     case DType::fp16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     case DType::e4m3: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // TMA moves fp8 as bytes
     case DType::f32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    case DType::i32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
   }
   return CU_TENSOR_MAP_DATA_TYPE_UINT8;
 }

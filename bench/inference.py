@@ -1,0 +1,167 @@
+"""Inference attention on the H200: ours (flash_attn_with_kvcache) vs FA4, as TB/s of K+V read.
+
+    PYTHONPATH=. python3 -m cubinforge.bench.inference [--json out.json]
+
+Cases are issue 11's decode cells (bf16, hd128). Each runs in its own try/except, so one
+failure leaves the rest of the table. Times are the median of CUDA-event timings after
+warm-up (bench.timing.time_cuda); ours is timed as a prepared call (the checked launches
+only, as a serving loop runs them). The HBM copy rate of a 1 GiB clone (read + write) is
+measured in the same run, and each bandwidth is shown against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+
+D = 128
+
+# (name, batch, seqlen_q, seqlen_k, heads_q, heads_kv, page_size or None, causal)
+CASES = [
+    ("paged_decode_b64_k4096_p256", 64, 1, 4096, 32, 8, 256, True),
+    ("paged_decode_b64_k4096_p16", 64, 1, 4096, 32, 8, 16, True),
+    ("paged_decode_b8_k32768_p256", 8, 1, 32768, 32, 8, 256, True),
+    ("paged_decode_b128_k1024_p64", 128, 1, 1024, 32, 8, 64, True),
+    ("dense_decode_b8_k32768", 8, 1, 32768, 32, 8, None, True),
+    ("gqa_decode_b32_k8192_h64_8", 32, 1, 8192, 64, 8, None, True),
+    ("spec_decode_b32_q4_k8192_h32_8", 32, 4, 8192, 32, 8, None, True),
+    ("paged_spec_decode_b32_q4_k8192_p256", 32, 4, 8192, 32, 8, 256, True),
+]
+
+
+def first_line(e: BaseException) -> str:
+    s = f"{type(e).__name__}: {e}"
+    return s.splitlines()[0][:200]
+
+
+def hbm_copy_tbps(torch, timing) -> float:
+    x = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda")  # 1 GiB
+    y = torch.empty_like(x)
+    t = timing.time_cuda(lambda: y.copy_(x), warmup=3, min_iters=5, max_iters=20)
+    return 2 * x.numel() * 2 / (t.median_ms * 1e-3) / 1e12
+
+
+def make_case(torch, b, sq, sk, hq, hkv, page):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(b, sq, hq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    if page is None:
+        k = torch.randn(b, sk, hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn_like(k)
+        table = None
+    else:
+        pages = sk // page
+        k = torch.randn(b * pages, page, hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn_like(k)
+        table = torch.randperm(b * pages, device="cuda", generator=g).to(torch.int32).reshape(b, pages)
+    seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+    return q, k, v, table, seqlens
+
+
+def ours(torch, q, k, v, table, seqlens, causal, num_splits):
+    from cubinforge.runtime import prepare_kvcache
+    stream = torch.cuda.current_stream().cuda_stream
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device="cuda")
+    p = prepare_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table, causal=causal,
+                        num_splits=num_splits, out=out, lse=lse, stream=stream)
+    return (lambda: p.run(stream)), p, out
+
+
+def fa4(torch, q, k, v, table, seqlens, causal):
+    from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+    if table is None:
+        return lambda: flash_attn_func(q, k, v, causal=causal)
+    return lambda: flash_attn_varlen_func(q, k, v, seqused_k=seqlens, page_table=table, causal=causal)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", help="write the records here")
+    ap.add_argument("--cases", help="comma list of case names (default: all)")
+    args = ap.parse_args(argv)
+    import torch
+
+    from cubinforge.bench import timing
+    rec: dict = {}
+    try:
+        rec["hbm_copy_TBps"] = hbm_copy_tbps(torch, timing)
+    except Exception as e:
+        rec["hbm_copy_TBps"] = None
+        print("hbm copy:", first_line(e))
+    hbm = rec["hbm_copy_TBps"]
+    print(f"HBM copy rate (1 GiB clone, read+write): {hbm and round(hbm, 2)} TB/s")
+    want = set(args.cases.split(",")) if args.cases else None
+    rows = []
+    for name, b, sq, sk, hq, hkv, page, causal in CASES:
+        if want and name not in want:
+            continue
+        r = {"b": b, "sq": sq, "sk": sk, "hq": hq, "hkv": hkv, "page": page, "causal": causal}
+        kv_bytes = 2 * b * sk * hkv * D * 2
+        try:
+            q, k, v, table, seqlens = make_case(torch, b, sq, sk, hq, hkv, page)
+        except Exception as e:
+            r["error"] = first_line(e)
+            rows.append((name, r))
+            continue
+        for label, splits in (("ours_auto", 0), ("ours_1split", 1)):
+            try:
+                fn, p, out = ours(torch, q, k, v, table, seqlens, causal, splits)
+                t = timing.time_cuda(fn)
+                r[label] = {"ms": t.median_ms, "kv_TBps": kv_bytes / (t.median_ms * 1e-3) / 1e12,
+                            "splits": p.plan.num_splits, "pack_gqa": p.plan.pack_gqa, "kernels": p.kernels}
+                if label == "ours_auto":
+                    try:  # a quick sanity check against torch SDPA on batch row 0 (dense only)
+                        if table is None:
+                            g = hq // hkv
+                            qq = q[:1].transpose(1, 2).float()
+                            kk = k[:1].repeat_interleave(g, 2).transpose(1, 2).float()
+                            vv = v[:1].repeat_interleave(g, 2).transpose(1, 2).float()
+                            # Bottom-right causal: query i sees keys j <= i + sk - sq.
+                            mask = None if sq == 1 else torch.ones(sq, sk, dtype=torch.bool, device="cuda").tril(sk - sq)
+                            ref = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask)
+                            got = out[:1].transpose(1, 2).float()
+                            r["ours_rel_err_row0"] = float((got - ref).norm() / ref.norm())
+                    except Exception as e:
+                        r["check_error"] = first_line(e)
+            except Exception as e:
+                r[label] = {"error": first_line(e)}
+                traceback.print_exc(limit=2, file=sys.stderr)
+        try:
+            fn = fa4(torch, q, k, v, table, seqlens, causal)
+            t = timing.time_cuda(fn)
+            r["fa4"] = {"ms": t.median_ms, "kv_TBps": kv_bytes / (t.median_ms * 1e-3) / 1e12}
+        except Exception as e:
+            r["fa4"] = {"error": first_line(e)}
+        rows.append((name, r))
+        del q, k, v, table, seqlens
+        torch.cuda.empty_cache()
+
+    def cell(r, key):
+        x = r.get(key, {})
+        return f"{x['kv_TBps']:.2f}" if "kv_TBps" in x else ("err" if "error" in x else "-")
+
+    print(f"{'case':40s} {'ours auto':>9s} {'splits':>6s} {'ours s=1':>8s} {'FA4':>6s} {'ours/FA4':>8s} {'ours/HBM':>8s}")
+    for name, r in rows:
+        a, f = r.get("ours_auto", {}), r.get("fa4", {})
+        ratio = f"{a['kv_TBps'] / f['kv_TBps']:.2f}" if "kv_TBps" in a and "kv_TBps" in f else "-"
+        of_hbm = f"{a['kv_TBps'] / hbm:.2f}" if "kv_TBps" in a and hbm else "-"
+        print(f"{name:40s} {cell(r, 'ours_auto'):>9s} {str(a.get('splits', '-')):>6s} {cell(r, 'ours_1split'):>8s} "
+              f"{cell(r, 'fa4'):>6s} {ratio:>8s} {of_hbm:>8s}")
+        for key in ("ours_auto", "ours_1split", "fa4"):
+            if "error" in r.get(key, {}):
+                print(f"    {key}: {r[key]['error']}")
+        if "error" in r:
+            print(f"    setup: {r['error']}")
+        if "ours_rel_err_row0" in r:
+            print(f"    ours rel err vs SDPA (batch row 0): {r['ours_rel_err_row0']:.2e}")
+    rec["cases"] = dict(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rec, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

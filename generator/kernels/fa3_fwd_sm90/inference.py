@@ -1,0 +1,462 @@
+"""The inference form of the SM90 forward kernel: split-KV, pack-GQA and paged KV (issue 11).
+
+A subclass of FlashFwdSm90 that keeps its producer/consumer structure, WGMMA steps and
+softmax, and changes what the inference axes change:
+- every sequence has its own key count (seqused_k, int32 per batch);
+- split_kv: grid x is (m block, split); split s visits split_range() of the tile's key
+  blocks and writes fp32 partial O and LSE (O = 0, LSE = -inf for an empty split);
+- pack_gqa: a tile's rows are (token, query head of the KV head's group), head fastest;
+  the consumers load Q row by row (the group size is a runtime value, so no TMA box fits);
+- paged_kv: K and V come from (num_pages, page_size, heads_kv, d) through page_table: one
+  TMA box per tile where a page holds whole tiles, else boxes of PAGE_CHUNK rows per page.
+O and LSE leave from registers (rows map to (token, head) at run time). The dense default
+variants never reach this module, so their cubins stay as they were.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr
+from cutlass import pipeline
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from .barriers import Barrier
+from .config import PAGE_CHUNK, FwdConfig
+from .kernel import FlashFwdSm90, _inner_cols
+from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, transpose_view
+from .schedule import split_range
+from .softmax import OnlineSoftmax, rescale_rows
+
+
+class FlashFwdSm90Inference(FlashFwdSm90):
+    def __init__(self, cfg: FwdConfig):
+        super().__init__(cfg)
+        if not cfg.inference:
+            raise ValueError("FlashFwdSm90Inference builds split_kv / pack_gqa / paged_kv variants only")
+        if not cfg.intra_wg_overlap:
+            raise ValueError("the inference kernel has the overlapped main loop only")
+        self.split = cfg.split_kv
+        self.pack = cfg.pack_gqa
+        self.paged = cfg.paged_kv
+        if self.paged and self.num_wg == 2:
+            # The producer computes page addresses: FA3's split for a non-TMA producer
+            # (24 registers spilled in the paged variants).
+            self.consumer_regs, self.producer_regs = 232, 40
+
+    # ------------------------------------------------------------------ host side
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (batch, seqlen_q, heads_q, d)
+        mK: cute.Tensor,  # (batch, seqlen_k, heads_kv, d), paged: (num_pages, page_size, heads_kv, d)
+        mV: cute.Tensor,
+        mO: cute.Tensor,  # (batch, seqlen_q, heads_q, d); split: (num_splits, ...) float32
+        mLSE: cute.Tensor,  # (batch, heads_q, seqlen_q); split: (num_splits, ...)
+        softmax_scale_log2: Float32,
+        mSeqUsedK: cute.Tensor,  # (batch,) int32
+        mPageTable: cute.Tensor = None,  # (batch, max_pages) int32
+    ):
+        bshd_to_sdhb = [1, 3, 2, 0]
+        mQ, mK, mV = [
+            cute.make_tensor(t.iterator, cute.select(t.layout, mode=bshd_to_sdhb)) for t in (mQ, mK, mV)
+        ]
+        tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
+        sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
+        sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
+        sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
+
+        def buffer(layout):
+            return cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(layout)], 1024]
+
+        fields = {
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
+            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
+            "sQ": buffer(sQ_layout),
+            "sK": buffer(sK_layout),
+            "sV": buffer(sV_layout),
+        }
+        SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
+        self.shared_storage = SharedStorage
+
+        load_op = cpasync.CopyBulkTensorTileG2SOp()
+        tma_k, tK = cpasync.make_tiled_tma_atom(
+            load_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.hdim)
+        )
+        tma_v, tV = cpasync.make_tiled_tma_atom(
+            load_op, mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.hdim)
+        )
+        cols = _inner_cols(sK_layout)
+        self.dynamic_smem_bytes = SharedStorage.size_in_bytes()
+        self.tma_boxes = {"k": (cols, self.tile_n), "v": (cols, self.tile_n)}
+        tma_q, tQ = None, mQ
+        if const_expr(not self.pack):
+            tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_layout, (self.tile_m, self.hdim))
+            self.tma_boxes["q"] = (_inner_cols(sQ_layout), self.tile_m)
+        tma_kc, tKc, tma_vc, tVc = None, None, None, None
+        if const_expr(self.paged):
+            # One swizzle atom's columns by PAGE_CHUNK rows: the chunk of a stage tile at
+            # (row chunk j, column atom c) is one such compact box (2 KiB: the swizzle repeats).
+            chunk_layout = smem_layout(self.dtype, PAGE_CHUNK, cols)
+            tma_kc, tKc = cpasync.make_tiled_tma_atom(load_op, mK, chunk_layout, (PAGE_CHUNK, cols))
+            tma_vc, tVc = cpasync.make_tiled_tma_atom(load_op, mV, chunk_layout, (PAGE_CHUNK, cols))
+            self.tma_boxes["kc"] = (cols, PAGE_CHUNK)
+            self.tma_boxes["vc"] = (cols, PAGE_CHUNK)
+
+        rows_q = cute.size(mQ.shape[0])
+        heads = cute.size(mQ.shape[2])
+        if const_expr(self.pack):
+            rows_q = rows_q * (heads // cute.size(mK.shape[2]))
+            heads = cute.size(mK.shape[2])
+        num_m = cute.ceil_div(rows_q, self.tile_m)
+        splits = cute.size(mO.shape[0]) if const_expr(self.split) else 1
+        grid = (num_m * splits, heads, cute.size(mQ.shape[3]))
+        self.kernel(
+            tQ, tK, tV, mO, mLSE, tma_q, tma_k, tma_v, tKc, tVc, tma_kc, tma_vc,
+            softmax_scale_log2, mSeqUsedK, mPageTable,
+            sQ_layout, sK_layout, sV_layout, tiled_mma_qk, tiled_mma_pv,
+        ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
+
+    # ---------------------------------------------------------------- device side
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        tma_q: cute.CopyAtom,
+        tma_k: cute.CopyAtom,
+        tma_v: cute.CopyAtom,
+        mKc: cute.Tensor,
+        mVc: cute.Tensor,
+        tma_kc: cute.CopyAtom,
+        tma_vc: cute.CopyAtom,
+        softmax_scale_log2: Float32,
+        mSeqUsedK: cute.Tensor,
+        mPageTable: cute.Tensor,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+    ):
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        tidx, _, _ = cute.arch.thread_idx()
+        if warp_idx == 0:
+            for atom in (tma_q, tma_k, tma_v, tma_kc, tma_vc):
+                if const_expr(atom is not None):
+                    cpasync.prefetch_descriptor(atom)
+
+        smem = cutlass.memory.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
+        q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
+        kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
+            producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
+        )
+        pipe_k = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages,
+            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
+        )
+        pipe_v = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
+            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
+        )
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+
+        m_block, split, head, batch, group, seqlen_k, lo, hi = self.tile_work(mQ, mK, mO, mSeqUsedK)
+        seqlen_q = mQ.shape[0]
+
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp_idx == 0:
+                if hi > lo:
+                    self.produce_range(
+                        mQ, mK, mV, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
+                        pipe_q, pipe_k, pipe_v, m_block, head, batch, group, seqlen_k, lo, hi, mPageTable,
+                    )
+        else:
+            cute.arch.setmaxregister_increase(self.consumer_regs)
+            ctidx = tidx - 128
+            if const_expr(self.pingpong):
+                if ctidx < 128:
+                    cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1), number_of_threads=2 * 128)
+            self.consume_range(
+                mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
+                softmax_scale_log2, ctidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+            )
+
+    @cute.jit
+    def tile_work(self, mQ, mK, mO, mSeqUsedK):
+        """(m_block, split, head, batch, group, seqlen_k, lo, hi): this CTA's tile and the
+        [lo, hi) key blocks it visits. `head` is the KV head under pack_gqa."""
+        bx, head, batch = cute.arch.block_idx()
+        seqlen_q = mQ.shape[0]
+        group = mQ.shape[2] // mK.shape[2]
+        split = Int32(0)
+        m_block = bx
+        num_splits = 1
+        if const_expr(self.split):
+            num_splits = mO.shape[0]
+            m_block = bx // num_splits
+            split = bx - m_block * num_splits
+        seqlen_k = mSeqUsedK[batch]
+        n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
+        n_block_min = Int32(0)
+        if const_expr(self.causal):
+            # Keys the tile's last row sees (bottom-right aligned): that row's token + 1 +
+            # seqlen_k - seqlen_q. A tile whose rows see no key visits nothing.
+            last_token = ((m_block + 1) * self.tile_m - 1) // group if const_expr(self.pack) else (
+                (m_block + 1) * self.tile_m - 1)
+            last_key = last_token + 1 + seqlen_k - seqlen_q
+            n_block_max = cutlass.max(cutlass.min(n_block_max, (last_key + self.tile_n - 1) // self.tile_n), 0)
+        lo, hi = n_block_min, n_block_max
+        if const_expr(self.split):
+            lo, hi = split_range(n_block_min, n_block_max, split, num_splits, mn=cutlass.min)
+        return m_block, split, head, batch, group, seqlen_k, lo, hi
+
+    # ------------------------------------------------------------------ producer
+    @cute.jit
+    def produce_range(
+        self, mQ, mK, mV, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
+        pipe_q, pipe_k, pipe_v, m_block, head, batch, group, seqlen_k, lo, hi, mPageTable,
+    ):
+        head_kv = head if const_expr(self.pack) else head // group
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        one = cute.make_layout(1)
+        k_args = (mK, mKc, sK, tma_k, tma_kc, pipe_k)
+        v_args = (mV, mVc, sV, tma_v, tma_vc, pipe_v)
+        where = (head_kv, batch, seqlen_k, mPageTable)
+        pipe_k.producer_acquire(kv_state)
+        self.load_block(*k_args, kv_state, hi - 1, *where)
+        if const_expr(not self.pack):
+            gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
+            tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, one, cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        # Consumers take K[j] then V[j+1]: load in that order.
+        for i in cutlass.range(hi - 1 - lo, unroll=1):
+            n_block = hi - 1 - i
+            v_state = kv_state.clone()
+            kv_state.advance()
+            pipe_k.producer_acquire(kv_state)
+            self.load_block(*k_args, kv_state, n_block - 1, *where)
+            pipe_v.producer_acquire(v_state)
+            self.load_block(*v_args, v_state, n_block, *where)
+        pipe_v.producer_acquire(kv_state)
+        self.load_block(*v_args, kv_state, lo, *where)
+        kv_state.advance()
+        pipe_v.producer_tail(kv_state)
+
+    @cute.jit
+    def load_block(self, mX, mXc, sX, tma_x, tma_xc, pipe, state, n_block, head_kv, batch, seqlen_k, mPageTable):
+        """The TMA loads of key block n_block of K or V into the pipeline slot of `state`."""
+        one = cute.make_layout(1)
+        bar = pipe.producer_get_barrier(state)
+        sX_stage = cute.group_modes(sX[None, None, state.index], 0, 2)
+        if const_expr(not self.paged):
+            gX = cute.local_tile(mX[None, None, head_kv, batch], (self.tile_n, self.hdim), (n_block, 0))
+            tXsX, tXgX = cpasync.tma_partition(tma_x, 0, one, sX_stage, cute.group_modes(gX, 0, 2))
+            cute.copy(tma_x, tXgX, tXsX, tma_bar_ptr=bar)
+        else:
+            page_size = mX.shape[0]
+            # The last page this sequence uses: keys past seqlen_k (masked) read it again
+            # rather than a page-table entry that may not be set.
+            last_page = cutlass.max((seqlen_k - 1) // page_size, 0)
+            key0 = n_block * self.tile_n
+            if page_size % self.tile_n == 0:
+                page = mPageTable[batch, cutlass.min(key0 // page_size, last_page)]
+                gX = cute.local_tile(mX[None, None, head_kv, page], (self.tile_n, self.hdim),
+                                     ((key0 % page_size) // self.tile_n, 0))
+                tXsX, tXgX = cpasync.tma_partition(tma_x, 0, one, sX_stage, cute.group_modes(gX, 0, 2))
+                cute.copy(tma_x, tXgX, tXsX, tma_bar_ptr=bar)
+            else:
+                cols = self.chunk_cols
+                for j in cutlass.range_constexpr(self.tile_n // PAGE_CHUNK):
+                    key = key0 + j * PAGE_CHUNK
+                    page = mPageTable[batch, cutlass.min(key // page_size, last_page)]
+                    for c in cutlass.range_constexpr(self.hdim // cols):
+                        gC = cute.local_tile(mXc[None, None, head_kv, page], (PAGE_CHUNK, cols),
+                                             ((key % page_size) // PAGE_CHUNK, c))
+                        sC = cute.local_tile(sX[None, None, state.index], (PAGE_CHUNK, cols), (j, c))
+                        tCsC, tCgC = cpasync.tma_partition(
+                            tma_xc, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2)
+                        )
+                        cute.copy(tma_xc, tCgC, tCsC, tma_bar_ptr=bar)
+
+    @property
+    def chunk_cols(self) -> int:
+        from .layouts import swizzle_bytes
+        sw = swizzle_bytes(self.cfg.elem_bytes, self.hdim)
+        return sw // self.cfg.elem_bytes if sw else self.hdim
+
+    # ------------------------------------------------------------------ consumers
+    @cute.jit
+    def consume_range(
+        self, mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
+        softmax_scale_log2, tidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+    ):
+        wg = cute.arch.make_warp_uniform(tidx // 128)
+        wg_first_thread = cute.make_layout(self.num_wg, stride=128)
+        wg_mma_qk = tiled_mma_qk.get_slice(wg_first_thread(wg))
+        wg_mma_pv = tiled_mma_pv.get_slice(wg_first_thread(wg))
+        thr_mma_qk = tiled_mma_qk.get_slice(tidx)
+
+        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+        tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_view(sV)))
+        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim)), Float32)
+        tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
+        s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
+        coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
+        softmax = OnlineSoftmax(
+            softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum
+        )
+        # An empty range leaves these as they are: O = 0, LSE = -inf.
+        acc_O.fill(0.0)
+        softmax.row_max.fill(-Float32.inf)
+        softmax.row_sum.fill(0.0)
+
+        if hi > lo:
+            self.mainloop(
+                mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
+                pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+            )
+
+        inv_sum, lse = softmax.finish()
+        rescale_rows(acc_O, inv_sum)
+        self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q)
+
+    @cute.jit
+    def mainloop(
+        self, mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
+        pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+    ):
+        """Key blocks hi-1 down to lo: FA3's overlapped loop (kernel.consume) over [lo, hi)."""
+        def gemm_qk(stage):
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True)
+            return acc_S
+
+        def gemm_pv(stage, zero_init):
+            self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
+
+        def mask(acc_S, n_block, causal):
+            self.apply_mask(acc_S, coords_rc, m_block, n_block, group, seqlen_q, seqlen_k, causal)
+
+        def to_p(acc_S):
+            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        if const_expr(self.pack):
+            self.load_q_packed(mQ, sQ, tidx, m_block, head, batch, group, seqlen_q)
+        else:
+            pipe_q.consumer_wait(q_state)
+        # Blocks from n_block_causal up need the causal mask (they reach past the
+        # diagonal of the tile's first row).
+        n_masked = 0
+        if const_expr(self.causal):
+            first_token = (m_block * self.tile_m) // group if const_expr(self.pack) else m_block * self.tile_m
+            n_block_causal = cutlass.max((first_token + seqlen_k - seqlen_q) // self.tile_n, 0)
+            n_masked = cutlass.max(cutlass.min(hi - 1 - n_block_causal, hi - 1 - lo), 0)
+        n_block = hi - 1
+        pipe_k.consumer_wait(kv_state)
+        acc_S = gemm_qk(kv_state.index)
+        warpgroup.wait_group(0)
+        pipe_k.consumer_release(kv_state)
+        mask(acc_S, n_block, self.causal)
+        softmax.step(acc_S, is_first=True)
+        to_p(acc_S)
+        scale_prev = cute.make_rmem_tensor(cute.size(acc_as_rows_cols(acc_O), mode=[0]), Float32)
+        scale_prev.fill(1.0)
+        for i in cutlass.range(n_masked, unroll=1):
+            kv_state = self.overlapped_step(
+                kv_state, hi - 2 - i, gemm_qk, gemm_pv, mask, to_p, softmax,
+                acc_O, scale_prev, pipe_k, pipe_v, wg, True,
+            )
+        for i in cutlass.range(hi - 1 - lo - n_masked, unroll=1):
+            kv_state = self.overlapped_step(
+                kv_state, hi - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
+                softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False,
+            )
+        if const_expr(self.rescale_early):
+            rescale_rows(acc_O, scale_prev)
+        pipe_v.consumer_wait(kv_state)
+        gemm_pv(kv_state.index, False)
+        warpgroup.wait_group(0)
+        pipe_v.consumer_release(kv_state)
+
+    @cute.jit
+    def apply_mask(self, acc_S, coords_rc, m_block, n_block, group, seqlen_q, seqlen_k,
+                   causal: cutlass.Constexpr[bool]):
+        """mask.apply_mask with the row's token taken from the packed row under pack_gqa."""
+        s_rc = acc_as_rows_cols(acc_S)
+        for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
+            col_limit = seqlen_k - n_block * self.tile_n
+            if const_expr(causal):
+                row = m_block * self.tile_m + coords_rc[r, 0][0]
+                if const_expr(self.pack):
+                    row = row // group
+                col_limit = cutlass.min(col_limit, row + seqlen_k - seqlen_q + 1 - n_block * self.tile_n)
+            for c in cutlass.range_constexpr(cute.size(s_rc, mode=[1])):
+                s_rc[r, c] = -Float32.inf if coords_rc[0, c][1] >= col_limit else s_rc[r, c]
+
+    @cute.jit
+    def load_q_packed(self, mQ, sQ, tidx, m_block, head_kv, batch, group, seqlen_q):
+        """Q rows (token, head) of the packed tile into sQ, zeros past the last token; then
+        make them visible to WGMMA (the async proxy) and wait for every consumer thread."""
+        per_row = self.hdim // 8
+        for i in cutlass.range_constexpr(self.tile_m * per_row // self.consumer_threads):
+            idx = tidx + i * self.consumer_threads
+            r = idx // per_row
+            c = (idx - r * per_row) * 8
+            prow = m_block * self.tile_m + r
+            token = prow // group
+            h = head_kv * group + (prow - token * group)
+            if token < seqlen_q:
+                for e in cutlass.range_constexpr(8):
+                    sQ[r, c + e] = mQ[token, c + e, h, batch]
+            else:
+                for e in cutlass.range_constexpr(8):
+                    sQ[r, c + e] = self.dtype(0.0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
+
+    @cute.jit
+    def store_rows(self, acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q):
+        """O and LSE of each valid row straight from registers to its (token, head)."""
+        thr_mma = tiled_mma_pv.get_slice(tidx)
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        o_rc = acc_as_rows_cols(acc_O)
+        for r in cutlass.range_constexpr(cute.size(o_rc, mode=[0])):
+            prow = m_block * self.tile_m + cO[r, 0][0]
+            token = prow
+            h = head
+            if const_expr(self.pack):
+                token = prow // group
+                h = head * group + (prow - token * group)
+            if token < seqlen_q:
+                for c in cutlass.range_constexpr(cute.size(o_rc, mode=[1])):
+                    col = cO[r, c][1]
+                    if const_expr(self.split):
+                        mO[split, batch, token, h, col] = o_rc[r, c]
+                    else:
+                        mO[batch, token, h, col] = o_rc[r, c].to(self.dtype)
+                if cO[0, 0][1] == 0:
+                    if const_expr(self.split):
+                        mLSE[split, batch, h, token] = lse[r]
+                    else:
+                        mLSE[batch, h, token] = lse[r]

@@ -1,0 +1,76 @@
+// Prints, for every variant of a rendered bundle, what the C++ loader would launch it with on
+// one fixed problem: grid, block, cluster, dynamic smem and every parameter's bytes (tensor
+// maps as a fixed serialisation of their cuTensorMapEncodeTiled request, not a real
+// descriptor). tests/test_fa4_params.py computes the same with the Python runtime and compares.
+// Then tries Kernel::load on each variant (stub driver: no GPU) and prints what it said.
+#include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cubinforge/cubinforge.h"
+#include "cubinforge_bundle.h"
+
+namespace cf = cubinforge;
+
+// dtype, rank, address, dims[4], strides[3], box[4], element strides[4], four enums: 120 bytes.
+static cf::Status serialise(const cf::TensorMapRequest& r, void* out) {
+  unsigned char* p = static_cast<unsigned char*>(out);
+  std::memset(p, 0, 128);
+  size_t at = 0;
+  auto put = [&](const void* v, size_t n) { std::memcpy(p + at, v, n); at += n; };
+  uint32_t u = static_cast<uint32_t>(r.dtype);
+  put(&u, 4);
+  put(&r.rank, 4);
+  uint64_t a = reinterpret_cast<uint64_t>(r.address);
+  put(&a, 8);
+  for (int i = 0; i < 4; ++i) { uint64_t x = r.global_dim[i]; put(&x, 8); }
+  for (int i = 0; i < 3; ++i) { uint64_t x = r.global_strides[i]; put(&x, 8); }
+  for (int i = 0; i < 4; ++i) { uint32_t x = r.box[i]; put(&x, 4); }
+  for (int i = 0; i < 4; ++i) { uint32_t x = r.element_strides[i]; put(&x, 4); }
+  for (uint32_t x : {static_cast<uint32_t>(r.interleave), static_cast<uint32_t>(r.swizzle),
+                     static_cast<uint32_t>(r.l2_promotion), static_cast<uint32_t>(r.oob_fill)})
+    put(&x, 4);
+  return cf::Status::Ok();
+}
+
+int main() {
+  const cf::Bundle& bundle = cubinforge_bundle::kBundle;
+  for (int vi = 0; vi < bundle.count; ++vi) {
+    const cf::Variant& v = bundle.variants[vi];
+    const cf::Contract& c = *v.contract;
+    cf::DType dt = c.tensors[cf::find_tensor(c, "q")].dtype;
+    int64_t d = 0;
+    for (int i = 0; i < v.num_axes; ++i)
+      if (std::strcmp(v.axes[i].key, "head_dim") == 0) d = std::atoll(v.axes[i].value);
+    std::vector<cf::NamedTensor> t = {
+        {"q", cf::make_contiguous(0x10000000, dt, {2, 300, 8, d})},
+        {"k", cf::make_contiguous(0x20000000, dt, {2, 500, 2, d})},
+        {"v", cf::make_contiguous(0x30000000, dt, {2, 500, 2, d})},
+        {"o", cf::make_contiguous(0x40000000, dt, {2, 300, 8, d})},
+        {"lse", cf::make_contiguous(0x50000000, cf::DType::f32, {2, 8, 300})},
+    };
+    cf::Bound b;
+    cf::Status st = cf::bind(c, t.data(), static_cast<int>(t.size()), nullptr, 0, &b, 148);
+    static cf::PackedParams params;
+    if (st.ok()) st = cf::pack_params(b, &params, serialise);
+    std::printf("variant %s\n", v.name);
+    if (!st.ok()) { std::printf("error %s\n", st.to_string().c_str()); continue; }
+    std::printf("grid %u %u %u block %u %u %u cluster %u %u %u smem %lld\n", b.grid[0], b.grid[1], b.grid[2],
+                c.block[0], c.block[1], c.block[2], c.cluster[0], c.cluster[1], c.cluster[2],
+                static_cast<long long>(c.dynamic_smem_bytes));
+    for (int i = 0; i < c.num_params; ++i) {
+      std::printf("param %d %d %d ", i, c.params[i].offset, c.params[i].size);
+      for (int j = 0; j < c.params[i].size; ++j) std::printf("%02x", params.bytes[c.params[i].offset + j]);
+      std::printf("\n");
+    }
+    cf::Kernel k;
+    st = cf::Kernel::load(v, ".", &k);
+    std::printf("load %s\n", st.ok() ? "ok" : st.message().c_str());
+    st = cf::Kernel::load(v, ".", &k, /*allow_unverified=*/true);
+    std::printf("load-allowed %s\n", st.ok() ? "ok" : st.message().c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,463 @@
+"""Inference attention: ``flash_attn_with_kvcache`` and ``flash_attn_combine`` (issue 11).
+
+Torch-free like the rest of the runtime. The kernels are the registry's ``fa3_fwd``
+variants with the inference axes (split_kv, pack_gqa, paged_kv) and the ``attn_combine``
+family; which one runs, and with how many splits, is decided here from the problem and the
+device's SM count (``plan_decode``: plain data, so a dispatcher elsewhere can own it later).
+
+New k/v (batch, seqlen_new, heads_kv, d) are first written into the cache at cache_seqlens
+by the ``kv_append`` family, and attention then sees cache_seqlens + seqlen_new keys.
+
+Layouts as FlashAttention's: q (batch, seqlen_q, heads_q, d); a dense cache (batch,
+seqlen_cache, heads_kv, d) or a paged one (num_pages, page_size, heads_kv, d) with
+page_table int32 (batch, max_pages); cache_seqlens int32 (batch,) or an int; out like q;
+lse float32 (batch, heads_q, seqlen_q). Causal is bottom-right aligned (query i of n sees
+keys up to cache_seqlens - n + i). A sequence with no keys gets O = 0 and LSE = -inf.
+
+What the kernels assume and the cheap checks cannot see (``check=True`` copies
+cache_seqlens and page_table to the host and checks them, at the cost of a sync):
+cache_seqlens[b] <= the cache's capacity for b; page_table[b, :ceil(cache_seqlens[b] /
+page_size)] are pages in [0, num_pages); key rows of the cache past cache_seqlens[b] hold
+finite values (they are read and masked, and 0 * NaN would spoil a row).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from . import driver
+from .arrays import DeviceArray, OwnedDeviceArray, as_device_array
+from .errors import InputError
+from .launcher import Kernel, resolve_devices
+from .registry_source import Manifest, Source, VariantNotFound, default_source, manifests
+
+FAMILY = "fa3_fwd"
+COMBINE_FAMILY = "attn_combine"
+APPEND_FAMILY = "kv_append"
+GATHER_FAMILY = "kv_gather"
+# Split heuristic constants (FA3's shape): splits only while the tiles fill under 80% of
+# the SMs, each split keeps at least MIN_BLOCKS_PER_SPLIT key blocks, and the smallest
+# count within 85% of the best wave efficiency wins.
+FILL_FRACTION = 0.8
+MIN_BLOCKS_PER_SPLIT = 4
+MAX_SPLITS = 128
+EFFICIENCY_SLACK = 0.85
+PAGE_CHUNK = 16  # paged variants load pages in boxes of this many rows (config.PAGE_CHUNK)
+
+
+# --------------------------------------------------------------------------- the plan (pure)
+
+def num_splits_heuristic(tiles: int, n_blocks: int, sm_count: int, max_splits: int = MAX_SPLITS) -> int:
+    """How many splits of the key range: 1 when the ``tiles`` (query tiles x heads x batch)
+    nearly fill the ``sm_count`` SMs or the ``n_blocks`` key blocks are few; else the fewest
+    splits whose waves are within EFFICIENCY_SLACK of the best wave efficiency (a split
+    count that does not shorten the longest split is never taken)."""
+    if tiles <= 0 or n_blocks <= 0 or sm_count <= 0:
+        return 1
+    if tiles >= FILL_FRACTION * sm_count or n_blocks < 2 * MIN_BLOCKS_PER_SPLIT:
+        return 1
+    cap = max(1, min(max_splits, sm_count, n_blocks // MIN_BLOCKS_PER_SPLIT))
+
+    def eligible(s):
+        return s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
+
+    def efficiency(s):
+        waves = tiles * s / sm_count
+        return waves / math.ceil(waves)
+
+    effs = {s: efficiency(s) for s in range(1, cap + 1) if eligible(s)}
+    best = max(effs.values())
+    return min(s for s, e in effs.items() if e >= EFFICIENCY_SLACK * best)
+
+
+def pack_gqa_heuristic(seqlen_q: int, heads_q: int, heads_kv: int, tile_m: int) -> bool:
+    """Pack the query heads of a KV head into the M tile when there is a group to pack and
+    the unpacked tile would be mostly empty (decode: few query tokens)."""
+    return heads_q > heads_kv and seqlen_q < tile_m
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    pack_gqa: bool
+    num_splits: int
+    tiles: int  # CTAs of one split
+    n_blocks: int  # key blocks of the longest sequence (an upper bound)
+
+
+def plan_decode(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, max_seqlen_k: int, sm_count: int,
+                tile_m: int, tile_n: int, pack_gqa: bool | None = None, num_splits: int = 0) -> DecodePlan:
+    """Pack-GQA and split count for one call; ``pack_gqa=None`` and ``num_splits=0`` mean auto."""
+    group = heads_q // heads_kv
+    pack = pack_gqa_heuristic(seqlen_q, heads_q, heads_kv, tile_m) if pack_gqa is None else bool(pack_gqa)
+    rows = seqlen_q * group if pack else seqlen_q
+    tiles = -(-rows // tile_m) * (heads_kv if pack else heads_q) * batch
+    n_blocks = -(-max_seqlen_k // tile_n)
+    splits = num_splits_heuristic(tiles, n_blocks, sm_count) if num_splits == 0 else int(num_splits)
+    return DecodePlan(pack, splits, tiles, n_blocks)
+
+
+# --------------------------------------------------------------------------- variants
+
+_lock = threading.Lock()
+_kernels: dict[tuple, tuple] = {}
+
+
+def _forms(source: Source | None) -> list[Manifest]:
+    found, _ = manifests(source or default_source(), FAMILY)
+    return [m for m in found if any(m.axes.get(a) for a in ("split_kv", "pack_gqa", "paged_kv"))]
+
+
+def select_kvcache_variant(arch: str, dtype: str, head_dim: int, causal: bool, *, split_kv: bool, pack_gqa: bool,
+                           paged_kv: bool, source: Source | None = None) -> Manifest:
+    """The registry's inference variant for these axes; among tiles, the smallest tile_m (decode
+    tiles are mostly rows of few tokens). VariantNotFound names what is there."""
+    want = {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal),
+            "split_kv": split_kv, "pack_gqa": pack_gqa, "paged_kv": paged_kv, "varlen": False}
+    cands = _forms(source)
+    hits = [m for m in cands if all(m.axes.get(k) == v and type(m.axes.get(k)) is type(v) for k, v in want.items())]
+    if not hits:
+        have = ", ".join(sorted(m.variant for m in cands)[:12]) or "none"
+        raise VariantNotFound(
+            f"no {FAMILY} variant with {want} in the registry (inference variants there: {have}); "
+            f"build them with `make kernels ARCH=sm90 SET=inference`")
+    return min(hits, key=lambda m: (m.axes.get("tile_m", 0), m.variant))
+
+
+def _kernel(manifest: Manifest, source: Source | None) -> Kernel:
+    key = (id(source), manifest.variant)
+    ent = _kernels.get(key)
+    if ent is None or ent[0] is not source:
+        with _lock:
+            ent = _kernels.get(key)
+            if ent is None or ent[0] is not source:
+                ent = _kernels[key] = (source, Kernel.from_manifest(manifest, source or default_source()))
+    return ent[1]
+
+
+def _family_kernel(family: str, source: Source | None, **axes) -> Kernel:
+    found, _ = manifests(source or default_source(), family)
+    hits = [m for m in found if all(m.axes.get(k) == v and type(m.axes.get(k)) is type(v) for k, v in axes.items())]
+    if not hits:
+        raise VariantNotFound(f"no {family} variant with {axes} in the registry; "
+                              f"build it with `make kernels ARCH=sm90 SET=inference`")
+    return _kernel(min(hits, key=lambda m: m.variant), source)
+
+
+def _combine_kernel(arch: str, dtype: str, head_dim: int, source: Source | None) -> Kernel:
+    return _family_kernel(COMBINE_FAMILY, source, arch=arch, dtype=dtype, head_dim=head_dim)
+
+
+def clear_cache() -> None:
+    with _lock:
+        _kernels.clear()
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _wrap(x, handle, what) -> DeviceArray | None:
+    if x is None:
+        return None
+    return x if isinstance(x, DeviceArray) else as_device_array(x, stream=handle, what=what)
+
+
+def _check_inner(name: str, a: DeviceArray, align: int = 16) -> None:
+    if a.strides[-1] != 1 and a.shape[-1] != 1:
+        raise InputError(f"{name}: the last dimension must be contiguous (stride 1); strides are {a.strides}")
+    if a.ptr % align or any((s * a.itemsize) % align for s in a.strides[:-1]):
+        raise InputError(f"{name}: base pointer and strides must be {align}-byte aligned "
+                         f"(ptr 0x{a.ptr:x}, strides {a.strides} elements)")
+
+
+def _fill_i32(value: int, n: int, device: int, stream, handle: int) -> OwnedDeviceArray:
+    a = OwnedDeviceArray.empty((n,), "i32", device, stream)
+    with driver.device_context(device):
+        d = driver.drv()
+        driver.call("cuMemsetD32Async", d.CUdeviceptr(a.ptr), int(value) & 0xFFFFFFFF, n, d.CUstream(handle))
+    return a
+
+
+def _to_host_i32(a: DeviceArray, device: int, handle: int) -> list:
+    """Copy an int32 array to the host (synchronises ``handle``): for check=True only."""
+    n = 1
+    for s in a.shape:
+        n *= s
+    if a.strides != tuple(_compact(a.shape)):
+        raise InputError("check=True needs compact (row-major contiguous) cache_seqlens / page_table")
+    buf = (ctypes.c_int32 * max(n, 1))()
+    with driver.device_context(device):
+        d = driver.drv()
+        driver.call("cuStreamSynchronize", d.CUstream(handle))
+        driver.call("cuMemcpyDtoH", ctypes.addressof(buf), a.ptr, 4 * n)
+    return list(buf)[:n]
+
+
+def _compact(shape):
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return reversed(out)
+
+
+# --------------------------------------------------------------------------- API
+
+def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = None,
+                    cache_seqlens: Any = None, cache_batch_idx: Any = None, page_table: Any = None,
+                    softmax_scale: float | None = None, causal: bool = True, num_splits: int = 0,
+                    pack_gqa: bool | None = None, out: Any = None, lse: Any = None, stream: Any = None,
+                    *, check: bool = False, source: Source | None = None) -> "PreparedAttention":
+    """flash_attn_with_kvcache's checks, choice of variants and buffers, without launching:
+    the plan a serving loop computes once and runs every step (``PreparedAttention.run``)."""
+    handle, _keep = (stream, None) if type(stream) is int else driver.resolve_stream(stream)
+    if (k is None) != (v is None):
+        raise InputError("k and v are appended together: pass both or neither")
+    if k is not None and cache_seqlens is None:
+        raise InputError("appending k/v needs cache_seqlens (where each sequence's new tokens go)")
+    if cache_batch_idx is not None:
+        raise InputError("cache_batch_idx is not supported yet: index the cache per batch row")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise InputError(f"num_splits must be 0 (auto) or a positive int, got {num_splits!r}")
+    if num_splits > MAX_SPLITS:
+        raise InputError(f"num_splits {num_splits} is above {MAX_SPLITS}")
+    qa = _wrap(q, handle, "q")
+    ka, va = _wrap(k_cache, handle, "k_cache"), _wrap(v_cache, handle, "v_cache")
+    pt = _wrap(page_table, handle, "page_table")
+    for n, a in (("q", qa), ("k_cache", ka), ("v_cache", va)):
+        if a.ndim != 4:
+            raise InputError(f"{n} must have 4 dimensions, got {a.shape}")
+        _check_inner(n, a)
+    if not qa.dtype == ka.dtype == va.dtype:
+        raise InputError(f"q, k_cache, v_cache must share one dtype; got {qa.dtype}, {ka.dtype}, {va.dtype}")
+    if ka.shape != va.shape:
+        raise InputError(f"k_cache and v_cache must have one shape; got {ka.shape} and {va.shape}")
+    b, sq, hq, d = qa.shape
+    hkv = ka.shape[2]
+    if ka.shape[3] != d:
+        raise InputError(f"head_dim differs: q has {d}, k_cache {ka.shape[3]}")
+    if hkv == 0 or hq % hkv:
+        raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv})")
+    paged = pt is not None
+    if paged:
+        if pt.dtype != "i32" or pt.ndim != 2 or pt.shape[0] != b:
+            raise InputError(f"page_table must be int32 (batch={b}, max_pages); got {pt.dtype} {pt.shape}")
+        page_size = ka.shape[1]
+        capacity = pt.shape[1] * page_size
+    else:
+        if ka.shape[0] != b:
+            raise InputError(f"a dense cache has one row per batch: k_cache.shape[0] = {ka.shape[0]}, batch = {b}")
+        capacity = ka.shape[1]
+
+    kn, vn = _wrap(k, handle, "k"), _wrap(v, handle, "v")
+    s_new = 0
+    if kn is not None:
+        if kn.ndim != 4 or kn.shape[0] != b or kn.shape[2:] != (hkv, d) or vn.shape != kn.shape:
+            raise InputError(f"k and v to append must be (batch={b}, seqlen_new, heads_kv={hkv}, head_dim={d}) "
+                             f"alike; got k {kn.shape}, v {vn.shape}")
+        if kn.dtype != qa.dtype or vn.dtype != qa.dtype:
+            raise InputError(f"k and v to append must be {qa.dtype} like q; got {kn.dtype}, {vn.dtype}")
+        for n, a in (("k", kn), ("v", vn)):
+            if a.strides[-1] != 1 and a.shape[-1] != 1:
+                raise InputError(f"{n}: the last dimension must be contiguous (stride 1); strides are {a.strides}")
+        s_new = kn.shape[1]
+    arrays = {"q": qa, "k": ka, "v": va}
+    if kn is not None:
+        arrays["k_new"], arrays["v_new"] = kn, vn
+    if paged:
+        arrays["page_table"] = pt
+    if out is not None:
+        arrays["o"] = _wrap(out, handle, "out")
+    if lse is not None:
+        arrays["lse"] = _wrap(lse, handle, "lse")
+    seq_int = None
+    is_int = cache_seqlens is None or (hasattr(cache_seqlens, "__index__") and not hasattr(cache_seqlens, "__dlpack__")
+                                       and not hasattr(cache_seqlens, "__cuda_array_interface__"))
+    if is_int:
+        if cache_seqlens is not None:
+            cache_seqlens = cache_seqlens.__index__()
+        seq_int = capacity if cache_seqlens is None else int(cache_seqlens)
+        if not 0 <= seq_int <= capacity - s_new:
+            raise InputError(f"cache_seqlens = {seq_int}{f' + {s_new} new tokens' if s_new else ''} is outside "
+                             f"the cache's capacity 0..{capacity}")
+    else:
+        sa = _wrap(cache_seqlens, handle, "cache_seqlens")
+        if sa.dtype != "i32" or sa.shape != (b,):
+            raise InputError(f"cache_seqlens must be int32 (batch={b},); got {sa.dtype} {sa.shape}")
+        arrays["seqused_k"] = sa
+    arrays, device = resolve_devices(arrays)
+    if "o" in arrays:
+        o = arrays["o"]
+        if o.shape != qa.shape or o.dtype != qa.dtype:
+            raise InputError(f"out must be {qa.shape} {qa.dtype} like q; got {o.shape} {o.dtype}")
+    if "lse" in arrays:
+        la = arrays["lse"]
+        if la.shape != (b, hq, sq) or la.dtype != "f32":
+            raise InputError(f"lse must be float32 (batch, heads_q, seqlen_q) = {(b, hq, sq)}; got {la.dtype} {la.shape}")
+    if check and "seqused_k" in arrays:
+        lens = _to_host_i32(arrays["seqused_k"], device, handle)
+        bad = [(i, n) for i, n in enumerate(lens) if not 0 <= n <= capacity - s_new]
+        if bad:
+            raise InputError(f"cache_seqlens{f' + {s_new} new tokens' if s_new else ''} outside 0..{capacity} "
+                             f"(the cache's capacity) at "
+                             f"{', '.join(f'[{i}] = {n}' for i, n in bad[:8])}")
+    if check and paged:
+        lens = _to_host_i32(arrays["seqused_k"], device, handle) if "seqused_k" in arrays else [seq_int] * b
+        table = _to_host_i32(pt, device, handle)
+        npages, mp = ka.shape[0], pt.shape[1]
+        for i in range(b):
+            for j in range(-(-(lens[i] + s_new) // ka.shape[1])):
+                p = table[i * mp + j]
+                if not 0 <= p < npages:
+                    raise InputError(f"page_table[{i}, {j}] = {p} is not a page of the cache (0..{npages - 1}); "
+                                     f"sequence {i} has {lens[i]} keys")
+    if seq_int is not None:
+        arrays["seqused_k"] = _fill_i32(seq_int, b, device, stream, handle)
+    launches = []
+    if kn is not None:
+        # The companion kernel writes the new tokens and the key counts attention reads.
+        app = _family_kernel(APPEND_FAMILY, source, arch=driver.device_arch(device), dtype=qa.dtype, head_dim=d,
+                             paged_kv=paged)
+        used = OwnedDeviceArray.empty((b,), "i32", device, stream)
+        app_arrays = {"k": arrays.pop("k_new"), "v": arrays.pop("v_new"), "k_cache": arrays["k"], "v_cache": arrays["v"],
+                      "cache_seqlens": arrays["seqused_k"], "seqused_k": used}
+        if paged:
+            app_arrays["page_table"] = arrays["page_table"]
+        launches.append((app, app.plan(app_arrays, {}, handle)))
+        arrays["cache_seqlens"] = arrays["seqused_k"]
+        arrays["seqused_k"] = used
+    if paged and ka.shape[1] % PAGE_CHUNK:
+        # Pages the paged kernels do not take (not a multiple of PAGE_CHUNK rows, e.g. 1):
+        # gather the used keys into a dense cache and attend to that. Correct, not fast.
+        gat = _family_kernel(GATHER_FAMILY, source, arch=driver.device_arch(device), dtype=qa.dtype, head_dim=d)
+        kd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
+        vd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
+        launches.append((gat, gat.plan({"k_cache": arrays["k"], "v_cache": arrays["v"], "page_table": arrays.pop("page_table"),
+                                        "seqused_k": arrays["seqused_k"], "k": kd_, "v": vd_}, {}, handle)))
+        arrays["k"], arrays["v"], paged = kd_, vd_, False
+
+    arch = driver.device_arch(device)
+    sms = driver.sm_count(device)
+    plan, fwd = _pick(arch, qa.dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, hkv, capacity, source)
+    splits = plan.num_splits
+    scalars = {} if softmax_scale is None else {"softmax_scale": float(softmax_scale)}
+    if "o" not in arrays:
+        out = arrays["o"] = OwnedDeviceArray.empty(qa.shape, qa.dtype, device, stream)
+    if "lse" not in arrays:
+        lse = arrays["lse"] = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream)
+    if not fwd.manifest.axes.get("split_kv"):
+        kern = {n: arrays[n] for n in fwd.contract.tensors}
+        return PreparedAttention(out, lse, plan, launches + [(fwd, fwd.plan(kern, scalars, handle))], arrays)
+    o_part = OwnedDeviceArray.empty((splits, b, sq, hq, d), "f32", device, stream)
+    l_part = OwnedDeviceArray.empty((splits, b, hq, sq), "f32", device, stream)
+    kern = {n: arrays[n] for n in fwd.contract.tensors if n not in ("o_partial", "lse_partial")}
+    kern["o_partial"], kern["lse_partial"] = o_part, l_part
+    comb = _combine_kernel(arch, qa.dtype, d, source)
+    parts = {"o_partial": o_part, "lse_partial": l_part, "o": arrays["o"], "lse": arrays["lse"]}
+    return PreparedAttention(out, lse, plan, launches + [(fwd, fwd.plan(kern, scalars, handle)),
+                                                         (comb, comb.plan(parts, {}, handle))], {**arrays, **parts})
+
+
+@dataclass
+class PreparedAttention:
+    """A checked kvcache call: its launches with their parameter bytes, and the buffers they
+    use (kept alive here). ``run`` launches them and nothing else (no allocation, no sync),
+    so a serving loop can prepare once per batch shape and buffers, and a CUDA graph can
+    capture ``run``. Its buffers were allocated (and constant key counts written) on the
+    stream it was prepared on: run it there, or order that stream first. ``kernels`` names
+    the variants, in launch order."""
+    out: Any
+    lse: Any
+    plan: DecodePlan
+    launches: list
+    buffers: dict
+
+    @property
+    def kernels(self) -> list[str]:
+        return [k.variant for k, _ in self.launches]
+
+    def run(self, stream: Any = None):
+        handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
+        for kernel, plan in self.launches:
+            kernel.run(plan, handle)
+        return self.out, self.lse
+
+
+def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = None,
+                            cache_seqlens: Any = None, cache_batch_idx: Any = None, page_table: Any = None,
+                            softmax_scale: float | None = None, causal: bool = True, num_splits: int = 0,
+                            pack_gqa: bool | None = None, out: Any = None, lse: Any = None, stream: Any = None,
+                            *, check: bool = False, source: Source | None = None):
+    """Attention of q against a (dense or paged) KV cache: returns (out, lse).
+
+    ``num_splits`` 0 picks the split count (``plan_decode``), 1 never splits, n > 1 splits
+    the key range n ways and reduces with the combine kernel. ``pack_gqa`` None picks.
+    ``check=True`` also checks cache_seqlens and page_table on the host (a sync)."""
+    handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
+    prepared = prepare_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, page_table,
+                               softmax_scale, causal, num_splits, pack_gqa, out, lse, stream,
+                               check=check, source=source)
+    return prepared.run(handle)
+
+
+def _pick(arch, dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, hkv, capacity, source):
+    """(plan, forward Kernel). The plan takes its tiles from the variant it would run; the
+    unsplit form serves num_splits == 1 where it is built, the split form (with the
+    combine) everything else. Auto pack_gqa falls back to the other form when one is not
+    built; causal is moot for a single query token, so either form serves it."""
+    forms = [m for m in _forms(source) if m.axes.get("arch") == arch and m.axes.get("dtype") == dtype
+             and m.axes.get("head_dim") == d and bool(m.axes.get("paged_kv")) == paged]
+    auto_pack = pack_gqa_heuristic(sq, hq, hkv, 128)
+    packs = [bool(pack_gqa)] if pack_gqa is not None else [auto_pack, not auto_pack]
+    if hq == hkv and pack_gqa is None:
+        packs = [False, True]  # nothing to pack: the plain rows are the same rows
+    for c in ([bool(causal), not causal] if sq == 1 else [bool(causal)]):
+        for pack in packs:
+            mine = sorted((m for m in forms if m.axes.get("causal") == c and bool(m.axes.get("pack_gqa")) == pack),
+                          key=lambda m: (m.axes.get("tile_m", 0), m.variant))
+            if not mine:
+                continue
+            tm, tn = mine[0].axes["tile_m"], mine[0].axes["tile_n"]
+            plan = plan_decode(b, sq, hq, hkv, capacity, sms, tm, tn, pack, num_splits)
+            unsplit = [m for m in mine if not m.axes.get("split_kv")]
+            split = [m for m in mine if m.axes.get("split_kv")]
+            if plan.num_splits == 1 and unsplit:
+                return plan, _kernel(unsplit[0], source)
+            if split:
+                return plan, _kernel(split[0], source)
+    have = ", ".join(sorted(m.variant for m in forms)[:12]) or "none"
+    raise VariantNotFound(
+        f"no {FAMILY} inference variant for {arch} {dtype} hd{d} causal={causal} paged_kv={paged} "
+        f"pack_gqa={pack_gqa} num_splits={num_splits} (built for this dtype/hd: {have}); "
+        f"build them with `make kernels ARCH=sm90 SET=inference`")
+
+
+def flash_attn_combine(out_partial: Any, lse_partial: Any, out: Any = None, lse: Any = None,
+                       out_dtype: str = "bf16", stream: Any = None, *, source: Source | None = None):
+    """Reduce split partials: out_partial float32 (num_splits, batch, seqlen_q, heads_q, d),
+    lse_partial float32 (num_splits, batch, heads_q, seqlen_q) -> (out, lse), out in
+    ``out_dtype`` (batch, seqlen_q, heads_q, d), lse (batch, heads_q, seqlen_q). A split with
+    LSE -inf counts for nothing (its O is not read)."""
+    handle, _keep = (stream, None) if type(stream) is int else driver.resolve_stream(stream)
+    op, lp = _wrap(out_partial, handle, "out_partial"), _wrap(lse_partial, handle, "lse_partial")
+    if op.dtype != "f32" or op.ndim != 5:
+        raise InputError(f"out_partial must be float32 (num_splits, batch, seqlen_q, heads, d); got {op.dtype} {op.shape}")
+    s, b, sq, h, d = op.shape
+    if lp.dtype != "f32" or lp.shape != (s, b, h, sq):
+        raise InputError(f"lse_partial must be float32 {(s, b, h, sq)}; got {lp.dtype} {lp.shape}")
+    arrays = {"o_partial": op, "lse_partial": lp}
+    if out is not None:
+        arrays["o"] = _wrap(out, handle, "out")
+        out_dtype = arrays["o"].dtype
+    if lse is not None:
+        arrays["lse"] = _wrap(lse, handle, "lse")
+    arrays, device = resolve_devices(arrays)
+    comb = _combine_kernel(driver.device_arch(device), out_dtype, d, source)
+    if "o" not in arrays:
+        out = arrays["o"] = OwnedDeviceArray.empty((b, sq, h, d), out_dtype, device, stream)
+    if "lse" not in arrays:
+        lse = arrays["lse"] = OwnedDeviceArray.empty((b, h, sq), "f32", device, stream)
+    comb.run(comb.plan(arrays, {}, handle), handle)
+    return out, lse
