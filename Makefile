@@ -32,9 +32,11 @@ test: $(STAMP)
 	$(PY) -m pytest -q -ra tests
 
 # On a machine with a Hopper GPU (the lent H200), from a plain checkout with no install:
-# every GPU test over the local registry, and the benchmark harness.
+# every GPU test over the local registry, and the benchmark harness. That machine has no CuTe
+# DSL: tests/test_runtime_device_collect.py runs this target with `cutlass` unimportable
+# (PYTEST_ARGS=--collect-only, a blocker on PYTHONPATH, which is kept after the checkout).
 device-test:
-	PYTHONPATH=$(CURDIR) $(PYTHON) -m pytest -q -ra -m gpu -p no:cacheprovider tests
+	PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(PYTHON) -m pytest -q -ra -m gpu -p no:cacheprovider $(PYTEST_ARGS) tests
 
 bench:
 	PYTHONPATH=$(CURDIR) $(PYTHON) -m cubinforge.bench $(BENCH_ARGS)

@@ -36,13 +36,33 @@ def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
     return p.stdout.strip() if p.returncode == 0 else None
 
 
-def commit() -> str | None:
-    """git rev of the checkout (+ '-dirty'), else $CUBINFORGE_COMMIT, else None."""
-    rev = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
-    if rev:
-        dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
-        return rev + ("-dirty" if dirty else "")
-    return os.environ.get("CUBINFORGE_COMMIT") or None
+def commit() -> str:
+    """The project's own commit, for the record: $CUBINFORGE_COMMIT when set (and not the
+    placeholder 'unknown'), else the git rev of the repository whose root is this checkout
+    (+ '-dirty' when tracked files differ), else 'unknown'.
+
+    A checkout exported without .git into some other repository must not record that
+    repository's head: git is believed only when its top level is this package's root."""
+    env = os.environ.get("CUBINFORGE_COMMIT", "").strip()
+    if env and env != UNKNOWN:
+        return env
+    top = _run(["git", "-C", str(REPO), "rev-parse", "--show-toplevel"])
+    if top and _same_dir(top, REPO):
+        rev = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+        if rev:
+            dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
+            return rev + ("-dirty" if dirty else "")
+    return UNKNOWN
+
+
+UNKNOWN = "unknown"
+
+
+def _same_dir(a: str, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def versions() -> dict:

@@ -22,6 +22,19 @@ def _home(args) -> Path:
     return settings.home()
 
 
+def _write_token(args) -> str:
+    """The bearer token, from $CUBINFORGE_TOKEN or (with --token-stdin) the first line of stdin;
+    never from argv, where every user of the machine can read it (ps, /proc, shell history)."""
+    if getattr(args, "token", None):
+        raise ValueError("--token would put the secret in the process list; set CUBINFORGE_TOKEN, or pipe it "
+                         "in with --token-stdin (e.g. `cubinforge push --token-stdin ... < token-file`)")
+    token = sys.stdin.readline().strip() if args.token_stdin else os.environ.get("CUBINFORGE_TOKEN", "").strip()
+    if not token:
+        raise ValueError(("no token on stdin" if args.token_stdin else "no token: set CUBINFORGE_TOKEN or pass "
+                          "--token-stdin") + " (the operator makes one: `cubinforge token add NAME --scope ...`)")
+    return token
+
+
 def _server(args) -> str:
     url = args.server or os.environ.get("CUBINFORGE_REGISTRY_URL")
     if not url:
@@ -38,34 +51,81 @@ def _serve(args) -> int:
 
 def _db_upgrade(args) -> int:
     _home(args)
-    from cubinforge.service.config import Settings
+    from cubinforge.service.config import Settings, redact_db_url
     from cubinforge.service.migrate import current, upgrade
     settings = Settings.from_env()
     upgrade(settings.database_url, args.revision)
-    print(f"database {settings.database_url}: at revision {current(settings.database_url)}")
+    print(f"database {redact_db_url(settings.database_url)}: at revision {current(settings.database_url)}")
     return 0
+
+
+def _db_check(args) -> int:
+    _home(args)
+    from cubinforge.service import integrity
+    from cubinforge.service.config import Settings
+    settings = Settings.from_env()
+    repairing = args.db_command == "repair"
+    problems = (integrity.repair(settings, [Path(p) for p in args.sources]) if repairing
+                else integrity.check(settings))
+    left = 0
+    for p in problems:
+        if p.fixed_from:
+            print(f"blob {p.sha256} ({', '.join(p.variants)}): was {p.state}, restored from {p.fixed_from}")
+        else:
+            left += 1
+            print(f"blob {p.sha256} ({', '.join(p.variants)}): {p.state}"
+                  + ("; no good copy found: re-publish the artifact, or pass a registry home or bundle that has it"
+                     if repairing else "; fix with `cubinforge db repair [SOURCE...]` or by re-publishing"))
+    print(f"{len(problems) - left} repaired, {left} still bad" if repairing else
+          (f"{left} bad blob(s)" if left else "all blobs intact"), file=sys.stderr)
+    return 1 if left else 0
 
 
 def _token(args) -> int:
     _home(args)
-    from cubinforge.service.auth import create_token, revoke_token
+    from cubinforge.service.auth import SCOPE_HELP, create_token, list_tokens, parse_scopes, revoke_token
     from cubinforge.service.config import Settings
     from cubinforge.service.db import Database
     from cubinforge.service.migrate import upgrade
+    if args.action != "list" and not args.name:
+        raise ValueError(f"`token {args.action}` needs a NAME")
+    if args.action == "add":
+        if not args.scope:
+            raise ValueError(f"`token add` needs --scope (repeatable): {SCOPE_HELP}; e.g. --scope family:fa3_fwd "
+                             "for a CI that publishes one family, --scope admin for an operator")
+        scopes = parse_scopes(args.scope)
     settings = Settings.from_env()
     upgrade(settings.database_url)
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, pool_size=1)
     try:
         with db.sessions() as s:
             if args.action == "add":
-                token = create_token(s, args.name)
+                token = create_token(s, args.name, scopes)
                 print(token)
-                print(f"token {args.name!r} created; it is shown only once (the database keeps its hash)",
-                      file=sys.stderr)
+                print(f"token {args.name!r} created with scopes {list(scopes)}; it is shown only once (the database "
+                      "keeps its hash). Hand it over through CUBINFORGE_TOKEN or `--token-stdin`", file=sys.stderr)
+            elif args.action == "list":
+                for t in list_tokens(s):
+                    print(f"{t.name}\t{t.scopes}\t{'revoked' if t.revoked else 'active'}\t{t.created_at:%Y-%m-%d}")
             elif not revoke_token(s, args.name):
                 raise ValueError(f"no token named {args.name!r}")
             else:
                 print(f"token {args.name!r} revoked", file=sys.stderr)
+    finally:
+        db.dispose()
+    return 0
+
+
+def _db_audit(args) -> int:
+    _home(args)
+    from cubinforge.service.config import Settings
+    from cubinforge.service.db import Database
+    from cubinforge.service.store import audit_log
+    db = Database(Settings.from_env().database_url, pool_size=1)
+    try:
+        with db.sessions() as s:
+            for e in audit_log(s, args.limit, args.variant):
+                print(f"{e.at:%Y-%m-%dT%H:%M:%S}\t{e.actor}\t{e.action}\t{e.variant}\t{e.detail or ''}")
     finally:
         db.dispose()
     return 0
@@ -84,10 +144,7 @@ def _push(args) -> int:
     from cubinforge.service.publisher import PublishError, Signer, local_names, publish, read_local
     home = Path(args.bundle) if args.bundle else _home(args)
     server = _server(args)
-    token = args.token or os.environ.get("CUBINFORGE_TOKEN")
-    if not token:
-        raise ValueError("no token: pass --token or set CUBINFORGE_TOKEN (the operator makes one: "
-                         "`cubinforge token add NAME`)")
+    token = _write_token(args)
     names = args.names or (local_names(home) if args.all else [])
     if not names:
         raise ValueError(f"nothing to push: name variants or pass --all (registry {home})")
@@ -161,9 +218,7 @@ def _import_bundle(args) -> int:
     from cubinforge.service.publisher import PublishError, publish, read_bundle
     items = read_bundle(Path(args.bundle))
     if args.server:
-        token = args.token or os.environ.get("CUBINFORGE_TOKEN")
-        if not token:
-            raise ValueError("no token: pass --token or set CUBINFORGE_TOKEN")
+        token = _write_token(args)
         results = []
         for manifest, cubin in items:
             try:
@@ -197,20 +252,37 @@ def add_subcommands(sub) -> None:
     u = dsub.add_parser("upgrade", help="apply migrations (default: to the latest)")
     u.add_argument("revision", nargs="?", default="head")
     u.set_defaults(func=_db_upgrade)
+    c = dsub.add_parser("check", help="hash every published variant's blob against its name")
+    c.set_defaults(func=_db_check)
+    r = dsub.add_parser("repair", help="restore missing or corrupt blobs from good copies")
+    r.add_argument("sources", nargs="*", help="registry homes or bundles to take verified copies from")
+    r.set_defaults(func=_db_check)
 
-    p = sub.add_parser("token", help="write-API bearer tokens (stored hashed)")
-    p.add_argument("action", choices=["add", "revoke"])
-    p.add_argument("name")
+    a = dsub.add_parser("audit", help="the latest writes: when, which token, what, to which variant")
+    a.add_argument("--variant", help="only this variant's")
+    a.add_argument("--limit", type=int, default=100)
+    a.set_defaults(func=_db_audit)
+
+    p = sub.add_parser("token", help="write-API bearer tokens (stored hashed), each with scopes")
+    p.add_argument("action", choices=["add", "revoke", "list"])
+    p.add_argument("name", nargs="?")
+    p.add_argument("--scope", action="append",
+                   help="with add, repeatable: admin | family:<family> | prefix:<name prefix>")
     p.set_defaults(func=_token)
 
     p = sub.add_parser("keygen", help="make an ed25519 signing key pair (OUT.key, OUT.pub)")
     p.add_argument("--out", default="cubinforge-signing", help="path prefix (default ./cubinforge-signing)")
     p.set_defaults(func=_keygen)
 
+    def token_args(p):
+        p.add_argument("--token-stdin", action="store_true",
+                       help="read the bearer token from stdin's first line (default: $CUBINFORGE_TOKEN)")
+        p.add_argument("--token", help=argparse.SUPPRESS)  # refused with a message: argv is not secret
+
     def client_args(p, token=False):
         p.add_argument("--server", help="registry URL (default $CUBINFORGE_REGISTRY_URL)")
         if token:
-            p.add_argument("--token", help="bearer token (default $CUBINFORGE_TOKEN)")
+            token_args(p)
         else:
             p.add_argument("--cache-dir", help="cache folder (default $CUBINFORGE_CACHE_DIR or XDG cache)")
             p.add_argument("--trusted-keys", help="trusted .pub files/folders (default $CUBINFORGE_TRUSTED_KEYS)")
@@ -243,5 +315,5 @@ def add_subcommands(sub) -> None:
     p.add_argument("bundle")
     p.add_argument("--trusted-keys", help="refuse artifacts not signed by these keys")
     p.add_argument("--server", help="publish to this server instead of the local database")
-    p.add_argument("--token")
+    token_args(p)
     p.set_defaults(func=_import_bundle)

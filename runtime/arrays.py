@@ -96,6 +96,15 @@ class DeviceArray:
         return self
 
     @classmethod
+    def _trusted(cls, ptr: int, shape: tuple, strides: tuple, dtype: str, device: int, owner) -> "DeviceArray":
+        """__init__ with no checks, for a producer whose shapes and strides are known to be
+        tuples of non-negative ints (torch's, read by attribute in producers.py)."""
+        self = object.__new__(cls)
+        self.ptr, self.shape, self.strides, self.dtype = ptr, shape, strides, dtype
+        self.device, self.readonly, self._owner, self._stream = device, False, owner, None
+        return self
+
+    @classmethod
     def from_pointer(cls, ptr: int, shape, strides=None, dtype: str = "bf16",
                      device: int | None = None, owner: Any = None) -> "DeviceArray":
         """Wrap a raw device pointer; ``strides`` in elements, None = compact row-major.
@@ -282,8 +291,12 @@ def parse_dlpack_capsule(capsule, producer: Any = None, dtype: str | None = None
     """Consume a DLPack capsule (legacy or versioned): rename it 'used_…' as the protocol
     requires and return a DeviceArray that owns the tensor until it is dropped."""
     cap = id(capsule)
-    if _IsValid(cap, _NAME_V):
-        addr = _GetPointer(cap, _NAME_V)
+    # One C call for the usual case (a versioned capsule); IsValid only for the others.
+    try:
+        addr = _GetPointer(cap, _NAME_V) if type(capsule).__name__ == "PyCapsule" else None
+    except ValueError:           # another name: legacy, used, or not ours
+        addr = None
+    if addr:
         (major, minor, _ctx, deleter, flags, data, dev_type, dev_id, ndim, code, bits, lanes,
          shape_p, strides_p, byte_offset) = _MT_VERSIONED.unpack(ctypes.string_at(addr, _MT_VERSIONED.size))
         if major != 1:
@@ -439,21 +452,34 @@ _elem_strides: dict[tuple, tuple] = {}   # (byte strides, itemsize) -> element s
 
 # Producer types whose __dlpack__ refuses max_version= (asked without it after the first refusal).
 _LEGACY_PRODUCERS: set = set()
+# Per producer type: its attribute reader (producers.reader_for), or None for the protocol path.
+_readers: dict = {}
+_UNSEEN = object()
 
 
 def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = None,
-                    what: str = "array") -> DeviceArray:
+                    what: str = "array", ordered: set | None = None) -> DeviceArray:
     """Wrap ``obj`` (DeviceArray, DLPack producer, or __cuda_array_interface__ object).
 
     ``stream`` is the integer handle the consumer will use; it is passed to ``__dlpack__``
     so the producer can order its pending work before ours (0 is sent as 1, the legacy
-    default stream, as the DLPack protocol requires)."""
+    default stream, as the DLPack protocol requires). ``ordered``, a set shared by the
+    arrays of one call, lets a producer read by attribute (producers.py) order the stream
+    once per device for all of them."""
     if isinstance(obj, DeviceArray):
         if dtype is not None and dtype != obj.dtype:
             if DTYPE_BYTES.get(dtype) != obj.itemsize:
                 raise InputError(f"{what}: cannot view {obj.dtype} as {dtype}")
             obj = DeviceArray(obj.ptr, obj.shape, obj.strides, dtype, obj.device, obj._owner, obj.readonly)
         return obj
+    tp = type(obj)
+    reader = _readers.get(tp, _UNSEEN)
+    if reader is _UNSEEN:
+        reader = _readers[tp] = producers.reader_for(tp) if len(_readers) < 256 else None
+    if reader is not None:       # a known producer, read by attribute (producers.py)
+        a = reader(obj, dtype, stream, what, ordered)
+        if a is not None:
+            return a
     export = getattr(obj, "__dlpack__", None)
     if export is not None:
         dev = getattr(obj, "__dlpack_device__", None)
@@ -464,7 +490,6 @@ def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = Non
                 raise InputError(f"{what} is on {name}:{dev_id}; cubinforge needs CUDA device memory "
                                  f"(kDLCUDA); move it to the GPU first")
         s = None if stream is None else (1 if stream == 0 else int(stream))
-        tp = type(obj)
         if tp in _LEGACY_PRODUCERS:
             capsule = export(stream=s)
         else:
@@ -480,3 +505,6 @@ def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = Non
         return _from_cai(obj, dtype, what, cai)
     raise InputError(f"{what}: {type(obj).__name__} is not a device array (it has neither __dlpack__ "
                      f"nor __cuda_array_interface__); use DeviceArray.from_pointer for raw pointers")
+
+
+from . import producers  # noqa: E402  (it imports DeviceArray from here)

@@ -9,12 +9,13 @@ kernel parameters; the chosen variant's contract then checks what it alone requi
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import driver
+from . import driver, fill, restage
 from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, as_device_array
 from .errors import InputError
-from .launcher import Kernel, resolve_devices
+from .launcher import Kernel, record_copies, record_no_launch, resolve_devices
 from .registry_source import Manifest, Source, default_source, select
 from .variants import VariantArgs, resolve as resolve_variant
 
@@ -69,8 +70,8 @@ def _kernel(arch: str, dtype: str, head_dim: int, head_dim_v: int, va: VariantAr
     return ent[1]
 
 
-# Repeated flash_attn_func calls with out= and lse= given: (source, kernel, plan) by everything
-# the call's checks and parameter bytes depend on (see flash_attn_func).
+# Repeated flash_attn_func calls: a _Cached entry by everything the call's checks depend on
+# but the pointers (see flash_attn_func).
 _calls: dict[tuple, tuple] = {}
 _MAX_CALLS = 256
 
@@ -87,6 +88,8 @@ def _check_layout(name: str, a: DeviceArray, inner_contiguous: bool = True, alig
     if inner_contiguous and a.strides[-1] != 1 and a.shape[-1] != 1:
         raise InputError(f"{name}: the last dimension (head_dim) must be contiguous (stride 1); "
                          f"strides are {a.strides} elements - call .contiguous() on it")
+    if align == 1:
+        return
     if a.ptr % align:
         raise InputError(f"{name}: base pointer 0x{a.ptr:x} is not {align}-byte aligned "
                          f"(offset {a.ptr % align}); slice at a {align}-byte boundary or copy it")
@@ -97,6 +100,7 @@ def _check_layout(name: str, a: DeviceArray, inner_contiguous: bool = True, alig
 
 
 def _check_inputs(q: DeviceArray, k: DeviceArray, v: DeviceArray) -> None:
+    """Shapes and dtypes of q, k, v; their layouts only where they have elements to read."""
     for n, a in (("q", q), ("k", k), ("v", v)):
         if a.ndim != 4:
             raise InputError(f"{n} must be (batch, seqlen, heads, head_dim); got {a.ndim} dims {a.shape}")
@@ -110,10 +114,22 @@ def _check_inputs(q: DeviceArray, k: DeviceArray, v: DeviceArray) -> None:
     if q.shape[3] != k.shape[3]:
         raise InputError(f"head_dim differs: q.shape[3] = {q.shape[3]}, k.shape[3] = {k.shape[3]}")
     hq, hkv = q.shape[2], k.shape[2]
-    if hkv == 0 or hq % hkv:
+    if (hkv == 0 and hq != 0) or (hkv and hq % hkv):
         raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv}) (GQA/MQA)")
-    for n, a in (("q", q), ("k", k), ("v", v)):
-        _check_layout(n, a)
+    if empty_reason(q.shape, k.shape) is None:
+        for n, a in (("q", q), ("k", k), ("v", v)):
+            _check_layout(n, a, align=1)     # alignment: copied if need be (restage.py)
+
+
+def empty_reason(q_shape: tuple, k_shape: tuple) -> str | None:
+    """Why these shapes need no kernel (docs/runtime-host-path.md), or None when they do."""
+    b, sq, hq, _ = q_shape
+    if b == 0 or sq == 0 or hq == 0:
+        zero = [n for n, x in (("batch", b), ("seqlen_q", sq), ("heads_q", hq)) if x == 0]
+        return f"{' and '.join(zero)} = 0: empty outputs, no kernel"
+    if k_shape[1] == 0:
+        return "seqlen_k = 0: O filled with 0 and LSE with -inf by memset, no kernel"
+    return None
 
 
 def _padded_strides(shape, row_align_elems: int) -> tuple:
@@ -125,6 +141,111 @@ def _padded_strides(shape, row_align_elems: int) -> tuple:
         strides.append(acc)
         acc *= max(n, 1)
     return tuple(reversed(strides))
+
+
+@dataclass
+class Call:
+    """One checked attention call: the kernel to run (None when the shapes need none), every
+    array it touches (allocated outputs included), scalars, the device, what to hand back,
+    and for a call with no kernel the fills that stand for it."""
+    kernel: Kernel | None
+    arrays: dict
+    scalars: dict
+    device: int
+    out: Any
+    lse: Any
+    fills: list = field(default_factory=list)      # (DeviceArray, bit pattern)
+    note: str = ""
+    copies: dict = field(default_factory=dict)     # input name -> (the caller's array, our copy)
+
+
+def prepare(qa: DeviceArray, ka: DeviceArray, va: DeviceArray, oa: DeviceArray | None, la: DeviceArray | None,
+            out: Any, lse: Any, softmax_scale, causal: bool, stream: Any, source: Source | None,
+            handle: int = 0, variant: VariantArgs | None = None, sink: DeviceArray | None = None) -> Call:
+    """Everything of a flash_attn_func call up to the launch: checks, variant, allocations.
+    ``variant``: the model-variant axes and scalars (runtime/variants.py); ``sink``: the
+    learnable sink logits, (heads_q,) float32."""
+    variant = variant or resolve_variant(causal, (-1, -1), 0.0, sink is not None)
+    arrays = {"q": qa, "k": ka, "v": va}
+    if oa is not None:
+        arrays["o"] = oa
+    if la is not None:
+        arrays["lse"] = la
+    _check_inputs(qa, ka, va)
+    b, sq, hq, d = qa.shape
+    dv = va.shape[3]
+    o_shape = (b, sq, hq, dv)
+    why = empty_reason(qa.shape, ka.shape)
+    if sink is not None:
+        if sink.dtype != "f32" or sink.shape != (hq,):
+            raise InputError(f"learnable_sink must be float32 (heads_q,) = ({hq},); got {sink.dtype} {sink.shape}")
+        arrays["learnable_sink"] = sink
+    if oa is not None:
+        if oa.shape != o_shape or oa.dtype != qa.dtype:
+            raise InputError(f"out must be {o_shape} {qa.dtype} (q's shape with v's head dim); "
+                             f"got {oa.shape} {oa.dtype}")
+        if oa.size:
+            _check_layout("out", oa)
+    if la is not None:
+        if la.shape != (b, hq, sq) or la.dtype != "f32":
+            raise InputError(f"lse must be float32 (batch, heads_q, seqlen_q) = {(b, hq, sq)}; "
+                             f"got {la.dtype} {la.shape}")
+    if why is None:
+        arrays, device = resolve_devices(arrays)
+    else:
+        arrays, device = _devices_of_empty(arrays)
+    kernel = _kernel(driver.device_arch(device), qa.dtype, d, dv, variant, source,
+                     (b, sq, ka.shape[1], hq, ka.shape[2]))
+    specs = kernel.contract.tensors
+    if "o" not in arrays:
+        align = specs["o"].align_bytes if "o" in specs else 16
+        arrays["o"] = out = OwnedDeviceArray.empty(o_shape, qa.dtype, device, stream,
+                                                   _padded_strides(o_shape, max(1, align // qa.itemsize)))
+    if "lse" not in arrays and "lse" in specs:
+        align = specs["lse"].align_bytes
+        arrays["lse"] = lse = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream,
+                                                     _padded_strides((b, hq, sq), max(1, align // DTYPE_BYTES["f32"])))
+    if "lse" in arrays and "lse" not in specs:
+        raise InputError(f"{kernel.variant} does not write lse; call without lse=")
+    scalars = dict(variant.scalars)
+    if softmax_scale is not None:
+        scalars["softmax_scale"] = float(softmax_scale)
+    if why is None:
+        copies = {}
+        for n in ("q", "k", "v"):
+            if restage.needs_copy(arrays[n], specs[n].align_bytes if n in specs else 16):
+                copies[n] = (arrays[n], restage.compact_copy(arrays[n], device, stream, handle))
+                arrays[n] = copies[n][1]
+        return Call(kernel, {n: a for n, a in arrays.items() if n in specs}, scalars, device, out, lse,
+                    copies=copies)
+    for n in ("o", "lse"):
+        a = arrays.get(n)
+        if a is not None and a.readonly and a.size:
+            raise InputError(f"{n} is read-only; {kernel.variant} writes it")
+    fills = []
+    if ka.shape[1] == 0 and arrays["o"].size:
+        fills = [(arrays["o"], fill.ZERO)]
+        if "lse" in arrays:
+            fills.append((arrays["lse"], fill.NEG_INF_F32))
+    return Call(None, arrays, scalars, device, out, lse, fills, why)
+
+
+def _devices_of_empty(arrays: dict) -> tuple[dict, int]:
+    """resolve_devices for a call with empty arrays: those with no elements and no device say
+    nothing (their pointer may be null); with none left, the current context's device."""
+    known = {n: a for n, a in arrays.items() if a.size or a.device is not None}
+    if known:
+        located, device = resolve_devices(known)
+        return {n: located.get(n, a) for n, a in arrays.items()}, device
+    ctx = driver.current_context()
+    return dict(arrays), driver.context_device(ctx) if ctx is not None else 0
+
+
+def run_without_kernel(call: Call, handle: int) -> None:
+    """What a call with no kernel does instead: its fills (stream-ordered), and a record."""
+    for a, bits in call.fills:
+        fill.fill(a, bits, handle)
+    record_no_launch(call.note, handle, call.device)
 
 
 def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
@@ -142,25 +263,31 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     (-1 unbounded; causal is (-1, 0)). ``softcap`` > 0 computes softcap * tanh(s / softcap) on
     the scaled scores; ``learnable_sink`` (heads_q,) float32 adds one logit per head to each
     row's denominator and to LSE, as FA4 (O = 0, LSE = sink for a row that sees no key).
+    Empty inputs launch nothing: batch,
+    seqlen_q or heads_q = 0 give empty outputs; seqlen_k = 0 gives O = 0, LSE = -inf.
 
-    With ``out`` and ``lse`` given, a call whose arrays (pointers, shapes, strides, dtypes,
-    devices, read-only flags), ``causal``, ``softmax_scale``, ``window_size``, ``softcap``,
-    ``learnable_sink`` and ``source`` equal an earlier
-    call's launches that call's checked parameters at once; anything new is checked in full.
+    A call whose arrays' shapes, strides, dtypes, devices and read-only flags (and which
+    outputs are given), ``causal``, ``softmax_scale`` and ``source`` equal an earlier call's
+    reuses that call's checked parameters: only its pointers are checked (alignment, device)
+    and rewritten where they changed; anything else new is checked in full.
+    A caller that repeats one call every step can bind it once instead: ``plan_attention``.
 
     FP8: e4m3 q/k/v (or any descale, or v_layout="colmajor") go to runtime/fp8.py
     ``flash_attn_fp8``: descales float32 (batch, heads_kv) or None, out bf16; FP8 takes none
-    of window_size, softcap, learnable_sink yet."""
+    of window_size, softcap, learnable_sink yet (nor plan_attention)."""
     if type(stream) is int:
         handle = stream
     else:
         handle, _keep = driver.resolve_stream(stream)
     # Wrap each array once (a DLPack capsule can be consumed only once).
-    qa = q if isinstance(q, DeviceArray) else as_device_array(q, stream=handle, what="q")
-    ka = k if isinstance(k, DeviceArray) else as_device_array(k, stream=handle, what="k")
-    va = v if isinstance(v, DeviceArray) else as_device_array(v, stream=handle, what="v")
-    oa = None if out is None else out if isinstance(out, DeviceArray) else as_device_array(out, stream=handle, what="o")
-    la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(lse, stream=handle, what="lse")
+    od: set = set()
+    qa = q if isinstance(q, DeviceArray) else as_device_array(q, stream=handle, what="q", ordered=od)
+    ka = k if isinstance(k, DeviceArray) else as_device_array(k, stream=handle, what="k", ordered=od)
+    va = v if isinstance(v, DeviceArray) else as_device_array(v, stream=handle, what="v", ordered=od)
+    oa = None if out is None else out if isinstance(out, DeviceArray) else as_device_array(
+        out, stream=handle, what="o", ordered=od)
+    la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(
+        lse, stream=handle, what="lse", ordered=od)
     if qa.dtype == "e4m3" or _fp8_args(q_descale, k_descale, v_descale, v_layout):
         if tuple(window_size) != (-1, -1) or softcap or learnable_sink is not None:
             raise InputError("FP8 (e4m3) attention does not take window_size, softcap or learnable_sink yet; "
@@ -170,86 +297,128 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
                                 k_descale=k_descale, v_descale=v_descale, v_layout=v_layout, source=source)
         return (o8 if out is None else out), (l8 if lse is None else lse)
     sa = (None if learnable_sink is None else learnable_sink if isinstance(learnable_sink, DeviceArray)
-          else as_device_array(learnable_sink, stream=handle, what="learnable_sink"))
-    va_args = resolve_variant(causal, window_size, softcap, sa is not None)
+          else as_device_array(learnable_sink, stream=handle, what="learnable_sink", ordered=od))
+    variant = resolve_variant(causal, window_size, softcap, sa is not None)
     key = None
-    if oa is not None and la is not None:
-        try:
-            scale = None if softmax_scale is None else float(softmax_scale)
-        except (TypeError, ValueError, OverflowError):
-            pass                 # the full path below says what is wrong
-        else:
-            key = (qa.ptr, qa.shape, qa.strides, qa.dtype, qa.device,
-                   ka.ptr, ka.shape, ka.strides, ka.dtype, ka.device,
-                   va.ptr, va.shape, va.strides, va.dtype, va.device,
-                   oa.ptr, oa.shape, oa.strides, oa.dtype, oa.device, oa.readonly,
-                   la.ptr, la.shape, la.strides, la.dtype, la.device, la.readonly,
-                   bool(causal), scale, id(source), va_args.key,
-                   None if sa is None else (sa.ptr, sa.shape, sa.strides, sa.dtype, sa.device))
-            hit = _calls.get(key)
-            if hit is not None and hit[0] is source:
-                plan = hit[2]
-                # Arrays that carry no device (__cuda_array_interface__, raw pointers) are
-                # located again: the same address may now be memory of another device.
-                if ((qa.device is not None or _on(qa, plan.device)) and (ka.device is not None or _on(ka, plan.device))
-                        and (va.device is not None or _on(va, plan.device))
-                        and (oa.device is not None or _on(oa, plan.device))
-                        and (la.device is not None or _on(la, plan.device))
-                        and (sa is None or sa.device is not None or _on(sa, plan.device))):
-                    hit[1].run(plan, handle)
-                    return out, lse
-    arrays = {"q": qa, "k": ka, "v": va}
-    if oa is not None:
-        arrays["o"] = oa
-    if la is not None:
-        arrays["lse"] = la
-    _check_inputs(qa, ka, va)
-    b, sq, hq, d = qa.shape
-    dv = va.shape[3]
-    o_shape = (b, sq, hq, dv)
-    if sa is not None:
-        if sa.dtype != "f32" or sa.shape != (hq,):
-            raise InputError(f"learnable_sink must be float32 (heads_q,) = ({hq},); got {sa.dtype} {sa.shape}")
-        arrays["learnable_sink"] = sa
-    if "o" in arrays:
-        o = arrays["o"]
-        if o.shape != o_shape or o.dtype != qa.dtype:
-            raise InputError(f"out must be {o_shape} {qa.dtype} (q's shape with v's head dim); "
-                             f"got {o.shape} {o.dtype}")
-        _check_layout("out", o)
-    if "lse" in arrays:
-        la = arrays["lse"]
-        if la.shape != (b, hq, sq) or la.dtype != "f32":
-            raise InputError(f"lse must be float32 (batch, heads_q, seqlen_q) = {(b, hq, sq)}; "
-                             f"got {la.dtype} {la.shape}")
-    arrays, device = resolve_devices(arrays)
-
-    kernel = _kernel(driver.device_arch(device), qa.dtype, d, dv, va_args, source, (b, sq, ka.shape[1], hq, ka.shape[2]))
-    specs = kernel.contract.tensors
-    if "o" not in arrays:
-        align = specs["o"].align_bytes if "o" in specs else 16
-        arrays["o"] = OwnedDeviceArray.empty(o_shape, qa.dtype, device, stream,
-                                             _padded_strides(o_shape, max(1, align // qa.itemsize)))
-        out = arrays["o"]
-    if "lse" not in arrays and "lse" in specs:
-        align = specs["lse"].align_bytes
-        arrays["lse"] = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream,
-                                               _padded_strides((b, hq, sq), max(1, align // DTYPE_BYTES["f32"])))
-        lse = arrays["lse"]
-    if "lse" in arrays and "lse" not in specs:
-        raise InputError(f"{kernel.variant} does not write lse; call without lse=")
-    arrays = {n: a for n, a in arrays.items() if n in specs}
-    scalars = dict(va_args.scalars)
-    if softmax_scale is not None:
-        scalars["softmax_scale"] = float(softmax_scale)
-    plan = kernel.plan(arrays, scalars, handle)
-    kernel.run(plan, handle)
-    if key is not None and len(arrays) == 5 + (sa is not None):
+    try:
+        scale = None if softmax_scale is None else float(softmax_scale)
+    except (TypeError, ValueError, OverflowError):
+        scale = None
+        sa_ok = False            # the full path below says what is wrong
+    else:
+        sa_ok = sa is None       # calls with a sink take the full path (an entry holds 5 arrays)
+    if sa_ok:
+        # Everything the checks depend on except the pointers: those are checked for
+        # alignment and device here and rewritten into the entry's own parameters. Outputs
+        # not given are keyed as None: a hit allocates them as the first call did.
+        key = (qa.shape, qa.strides, qa.dtype, qa.device, ka.shape, ka.strides, ka.dtype, ka.device,
+               va.shape, va.strides, va.dtype, va.device,
+               None if oa is None else (oa.shape, oa.strides, oa.dtype, oa.device, oa.readonly),
+               None if la is None else (la.shape, la.strides, la.dtype, la.device, la.readonly),
+               bool(causal), scale, id(source), variant.key)
+        hit = _calls.get(key)
+        if hit is not None and hit.source is source:
+            o2 = oa if oa is not None else hit.allocate("o", stream)
+            l2 = la if la is not None else hit.allocate("lse", stream)
+            if hit.launch((qa, ka, va, o2, l2), handle):
+                return (out if oa is not None else o2), (lse if la is not None else l2)
+    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source, handle, variant, sa)
+    if call.kernel is None:
+        run_without_kernel(call, handle)
+        return call.out, call.lse
+    kernel = call.kernel
+    if call.copies:
+        # Not cached: the plan holds the copies' layout, not the caller's.
+        rec = kernel.run(kernel.plan(call.arrays, call.scalars, handle), handle)
+        record_copies(rec, tuple(call.copies))
+    elif key is not None and len(call.arrays) == 5:
+        ent = _Cached(source, kernel, kernel.build_plan(call.arrays, call.scalars, handle, keep_arrays=False))
         with _kernels_lock:
             if len(_calls) >= _MAX_CALLS:
                 _calls.pop(next(iter(_calls)))
-            _calls[key] = (source, kernel, plan)
-    return out, lse
+            _calls[key] = ent
+        ent.launch(tuple(call.arrays[n] for n in _ORDER), handle)
+    else:
+        kernel.run(kernel.plan(call.arrays, call.scalars, handle), handle)
+    return call.out, call.lse
+
+
+class _Cached:
+    """A checked flash_attn_func call of one layout (outputs given or not), with parameters of
+    its own: a later call of that layout only has its pointers checked (alignment, device)
+    and rewritten where they changed. A lock keeps rewrite + launch of one entry together
+    (the driver copies the parameter bytes at the launch, so after it they may change)."""
+
+    __slots__ = ("source", "kernel", "plan", "align", "lock", "ptrs")
+
+    def __init__(self, source, kernel: Kernel, plan):
+        self.source, self.kernel, self.plan = source, kernel, plan
+        specs = kernel.contract.tensors
+        tma = {p.spec.get("tensor") for p in kernel.contract.params if p.kind == "tensormap"}
+        self.align = tuple(max(specs[n].align_bytes, 16 if n in tma else 1) for n in _ORDER)
+        self.lock = threading.Lock()
+        self.ptrs = tuple(plan.bound.tensors[n].ptr for n in _ORDER)    # what the parameters hold
+
+    def allocate(self, name: str, stream: Any) -> OwnedDeviceArray:
+        """A new output laid out as this entry's first call allocated it."""
+        a = self.plan.bound.tensors[name]
+        return OwnedDeviceArray.empty(a.shape, a.dtype, self.plan.device, stream, a.strides)
+
+    def launch(self, arrays: tuple, handle: int) -> bool:
+        """Launch over ``arrays`` (q, k, v, o, lse); False (nothing done) when a pointer is
+        misaligned or on another device: the full path then says what is wrong."""
+        plan = self.plan
+        dev = plan.device
+        q, k, v, o, lse = arrays
+        ptrs = (q.ptr, k.ptr, v.ptr, o.ptr, lse.ptr)
+        # Arrays that carry no device (__cuda_array_interface__, raw pointers) are located on
+        # every call: the same address may now be memory of another device.
+        if (q.device is None or k.device is None or v.device is None or o.device is None
+                or lse.device is None) and not all(a.device is not None or _on(a, dev) for a in arrays):
+            return False
+        with self.lock:
+            if ptrs != self.ptrs:
+                if any(p % al for p, al in zip(ptrs, self.align)):
+                    return False
+                self.kernel.rewrite_pointers(plan, {n: a if a.device is not None else a.with_device(dev)
+                                                    for n, a in zip(_ORDER, arrays)})
+                self.ptrs = ptrs
+            self.kernel.run(plan, handle)
+        return True
+
+
+_ORDER = ("q", "k", "v", "o", "lse")
+
+
+def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
+                   out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = (-1, -1),
+                   softcap: float = 0.0, learnable_sink: Any = None, *, source: Source | None = None):
+    """Bind one flash_attn_func call once, for replay: returns an ``AttentionPlan``.
+
+    Everything flash_attn_func checks is checked here, outputs are allocated here when not
+    given, and the kernel parameters are packed here. ``plan.launch(stream)`` then launches
+    those bytes (no checks, no allocation: a CUDA graph can capture it); ``plan.run(q, k, v,
+    out=, lse=)`` launches it over other buffers of the same shapes, strides and dtypes,
+    rewriting only the parameters that hold the pointers that changed."""
+    from .plan import AttentionPlan
+    if type(stream) is int:
+        handle = stream
+    else:
+        handle, _keep = driver.resolve_stream(stream)
+    od: set = set()
+    qa = as_device_array(q, stream=handle, what="q", ordered=od)
+    ka = as_device_array(k, stream=handle, what="k", ordered=od)
+    va = as_device_array(v, stream=handle, what="v", ordered=od)
+    oa = None if out is None else as_device_array(out, stream=handle, what="o", ordered=od)
+    la = None if lse is None else as_device_array(lse, stream=handle, what="lse", ordered=od)
+    if qa.dtype == "e4m3":
+        raise InputError("plan_attention does not bind FP8 (e4m3) calls yet; call flash_attn_func with "
+                         "v_layout='colmajor' (runtime/fp8.py) for them")
+    sa = None if learnable_sink is None else as_device_array(learnable_sink, stream=handle, what="learnable_sink",
+                                                              ordered=od)
+    variant = resolve_variant(causal, window_size, softcap, sa is not None)
+    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source, handle, variant, sa)
+    return AttentionPlan(call, handle, stream)
 
 
 def _fp8_args(q_descale, k_descale, v_descale, v_layout) -> bool:

@@ -7,35 +7,65 @@ is kept per thread for ``last_launch()``.
 
 from __future__ import annotations
 
+import ctypes
+import struct
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from . import driver
 from .arrays import DeviceArray, as_device_array
 from .contract import Bound, Contract, bind
 from .errors import CudaError, InputError
-from .params import build_params
+from .params import build_params, param_bytes, replace_tensormap_address
 from .registry_source import Manifest, Source, check_verified, default_source, fetch_cubin
 
 
 @dataclass(frozen=True)
 class LaunchRecord:
-    variant: str
+    """What one call ran. ``launched`` is False for a call that needed no kernel (empty or
+    seqlen_k = 0 inputs: ``variant`` is None, ``note`` says what was done instead);
+    ``copies`` names the inputs copied into aligned buffers first (docs/runtime-host-path.md)."""
+    variant: str | None
     grid: tuple
     block: tuple
     cluster: tuple
     dynamic_smem_bytes: int
     stream: int
-    device: int
+    device: int | None
+    launched: bool = True
+    note: str = ""
+    copies: tuple = ()
 
 
 _local = threading.local()
+_launches = [0]     # kernels launched by this process (a list: one mutable cell, no global stmt)
 
 
 def last_launch() -> LaunchRecord | None:
-    """What the calling thread launched last (None before its first launch)."""
+    """What the calling thread ran last (None before its first call)."""
     return getattr(_local, "record", None)
+
+
+def launch_count() -> int:
+    """How many kernels this process has launched through the runtime (successful
+    cuLaunchKernelEx calls): tests assert that empty inputs launch none."""
+    return _launches[0]
+
+
+def record_no_launch(note: str, stream: int, device: int | None) -> LaunchRecord:
+    """Record, for last_launch(), a call that ran no kernel."""
+    rec = LaunchRecord(None, (0, 0, 0), (0, 0, 0), (0, 0, 0), 0, stream, device, launched=False, note=note)
+    _local.record = rec
+    return rec
+
+
+def record_copies(rec: LaunchRecord, copies: tuple) -> LaunchRecord:
+    """``rec`` with the names of the inputs that were copied before the launch."""
+    if copies:
+        rec = replace(rec, copies=tuple(copies))
+        _local.record = rec
+    return rec
 
 
 def resolve_devices(arrays: Mapping[str, DeviceArray]) -> tuple[dict, int]:
@@ -88,6 +118,7 @@ class Kernel:
         self._plans_lock = threading.Lock()
         self._functions: dict[Any, driver.Function] = {}   # context handle -> loaded function
         self._names = tuple(manifest.contract.tensors)
+        self._ptr_params: dict[str, tuple] = {}     # tensor name -> pointer_params(name)
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, source: Source | None = None,
@@ -175,9 +206,115 @@ class Kernel:
             buffers = build_params(bound)   # tensor maps need a current context
         return _Plan(bound.grid, device, buffers, driver.param_pointers(buffers))
 
+    def build_plan(self, arrays: Mapping[str, DeviceArray], scalars: Mapping[str, Any] | None,
+                   stream: int = 0, keep_arrays: bool = True) -> "_Plan":
+        """A checked launch of its own (not shared through the plan cache), for a caller
+        that rewrites its pointers later with ``rewrite_pointers``. With ``keep_arrays``
+        False the plan remembers the arrays' layout and pointers but not the arrays (so a
+        cache of plans never keeps a caller's buffers alive)."""
+        c = self.contract
+        bound, device = self.bind(arrays, dict(scalars or {}), stream)
+        arch = driver.device_arch(device)
+        if arch != c.arch:
+            raise InputError(f"{self.variant} is built for {c.arch}; device {device} is {arch}")
+        with driver.device_context(device):
+            buffers = build_params(bound)
+        if not keep_arrays:
+            bound.tensors = {n: _view(a) for n, a in bound.tensors.items()}
+        return _Plan(bound.grid, device, buffers, driver.param_pointers(buffers), bound=bound,
+                     keep_arrays=keep_arrays)
+
+    def pointer_params(self, name: str) -> tuple:
+        """How tensor ``name``'s pointer reaches the parameters: (ordinal, how, offset) with
+        how = 'tensormap' (its descriptor), 'ptr' (a field or scalar that is the pointer
+        itself, at byte offset) or 'repack' (an expression using it: the param is re-packed)."""
+        hit = self._ptr_params.get(name)
+        if hit is None:
+            ref = f"{name}.ptr"
+            hit = []
+            for p in self.contract.params:
+                if p.kind == "tensormap":
+                    if p.spec.get("tensor") == name:
+                        hit.append((p.ordinal, "tensormap", 0))
+                    continue
+                fields = p.spec.get("fields", []) if p.kind == "struct" else [
+                    {"value": p.spec.get("value", ()), "type": p.spec.get("type"), "offset": 0}]
+                uses = [f for f in fields if ref in f.get("value", ())]
+                if uses and all(f["value"] == [ref] and f["type"] in ("ptr", "u64", "i64") for f in uses):
+                    hit += [(p.ordinal, "ptr", f["offset"]) for f in uses]
+                elif uses:
+                    hit.append((p.ordinal, "repack", 0))
+            hit = self._ptr_params[name] = tuple(hit)
+        return hit
+
+    def rewrite_pointers(self, plan: "_Plan", arrays: Mapping[str, DeviceArray]) -> None:
+        """Point ``plan`` (one from ``build_plan``) at ``arrays``: DeviceArrays laid out as the
+        ones it was built for (the caller checked shapes, strides, dtypes, device and
+        alignment). Only what holds a changed pointer is rewritten: a pointer field in place,
+        a tensor map by cuTensorMapReplaceAddress, a param whose expression uses it re-packed."""
+        bound = plan.bound          # the plan's own (build_plan): updated in place
+        tensors = bound.tensors
+        changed = [n for n, a in arrays.items() if a.ptr != tensors[n].ptr]
+        if not plan.keep_arrays:
+            arrays = {n: _view(a) for n, a in arrays.items()}
+        bound.tensors = tensors = {**tensors, **arrays}
+        if changed:
+            with driver.device_context(plan.device):
+                for n in changed:
+                    ptr = tensors[n].ptr
+                    for i, how, off in self.pointer_params(n):
+                        buf = plan.buffers[i]
+                        if how == "ptr":
+                            _U64.pack_into(buf, off, ptr)
+                        elif how == "tensormap":
+                            replace_tensormap_address(buf, ptr)
+                        else:
+                            data = param_bytes(self.contract.params[i], bound)
+                            ctypes.memmove(buf, data, len(data))
+
     def run(self, plan: "_Plan", stream: int) -> LaunchRecord:
         """Step 4 for a checked plan: load the module (once per context), set the dynamic
         smem limit (once per function) and launch on ``stream`` (an int handle)."""
+        ctx = _current_context()
+        fast = plan.fast
+        if fast is not None and fast[0] == ctx and fast[1] == stream:
+            # The plan's last launch was in this context on this stream: the same function,
+            # config and parameter array, so one driver call.
+            res = driver._drv.cuLaunchKernelEx(fast[2], fast[3], fast[4], 0)
+            if (res[0] if type(res) is tuple else res) == driver._SUCCESS:
+                _launches[0] += 1
+                _local.record = fast[5]
+                return fast[5]
+            plan.fast = None         # the full path below launches again and says what failed
+        c = self.contract
+        fn = self._functions.get(ctx) if ctx else None
+        if fn is not None and driver._ctx_devices.get(ctx) == plan.device:
+            # The usual case: the thread's current context is one of the plan's device that
+            # this kernel already ran in; device_context() would neither push nor load.
+            try:
+                driver.launch(fn, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, stream, plan.pointers)
+            except CudaError:
+                self._functions.pop(ctx, None)
+                driver.forget_context(ctx)
+                raise
+        else:
+            self._run_in_context(plan, stream)
+            fn = None
+        _launches[0] += 1
+        rec = plan.records.get(stream)
+        if rec is None:
+            rec = LaunchRecord(self.variant, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, stream,
+                               plan.device)
+            if len(plan.records) >= 8:
+                plan.records.clear()
+            plan.records[stream] = rec
+        _local.record = rec
+        cfg = plan.pointers._configs.get(stream) if hasattr(plan.pointers, "_configs") else None
+        if fn is not None and cfg is not None:
+            plan.fast = (ctx, stream, cfg[0], fn.handle, plan.pointers._addr, rec)
+        return rec
+
+    def _run_in_context(self, plan: "_Plan", stream: int) -> None:
         c = self.contract
         with driver.device_context(plan.device) as ctx:
             fkey = int(ctx) if ctx is not None else None
@@ -193,18 +330,22 @@ class Kernel:
                 self._functions.pop(fkey, None)
                 driver.forget_context(fkey)
                 raise
-        rec = plan.records.get(stream)
-        if rec is None:
-            rec = LaunchRecord(self.variant, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, stream,
-                               plan.device)
-            if len(plan.records) >= 8:
-                plan.records.clear()
-            plan.records[stream] = rec
-        _local.record = rec
-        return rec
+
+
+def _current_context() -> int:
+    """The calling thread's current context as an int (0 for none): one cuCtxGetCurrent."""
+    d = driver._drv
+    if d is None or not driver._initialized:
+        driver.init()
+        d = driver._drv
+    res = d.cuCtxGetCurrent()
+    if res[0] != driver._SUCCESS:
+        raise CudaError("cuCtxGetCurrent", int(res[0]), driver.error_name(res[0]))
+    return int(res[1]) if res[1] is not None else 0
 
 
 _MAX_PLANS = 256
+_U64 = struct.Struct("<Q")
 
 
 @dataclass
@@ -216,3 +357,11 @@ class _Plan:
     buffers: list
     pointers: Any
     records: dict = field(default_factory=dict)
+    bound: Any = None        # build_plan's: the Bound it was packed from (rewrite_pointers uses it)
+    keep_arrays: bool = True
+    fast: Any = None         # (context, stream, config, function, params, record) of the last launch
+
+
+def _view(a: DeviceArray) -> DeviceArray:
+    """``a``'s pointer and layout without its owner (keeps nothing alive)."""
+    return DeviceArray._checked(a.ptr, a.shape, a.strides, a.dtype, a.device, None, a.readonly)

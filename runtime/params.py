@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 from typing import Callable
 
-from . import tensormap
+from . import driver, tensormap
 from .contract import FIELD_TYPES, Bound, ParamSpec
-from .errors import ContractError, InputError
+from .errors import ContractError, CudaError, InputError
 
 _FORMATS = {"i32": "<i", "i64": "<q", "u64": "<Q", "ptr": "<Q", "f32": "<f"}
 _RANGES = {"i32": (-(1 << 31), (1 << 31) - 1), "i64": (-(1 << 63), (1 << 63) - 1),
@@ -72,3 +73,24 @@ def _aligned_buffer(data: bytes, align: int):
 def build_params(bound: Bound, encode: Callable = tensormap.encode_tensormap) -> list:
     """One ctypes buffer per parameter, in ordinal order."""
     return [_aligned_buffer(param_bytes(p, bound, encode), p.align) for p in bound.contract.params]
+
+
+def replace_tensormap_address(buf, address: int) -> None:
+    """Point the 128-byte tensor map held in ``buf`` (a parameter buffer) at ``address``, all
+    else kept: cuTensorMapReplaceAddress (needs a current context)."""
+    if address % 16:
+        raise InputError(f"tensor map address 0x{address:x} is not 16-byte aligned, as TMA requires")
+    tm = getattr(_scratch, "tm", None)
+    if tm is None:          # one CUtensorMap per thread carries the bytes through the call
+        tm = _scratch.tm = driver.drv().CUtensorMap()
+        _scratch.ptr = tm.getPtr()
+    p, b = _scratch.ptr, ctypes.addressof(buf)
+    ctypes.memmove(p, b, 128)
+    res = driver._drv.cuTensorMapReplaceAddress(tm, address)
+    err = res[0] if type(res) is tuple else res
+    if err != driver._SUCCESS:
+        raise CudaError("cuTensorMapReplaceAddress", int(err), driver.error_name(err), f"address 0x{address:x}")
+    ctypes.memmove(b, p, 128)
+
+
+_scratch = threading.local()

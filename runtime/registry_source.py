@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from .errors import ContractError, IntegrityError, UnverifiedVariant, VariantNot
 MANIFEST_VERSION = 1
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+log = logging.getLogger("cubinforge.runtime")
 ALLOW_UNVERIFIED_ENV = "CUBINFORGE_ALLOW_UNVERIFIED"
 
 
@@ -182,13 +184,17 @@ def default_source() -> Source:
 
 
 def manifests(source: Source | None = None, family: str | None = None) -> tuple[list[Manifest], list[str]]:
-    """Every readable manifest (optionally of one family), and a note per unreadable one."""
+    """Every readable manifest (optionally of one family), and a note per unreadable one.
+
+    One bad artifact (unreadable, or failing its signature check) is skipped and logged, so
+    it cannot break the selection of the others."""
     source = source or default_source()
     found, broken = [], []
     for name in source.list():
         try:
             m = load_manifest(source.get(name))
-        except (ContractError, VariantNotFound) as e:
+        except (ContractError, VariantNotFound, IntegrityError) as e:
+            log.warning("cubinforge: skipping variant %s: %s", name, e)
             broken.append(f"{name}: {e}")
             continue
         if m.variant != name:

@@ -30,7 +30,7 @@ import warnings
 from typing import Any
 
 from . import signing
-from .cache import Cache
+from .cache import Cache, atomic_write
 from .errors import CubinforgeError, IntegrityError, VariantNotFound
 
 USER_AGENT = "cubinforge-runtime/1"
@@ -42,6 +42,17 @@ class RemoteError(CubinforgeError, OSError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+
+def redact_url(url: str) -> str:
+    """`url` with any password (or user:password) in it replaced by ***, for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None and "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    user = parts.username
+    netloc = f"{user}:***@{host}" if user and parts.password is not None else f"***@{host}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _env_flag(name: str) -> bool:
@@ -57,6 +68,7 @@ class RemoteSource:
         if not url:
             raise RemoteError("no registry URL: pass one or set CUBINFORGE_REGISTRY_URL")
         self.url = url.rstrip("/")
+        self.shown = redact_url(self.url)  # what messages and the cache's folder name use
         self.cache = cache or Cache()
         self.trusted = signing.load_trusted_keys() if trusted_keys is None else trusted_keys
         self.require_signature = (bool(self.trusted) or _env_flag("CUBINFORGE_REQUIRE_SIGNATURE")
@@ -66,14 +78,14 @@ class RemoteSource:
         self._warned = False
 
     def __repr__(self) -> str:
-        return f"RemoteSource({self.url!r}{', offline' if self.offline else ''})"
+        return f"RemoteSource({self.shown!r}{', offline' if self.offline else ''})"
 
     # ------------------------------------------------------------ HTTP
     def _request(self, path: str, headers: dict | None = None, method: str = "GET"
                  ) -> tuple[int, dict, bytes]:
         """(status, headers, body) for 2xx and 304; retries transient failures; raises RemoteError."""
         if self.offline:
-            raise RemoteError(f"CUBINFORGE_OFFLINE=1: not fetching {path} from {self.url}")
+            raise RemoteError(f"CUBINFORGE_OFFLINE=1: not fetching {path} from {self.shown}")
         req_headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **(headers or {})}
         last = ""
         for attempt in range(self.retries + 1):
@@ -91,7 +103,7 @@ class RemoteSource:
                     msg = json.loads(body).get("message") or body.decode(errors="replace")
                 except (ValueError, AttributeError):
                     msg = body.decode(errors="replace")[:300]
-                last = f"HTTP {e.code} from {self.url}{path}: {msg}"
+                last = f"HTTP {e.code} from {self.shown}{path}: {msg}"
                 if e.code == 429 or e.code >= 500:
                     retry_after = e.headers.get("Retry-After")
                     if retry_after and retry_after.isdigit():
@@ -101,7 +113,7 @@ class RemoteSource:
                     raise VariantNotFound(last) from None
                 raise RemoteError(last, e.code) from None
             except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as e:
-                last = f"cannot reach {self.url}{path}: {getattr(e, 'reason', e)}"
+                last = f"cannot reach {self.shown}{path}: {getattr(e, 'reason', e)}"
         raise RemoteError(f"{last} (after {self.retries + 1} attempts)")
 
     # ------------------------------------------------------------ Source protocol
@@ -112,9 +124,9 @@ class RemoteSource:
         are listed (get() still verifies each signature itself), so one unsigned upload does
         not make every selection fail.
         """
-        index = self.cache.index_path(self.url)
+        index = self.cache.index_path(self.shown)
         if self.offline:
-            doc = self.cache.read_json(index)
+            doc = self._read_cached(index)
             items = doc["body"] if doc else [{"variant": n, "signed_by": None} for n in self._cached_names()]
         else:
             items, offset = [], 0
@@ -124,25 +136,29 @@ class RemoteSource:
                 items += [{"variant": i["variant"], "signed_by": i.get("signed_by", [])} for i in page["items"]]
                 offset = page.get("next_offset")
             with self.cache.lock(index):
-                self.cache.write_json(index, None, items)
+                self._write_cached(index, None, items)
         if self.require_signature:
             items = [i for i in items if i["signed_by"] is None or set(i["signed_by"]) & set(self.trusted)]
         return sorted(i["variant"] for i in items)
 
     def _cached_names(self) -> list[str]:
-        d = self.cache.server_dir(self.url) / "variants"
+        d = self.cache.server_dir(self.shown) / "variants"
         return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
 
     def detail(self, name: str) -> dict:
         """GET /v1/variants/{name}, revalidated against the cache by ETag."""
         try:
-            path = self.cache.meta_path(self.url, name)
+            path = self.cache.meta_path(self.shown, name)
         except ValueError:
             raise VariantNotFound(f"{name!r} is not a variant name") from None
         with self.cache.lock(path):
-            cached = self.cache.read_json(path)
+            cached = self._read_cached(path)
             if self.offline:
                 if cached is None:
+                    if path.exists():
+                        raise IntegrityError(f"{name}: the cached manifest {path} does not match the digest "
+                                             "stored with it (edited or damaged on disk); with CUBINFORGE_OFFLINE=1 "
+                                             f"it cannot be fetched again: run `cubinforge pull {name}` while online")
                     raise VariantNotFound(f"{name}: not in the cache and CUBINFORGE_OFFLINE=1; "
                                           f"run `cubinforge pull {name}` while online")
                 return cached["body"]
@@ -151,15 +167,38 @@ class RemoteSource:
             if status == 304 and cached is not None:
                 return cached["body"]
             doc = json.loads(body)
-            self.cache.write_json(path, h.get("etag"), doc)
+            self._write_cached(path, h.get("etag"), doc)
             return doc
+
+    # A cached document is stored with the sha256 of its canonical JSON. One that no longer
+    # matches (edited or damaged on disk) is a cache miss: fetched again without If-None-Match,
+    # rather than reused by a 304 (and failing every call) or used unverified.
+    @staticmethod
+    def _digest(body) -> str | None:
+        try:
+            return hashlib.sha256(signing.canonical_json(body)).hexdigest()
+        except (TypeError, ValueError):
+            return None
+
+    def _read_cached(self, path) -> dict | None:
+        doc = self.cache.read_json(path)
+        if doc is None:
+            return None
+        if doc.get("sha256") is None or doc.get("sha256") != self._digest(doc["body"]):
+            warnings.warn(f"cubinforge: cached {path} does not match its digest; fetching it again", stacklevel=4)
+            return None
+        return doc
+
+    def _write_cached(self, path, etag: str | None, body) -> None:
+        atomic_write(path, json.dumps({"etag": etag, "body": body, "sha256": self._digest(body)},
+                                      sort_keys=True).encode())
 
     def get(self, name: str) -> dict:
         """The variant's manifest, its signature checked against the trusted keys."""
         doc = self.detail(name)
         if doc.get("yanked"):
             reason = f" ({doc['yank_reason']})" if doc.get("yank_reason") else ""
-            raise VariantNotFound(f"{name} was yanked from {self.url}{reason}; choose another variant")
+            raise VariantNotFound(f"{name} was yanked from {self.shown}{reason}; choose another variant")
         manifest = doc["manifest"]
         self.verify(manifest)
         return manifest
@@ -170,7 +209,7 @@ class RemoteSource:
         if not self._warned:
             self._warned = True
             warnings.warn("cubinforge: no trusted keys configured (CUBINFORGE_TRUSTED_KEYS); cubins from "
-                          f"{self.url} are checked by sha256 only", stacklevel=3)
+                          f"{self.shown} are checked by sha256 only", stacklevel=3)
         return None
 
     def blob(self, sha256: str) -> bytes:
@@ -194,7 +233,7 @@ class RemoteSource:
                 if hashlib.sha256(data).hexdigest() == sha256:
                     self.cache.write_blob(sha256, data)
                     return data
-            raise IntegrityError(f"cubin {sha256} from {self.url} hashes to "
+            raise IntegrityError(f"cubin {sha256} from {self.shown} hashes to "
                                  f"{hashlib.sha256(data).hexdigest()}: the server's copy is corrupt")
 
     # ------------------------------------------------------------ helpers

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from cubinforge import __version__
@@ -15,12 +16,15 @@ from .blobcache import BlobCache
 from .blobs import BlobStore
 from .config import Settings
 from .db import Database
-from .fastpath import BlobFastPath
+from .fastpath import FastPath
 from .metrics import BodyLimitMiddleware, MetricsMiddleware
+from .readcache import ReadCache
 from .routers import artifacts, blobs, health, jobs, select, variants
 from .store import Store
+from .uploads import UploadGate
 
 log = logging.getLogger("cubinforge.service")
+TEMP_MAX_AGE_S = 3600
 
 DESCRIPTION = """Serves ahead-of-time compiled attention cubins with their manifests and launch contracts.
 
@@ -38,19 +42,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             from .migrate import upgrade
             upgrade(settings.database_url)
         app.state.blobs.root.mkdir(parents=True, exist_ok=True)
+        # At most pool_size threads use the database at once, so the pool never runs dry (db.py).
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size
+        app.state.db_threads = settings.db_pool_size
+        # Other workers may be mid-publish: only temp files too old to be anyone's are removed.
+        n = app.state.blobs.clean_temp(older_than_s=TEMP_MAX_AGE_S)
+        if n:
+            log.warning("removed %d stale temp file(s) left by interrupted publishes", n)
         yield
         if app.state.builds:
             app.state.builds.close()
         app.state.db.dispose()
 
-    app = FastAPI(title="cubinforge registry", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    # FastAPI's own OpenTelemetry hooks cost a provider lookup per request on the hot path; the
+    # service has Prometheus metrics, so they are on only when asked for (CUBINFORGE_OTEL=1).
+    otel = settings.otel
+    app = FastAPI(title="cubinforge registry", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+                  telemetry={"tracing": otel, "metrics": otel, "logs": otel})
     app.state.settings = settings
-    app.state.db = Database(settings.database_url)
+    app.state.db = Database(settings.database_url, settings.db_pool_size)
     app.state.blobs = BlobStore(settings.home)
     app.state.store = Store(app.state.blobs)
+    app.state.generation = app.state.store.generation
+    app.state.read_cache = ReadCache()
     app.state.blob_cache = BlobCache(settings.blob_cache_bytes, settings.blob_cache_item_bytes)
     app.state.publisher_keys = (signing.load_trusted_keys(settings.publisher_keys)
                                 if settings.publisher_keys else None)
+    app.state.uploads = UploadGate(settings.max_uploads, settings.upload_wait_s)
+    app.openapi = lambda: _openapi(app)
     app.state.builds = None
     if settings.build_backend:
         from .build_jobs import BuildJobs
@@ -59,6 +78,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for r in (variants, blobs, select, artifacts, health, jobs):
         app.include_router(r.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(BlobFastPath, state=app.state)
+    app.add_middleware(FastPath, state=app.state)
     app.add_middleware(MetricsMiddleware)
     return app
+
+
+def _openapi(app: FastAPI) -> dict:
+    """FastAPI's schema, plus PublishRequest: publish reads its body itself (after auth), so
+    FastAPI does not see the model; the route's requestBody refers to it by name."""
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
+        from pydantic.json_schema import models_json_schema
+
+        from .schemas import PublishRequest
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        _, defs = models_json_schema([(PublishRequest, "validation")], ref_template="#/components/schemas/{model}")
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(defs["$defs"])
+        app.openapi_schema = schema
+    return app.openapi_schema

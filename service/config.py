@@ -28,6 +28,15 @@ def default_database_url(home: Path | None = None) -> str:
     return registry_settings.database_url(Path(home).absolute() if home else None)
 
 
+def redact_db_url(url: str) -> str:
+    """A database URL fit to print or log: its password replaced by ***."""
+    from sqlalchemy.engine import make_url
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not parseable: show only the scheme
+        return url.split("://", 1)[0] + "://***"
+
+
 @dataclass
 class Settings:
     home: Path = field(default_factory=default_home)
@@ -42,6 +51,14 @@ class Settings:
     blob_cache_bytes: int = 256 << 20
     blob_cache_item_bytes: int = 8 << 20
     migrate_on_start: bool = True
+    # Publish bodies read and parsed at once per worker (each may take ~3x its size in memory).
+    max_uploads: int = 2
+    # Database connections per worker, and so the threads that may use them (db.py). With
+    # PostgreSQL, workers x (pool + 4 overflow) must stay under its max_connections.
+    db_pool_size: int = 32
+    # FastAPI's native OpenTelemetry instrumentation (traces, metrics, logs), off by default.
+    otel: bool = False
+    upload_wait_s: float = 60.0
     # Build on a select miss (service/build_jobs.py): a Dask scheduler (tcp://host:8786) or local:N.
     build_backend: str | None = None
 
@@ -64,5 +81,8 @@ class Settings:
             publisher_keys=os.environ.get("CUBINFORGE_PUBLISHER_KEYS") or None,
             blob_cache_bytes=_int("CUBINFORGE_BLOB_CACHE_BYTES", 256 << 20),
             migrate_on_start=_bool("CUBINFORGE_MIGRATE_ON_START", True),
+            max_uploads=_int("CUBINFORGE_MAX_UPLOADS", 2),
+            db_pool_size=_int("CUBINFORGE_DB_POOL_SIZE", 32),
+            otel=_bool("CUBINFORGE_OTEL"),
             build_backend=os.environ.get("CUBINFORGE_BUILD_BACKEND") or None,
         )

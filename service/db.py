@@ -1,4 +1,11 @@
-"""Engine and session: one engine per process, sessions per request (a FastAPI dependency)."""
+"""Engine and session: one engine per process, a short session per unit of work.
+
+Pool and concurrency are sized together: every use of the database runs in a worker thread
+(sync routes and dependencies, run_in_threadpool) and holds one connection while it runs, and
+app.py caps those threads at `pool_size`, so a request never waits on the pool for a
+connection that another request's thread is not using (issue 14: 40 threads on a pool of
+5+10 timed out after 30 s under load).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +17,16 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 
-def make_engine(url: str) -> Engine:
+DEFAULT_POOL_SIZE = 32
+
+
+def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                               pool_size=pool_size, max_overflow=4)
 
         @event.listens_for(engine, "connect")
         def _pragmas(conn, _record):
@@ -27,13 +38,14 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=4)
 
 
 class Database:
-    def __init__(self, url: str):
+    def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE):
         self.url = url
-        self.engine = make_engine(url)
+        self.pool_size = pool_size
+        self.engine = make_engine(url, pool_size)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def session(self) -> Iterator[Session]:

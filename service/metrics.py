@@ -20,6 +20,8 @@ REQUESTS = Counter("cubinforge_http_requests_total", "HTTP requests", ["method",
 LATENCY = Histogram("cubinforge_http_request_duration_seconds", "HTTP request latency", ["route"],
                     buckets=(.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5))
 BLOB_BYTES = Counter("cubinforge_blob_bytes_served_total", "Blob bytes sent")
+BLOBS_CORRUPT_FOUND = Counter("cubinforge_blob_corrupt_found_total",
+                              "Times a stored blob was found not to hash to its name")
 PUBLISHES = Counter("cubinforge_publish_total", "Publish requests by outcome", ["outcome"])
 
 _ROUTES = (("/v1/blobs/", "/v1/blobs/{sha256}"), ("/v1/variants/", "/v1/variants/{name}"))
@@ -29,7 +31,10 @@ def route_label(path: str) -> str:
     # Bounded label set: parametrised paths collapse to their template, unknown ones to "other".
     for prefix, label in _ROUTES:
         if path.startswith(prefix):
-            return label + "/yank" if path.endswith("/yank") else label
+            for action in ("/yank", "/unyank"):
+                if path.endswith(action):
+                    return label + action
+            return label
     if path in ("/v1/variants", "/v1/select", "/v1/artifacts", "/healthz", "/metrics", "/docs",
                 "/openapi.json"):
         return path
@@ -47,6 +52,8 @@ def render() -> tuple[bytes, str]:
 class MetricsMiddleware:
     def __init__(self, app):
         self.app = app
+        # Label children looked up once: the label set is bounded (route_label), labels() is not free.
+        self._children: dict[tuple, tuple] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -62,9 +69,15 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = route_label(scope["path"])
-            REQUESTS.labels(scope["method"], route, str(status[0])).inc()
-            LATENCY.labels(route).observe(time.perf_counter() - t0)
+            key = (scope["method"], scope["path"], status[0])
+            children = self._children.get(key)
+            if children is None:
+                route = route_label(scope["path"])
+                children = (REQUESTS.labels(scope["method"], route, str(status[0])), LATENCY.labels(route))
+                if len(self._children) < 4096:  # paths are unbounded (names, shas); the labels are not
+                    self._children[key] = children
+            children[0].inc()
+            children[1].observe(time.perf_counter() - t0)
 
 
 class _TooLarge(StarletteHTTPException):

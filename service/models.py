@@ -31,7 +31,8 @@ class PublishedVariant(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     # Text, not JSON: the bytes a signature covers must come back exactly as published.
     manifest_json: Mapped[str] = mapped_column(Text)
-    signed_by: Mapped[str] = mapped_column(String(400), default="")
+    # Comma-separated key ids; Text, as a fixed width would only move the limit (store.MAX_SIGNATURES is it).
+    signed_by: Mapped[str] = mapped_column(Text, default="")
     yanked: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
     yank_reason: Mapped[str | None] = mapped_column(String(500), nullable=True)
     published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -47,3 +48,18 @@ class ApiToken(Base):
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Comma-separated (auth.parse_scopes): "admin", "family:<family>", "prefix:<name prefix>".
+    # Tokens made before scopes existed could write anything, so they migrate as admin.
+    scopes: Mapped[str] = mapped_column(Text, default="admin", server_default="admin")
+
+
+class AuditEntry(Base):
+    """One write through the API or an import: who (token name), what, to which variant, when."""
+    __tablename__ = "service_audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(32))   # publish | sign | yank | unyank
+    variant: Mapped[str] = mapped_column(String(128), index=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)

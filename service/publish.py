@@ -65,8 +65,23 @@ def check_artifact(manifest: dict, cubin: bytes) -> None:
         raise bad("entry_mismatch", f"{name}: the cubin has no kernel symbol {entry!r}; it defines {found}")
 
 
+MAX_SIGNATURES = 8  # per variant, in total: one per publishing key is plenty
+
+
+def dedupe_signatures(sigs: list[dict]) -> list[dict]:
+    """One signature per key id (the first); ed25519 is deterministic, so repeats add nothing."""
+    seen, out = set(), []
+    for s in sigs:
+        if s["key_id"] not in seen:
+            seen.add(s["key_id"])
+            out.append(s)
+    return out
+
+
 def check_signatures(manifest: dict, require: bool, accepted: dict[str, signing.PublicKey] | None) -> list[str]:
-    """Verify every signature the server can; return the key ids that signed."""
+    """Verify every signature; return the key ids that signed. A signature the server cannot
+    verify (no key it knows: not in `accepted`, and no public key whose id is the key_id) is
+    refused, never stored: a stored one would be listed in signed_by as if it were genuine."""
     name = manifest["variant"]
     sigs = manifest.get("signatures") or []
     if require and not sigs:
@@ -74,13 +89,17 @@ def check_signatures(manifest: dict, require: bool, accepted: dict[str, signing.
                   "publish with `cubinforge push --sign-key KEY`")
     payload = signing.signed_payload(manifest)
     ids = []
-    for s in sigs:
+    for s in dedupe_signatures(sigs):
         kid = s["key_id"]
         key = accepted.get(kid) if accepted is not None else None
         if accepted is not None and key is None:
             raise APIError(403, "untrusted_key", f"{name}: signed by key {kid}, which this server does not "
                            "accept; ask the operator to add it to CUBINFORGE_PUBLISHER_KEYS")
-        if key is None and s.get("public_key"):
+        if key is None:
+            if not s.get("public_key"):
+                raise bad("unverifiable_signature", f"{name}: the signature by key {kid} carries no public_key "
+                          "and this server has no key with that id, so it cannot be verified; sign with "
+                          "`cubinforge push --sign-key KEY` (which embeds the public key)")
             try:
                 key = signing.parse_public_key(s["public_key"])
             except signing.SignatureError as e:
@@ -94,7 +113,7 @@ def check_signatures(manifest: dict, require: bool, accepted: dict[str, signing.
             raise bad("bad_signature", f"{name}: signature by {kid} is not valid base64") from None
         if len(raw) != 64:
             raise bad("bad_signature", f"{name}: signature by {kid} is {len(raw)} bytes, not 64")
-        if key is not None and not signing.ed25519_verify(key.raw, payload, raw):
+        if not signing.ed25519_verify(key.raw, payload, raw):
             raise bad("bad_signature", f"{name}: the signature by key {kid} does not verify over this "
                       "manifest; it was signed over different content (re-sign after any change)")
         ids.append(kid)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cubinforge.runtime import signing
 from cubinforge.runtime.cache import atomic_write
+from cubinforge.runtime.remote import redact_url
 
 BUNDLE_VERSION = 1
 
@@ -80,7 +81,7 @@ def publish(server: str, token: str, manifest: dict, cubin: bytes, timeout: floa
             msg = e.reason
         raise PublishError(f"{manifest.get('variant')}: HTTP {e.code}: {msg}", e.code) from None
     except urllib.error.URLError as e:
-        raise PublishError(f"cannot reach {server}: {e.reason}") from None
+        raise PublishError(f"cannot reach {redact_url(server)}: {e.reason}") from None
 
 
 # ------------------------------------------------------------------ a registry home on disk

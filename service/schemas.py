@@ -106,7 +106,8 @@ class VariantDetail(BaseModel):
 
 class YankRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=500)
+    reason: str | None = Field(default=None, max_length=500, pattern=r"^[^\x00]*$",
+                               description="free text (no NUL characters)")
 
 
 class YankResponse(BaseModel):
@@ -167,3 +168,4 @@ class Health(BaseModel):
     database: str
     blobs: str
     variants: int
+    corrupt_blobs: list[str] = Field(default_factory=list, description="sha256s found corrupt, not yet repaired")

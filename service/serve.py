@@ -49,6 +49,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_migrate:
         upgrade(settings.database_url)
     (settings.home / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    # No worker runs yet, so every temp file left is from a publish that was killed: remove them all.
+    from .blobs import BlobStore
+    n = BlobStore(settings.home).clean_temp()
+    # A publish killed between its commit and its bump would leave answers cached elsewhere stale.
+    from .readcache import Generation
+    Generation(settings.home).bump()
+    if n:
+        logging.getLogger("cubinforge.service").warning("removed %d temp file(s) left by interrupted publishes", n)
     if args.import_local:
         _import_local(settings)
     os.environ["CUBINFORGE_MIGRATE_ON_START"] = "0"

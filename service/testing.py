@@ -85,14 +85,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def live_server(env: dict[str, str], workers: int = 1, log: Path | None = None):
-    """`cubinforge serve` as a subprocess on a random loopback port; yields its base URL."""
+def live_server(env: dict[str, str], workers: int = 1, log: Path | None = None, info: dict | None = None):
+    """`cubinforge serve` as a subprocess on a random loopback port; yields its base URL
+    (and puts the server's pid in `info["pid"]` when given, for measurements)."""
     port = free_port()
     full_env = {**os.environ, **env}
     cmd = [sys.executable, "-m", "cubinforge.service.serve", "--host", "127.0.0.1", "--port", str(port),
            "--workers", str(workers), "--log-level", "warning"]
     out = open(log, "wb") if log else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    if info is not None:
+        info["pid"] = proc.pid
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -151,7 +154,7 @@ def backend_url(kind: str, tmp: Path) -> str:
     return f"{base}{sep}options=-csearch_path%3D{schema}"
 
 
-def seed_token(url: str, name: str = "ci") -> str:
+def seed_token(url: str, name: str = "ci", scopes=("admin",)) -> str:
     from .auth import create_token
     from .db import Database
     from .migrate import upgrade
@@ -160,6 +163,6 @@ def seed_token(url: str, name: str = "ci") -> str:
     db = Database(url)
     try:
         with db.sessions() as s:
-            return create_token(s, name)
+            return create_token(s, name, scopes)
     finally:
         db.dispose()

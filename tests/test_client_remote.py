@@ -105,13 +105,15 @@ def test_tampered_cache_is_refused_or_refetched(env, tmp_path):
     blob.write_bytes(b"corrupted" + data[9:])
     assert src.blob(sha) == data          # detected, fetched again
     assert blob.read_bytes() == data
-    # A cached manifest edited on disk no longer matches its signature: refused, not used.
+    # A cached manifest edited on disk no longer matches the digest kept beside it: it is
+    # fetched again (not revalidated into reuse by a 304), and the cache is mended.
     meta = src.cache.meta_path(env.base, SIGNED)
     doc = json.loads(meta.read_text())
     doc["body"]["manifest"]["contract"]["dynamic_smem_bytes"] = 1 << 20
     meta.write_text(json.dumps(doc))
-    with pytest.raises(signing.SignatureError, match="does not verify"):
-        src.get(SIGNED)
+    with pytest.warns(UserWarning, match="does not match its digest"):
+        assert src.get(SIGNED) == env.arts[SIGNED][0]
+    assert json.loads(meta.read_text())["body"]["manifest"] == env.arts[SIGNED][0]
     # Unreadable metadata is just a cache miss.
     meta.write_text("{not json")
     assert src.get(SIGNED)["variant"] == SIGNED
@@ -246,11 +248,14 @@ def test_cli_keygen_push_pull_bundle_import(env, tmp_path, monkeypatch, capsys):
     sha = m["cubin"]["sha256"]
     (home / "blobs" / "sha256" / sha[:2]).mkdir(parents=True)
     (home / "blobs" / "sha256" / sha[:2] / sha).write_bytes(cubin)
-    args = ("--server", env.base, "--token", env.token)
+    args = ("--server", env.base)
+    monkeypatch.setenv("CUBINFORGE_TOKEN", env.token)
     assert run_cli("--home", str(home), "push", "--all", "--sign-key", str(tmp_path / "ci.key"), *args) == 0
     assert run_cli("--home", str(home), "push", m["variant"], *args) == 0  # unsigned copy: same content, no-op
     assert "no change" in capsys.readouterr().out
-    assert run_cli("--home", str(home), "push", m["variant"], "--server", env.base, "--token", "cf_bad") == 1
+    monkeypatch.setenv("CUBINFORGE_TOKEN", "cf_bad")
+    assert run_cli("--home", str(home), "push", m["variant"], *args) == 1
+    monkeypatch.delenv("CUBINFORGE_TOKEN")
     # pull verifies against the key and fills the cache
     monkeypatch.setenv("CUBINFORGE_TRUSTED_KEYS", str(tmp_path / "ci.pub"))
     assert run_cli("pull", m["variant"], "--server", env.base) == 0
@@ -278,3 +283,69 @@ def test_cli_keygen_push_pull_bundle_import(env, tmp_path, monkeypatch, capsys):
     # The runtime reads a bundle directly, too: it has the registry-home layout.
     from cubinforge.runtime.registry_source import LocalSource
     assert LocalSource(bundle).blob(sha) == cubin
+
+
+def test_edited_cached_manifest_is_refetched_without_trusted_keys(env, tmp_path):
+    src = source(env, tmp_path)
+    with pytest.warns(UserWarning, match="sha256 only"):
+        assert src.get(UNSIGNED) == env.arts[UNSIGNED][0]
+    meta = src.cache.meta_path(env.base, UNSIGNED)
+    doc = json.loads(meta.read_text())
+    doc["body"]["manifest"]["contract"]["block"] = [1024, 1, 1]
+    meta.write_text(json.dumps(doc))
+    # Not used silently: the server's copy comes back.
+    with pytest.warns(UserWarning, match="digest"):
+        assert src.get(UNSIGNED)["contract"]["block"] == env.arts[UNSIGNED][0]["contract"]["block"]
+    # Offline, an edited entry cannot be refetched: an error, never the edited manifest.
+    meta.write_text(json.dumps(doc))
+    off = source(env, tmp_path, offline=True)
+    with pytest.warns(UserWarning, match="digest"), pytest.raises(IntegrityError, match="pull"):
+        off.get(UNSIGNED)
+
+
+# ------------------------------------------------------------------ secrets stay out of argv and output
+def test_tokens_come_from_env_or_stdin_never_argv(env, tmp_path, monkeypatch, capsys):
+    import io
+    monkeypatch.delenv("CUBINFORGE_TOKEN", raising=False)
+    home = tmp_path / "local"
+    cubin = make_cubin("kernel_test", payload=b"stdin push")
+    m = make_manifest("fa3_fwd-sm_90a-fp16-hd64", cubin, dtype="fp16", head_dim=64)
+    (home / "manifests").mkdir(parents=True)
+    (home / "manifests" / f"{m['variant']}.json").write_text(json.dumps(m))
+    sha = m["cubin"]["sha256"]
+    (home / "blobs" / "sha256" / sha[:2]).mkdir(parents=True)
+    (home / "blobs" / "sha256" / sha[:2] / sha).write_bytes(cubin)
+    with pytest.raises(ValueError, match="process list"):
+        run_cli("--home", str(home), "push", "--all", "--server", env.base, "--token", env.token)
+    with pytest.raises(ValueError, match="CUBINFORGE_TOKEN"):
+        run_cli("--home", str(home), "push", "--all", "--server", env.base)
+    monkeypatch.setattr("sys.stdin", io.StringIO(env.token + "\n"))
+    assert run_cli("--home", str(home), "push", "--all", "--server", env.base, "--token-stdin") == 0
+    assert "published" in capsys.readouterr().out
+
+
+def test_urls_are_redacted():
+    from cubinforge.runtime.remote import redact_url
+    from cubinforge.service.config import redact_db_url
+    assert redact_db_url("postgresql+psycopg://ci:s3cret@db:5432/reg") == "postgresql+psycopg://ci:***@db:5432/reg"
+    assert redact_db_url("sqlite:////x/registry.db") == "sqlite:////x/registry.db"
+    assert redact_url("https://bot:s3cret@reg.example/x") == "https://bot:***@reg.example/x"
+    assert redact_url("https://t0ken@reg.example") == "https://***@reg.example"
+    assert redact_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
+    src = RemoteSource(f"http://bot:s3cret@127.0.0.1:{free_port()}", trusted_keys={}, retries=0, backoff=0.01)
+    assert "s3cret" not in repr(src) and "s3cret" not in str(src.cache.server_dir(src.shown))
+    with pytest.raises(RemoteError) as e:
+        src.list()
+    assert "s3cret" not in str(e.value)
+
+
+def test_db_upgrade_does_not_print_the_password(tmp_path, monkeypatch, capsys):
+    base = os.environ.get("CUBINFORGE_TEST_PG_URL")
+    if not base:
+        pytest.skip("needs the test PostgreSQL (.ci/postgres.sh), whose URL has a password")
+    url = backend_url("postgresql", tmp_path)
+    password = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    monkeypatch.setenv("CUBINFORGE_DATABASE_URL", url)
+    assert run_cli("--home", str(tmp_path), "db", "upgrade") == 0
+    out = capsys.readouterr()
+    assert f":{password}@" not in out.out + out.err and ":***@" in out.out

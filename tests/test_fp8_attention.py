@@ -117,5 +117,8 @@ def test_fp8_inputs_are_checked_before_any_launch():
     for kw in ({"softcap": 30.0}, {"window_size": (128, 0)}, {"learnable_sink": _fake((2,), "f32")}):
         with pytest.raises(InputError, match="FP8 .e4m3. attention does not take window_size, softcap"):
             flash_attn_func(q, k, _fake((1, 2, 128, 64)), v_layout="colmajor", **kw)
+    from cubinforge.runtime import plan_attention
+    with pytest.raises(InputError, match="plan_attention does not bind FP8"):
+        plan_attention(q, k, _fake((1, 2, 128, 64)))
     with pytest.raises(InputError, match="out must be bf16"):
         flash_attn_func(q, k, _fake((1, 2, 128, 64)), v_layout="colmajor", out=_fake((1, 64, 2, 128)))

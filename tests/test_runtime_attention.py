@@ -30,12 +30,21 @@ def qkv(b=2, sq=100, sk=200, hq=8, hkv=2, d=128, dtype="bf16"):
     (lambda q, k, v: (q, arr((2, 200, 3, 128)), arr((2, 200, 3, 128))), r"heads_q \(8\) must be a multiple of heads_kv \(3\)"),
     (lambda q, k, v: (arr((100, 8, 128)), k, v), r"q must be \(batch, seqlen, heads, head_dim\)"),
     (lambda q, k, v: (arr(q.shape, strides=(100 * 8 * 256, 8 * 256, 256, 2)), k, v), r"q: the last dimension \(head_dim\) must be contiguous"),
-    (lambda q, k, v: (q, arr(k.shape, offset=8), v), r"k: base pointer 0x[0-9a-f]+ is not 16-byte aligned \(offset 8\)"),
-    (lambda q, k, v: (q, k, arr(v.shape, strides=(200 * 2 * 132, 2 * 132, 132, 1))), r"v: stride\[2\] is 132 elements = 264 B"),
+    (lambda q, k, v: (q, k, arr(v.shape, strides=(200 * 2 * 256, 2 * 256, 256, 2))), r"v: the last dimension"),
 ])
 def test_input_checks(args, match):
     with pytest.raises(InputError, match=match):
         flash_attn_func(*args(*qkv()))
+
+
+# Unaligned inputs are copied (tests/test_runtime_restage.py); unaligned outputs are refused.
+@pytest.mark.parametrize("o,match", [
+    (arr((2, 100, 8, 128), offset=8, base=BASE + 3 * GB), r"out: base pointer 0x[0-9a-f]+ is not 16-byte aligned \(offset 8\)"),
+    (arr((2, 100, 8, 128), strides=(100 * 8 * 132, 8 * 132, 132, 1), base=BASE + 3 * GB), r"out: stride\[2\] is 132 elements = 264 B"),
+])
+def test_unaligned_outputs_are_refused(o, match):
+    with pytest.raises(InputError, match=match):
+        flash_attn_func(*qkv(), out=o)
 
 
 def test_out_and_lse_checks():

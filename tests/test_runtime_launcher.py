@@ -16,7 +16,7 @@ from test_runtime_fixtures import BASE, arr, fa_arrays, manifest, write_registry
 
 from cubinforge.runtime import (InputError, Kernel, LocalSource, OwnedDeviceArray, clear_cache,  # noqa: E402
                                 flash_attn_func, last_launch, select_attention_variant)
-from cubinforge.runtime import driver, tensormap  # noqa: E402
+from cubinforge.runtime import driver, launcher, tensormap  # noqa: E402
 
 CUBIN = b"\x7fELF not really"
 
@@ -51,6 +51,7 @@ class FakeDriver:
 
         monkeypatch.setattr(driver, "device_arch", lambda ordinal: arch)
         monkeypatch.setattr(driver, "device_context", lambda ordinal: contextlib.nullcontext())
+        monkeypatch.setattr(launcher, "_current_context", lambda: 0)   # no context: the slow path
         monkeypatch.setattr(driver, "load_module", lambda image, sha: Mod())
         monkeypatch.setattr(driver, "launch", launch)
         monkeypatch.setattr(driver, "DeviceAllocation", Alloc)

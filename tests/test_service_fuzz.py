@@ -19,10 +19,11 @@ from schemathesis.generation.modes import GenerationMode  # noqa: E402
 
 from cubinforge.service.app import create_app  # noqa: E402
 from cubinforge.service.config import Settings  # noqa: E402
-from cubinforge.service.testing import make_cubin, make_manifest, seed_token  # noqa: E402
+from cubinforge.service.testing import backend_url, make_cubin, make_manifest, seed_token  # noqa: E402
 
 _TMP = Path(tempfile.mkdtemp(prefix="cubinforge-fuzz-"))
-_URL = f"sqlite:///{_TMP / 'registry.db'}"
+# CUBINFORGE_FUZZ_BACKEND=postgresql fuzzes against the test PostgreSQL (.ci/postgres.sh) instead.
+_URL = backend_url(os.environ.get("CUBINFORGE_FUZZ_BACKEND", "sqlite"), _TMP)
 TOKEN = seed_token(_URL)
 APP = create_app(Settings(home=_TMP / "home", database_url=_URL, max_cubin_bytes=256 * 1024,
                           migrate_on_start=False))

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
-from sqlalchemy.orm import Session
+from fastapi import APIRouter, Request
 
-from ..auth import session_dep
 from ..errors import APIError
 from ..schemas import ErrorResponse, NoVariantError, SelectRequest, SelectResponse
 from ..selection import choose, explain_missing
@@ -20,14 +18,16 @@ router = APIRouter(prefix="/v1", tags=["select"])
                         404: {"model": NoVariantError, "description": "no variant fits; says which axis values "
                                                                       "are missing and what is nearest"},
                         422: {"model": ErrorResponse}})
-def select_variant(req: SelectRequest, request: Request, s: Session = Depends(session_dep)):
+def select_variant(req: SelectRequest, request: Request):
     problem = req.model_dump()
     problem["seqlen_k"] = problem["seqlen_k"] or problem["seqlen_q"]
     problem["heads_kv"] = problem["heads_kv"] or problem["heads_q"]
     if problem["heads_q"] % problem["heads_kv"]:
         raise APIError(422, "invalid_request", f"heads_q ({problem['heads_q']}) must be a multiple of heads_kv "
                        f"({problem['heads_kv']}) for grouped-query attention")
-    records = request.app.state.store.candidates(s)
+    st = request.app.state
+    with st.db.sessions() as s:
+        records = st.store.candidates(s)
     best, reasons, n = choose(problem, records)
     if best is None:
         body = explain_missing(problem, records)

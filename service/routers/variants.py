@@ -6,9 +6,8 @@ import hashlib
 import json
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from sqlalchemy.orm import Session
 
-from ..auth import require_writer, session_dep
+from ..auth import Writer, require_writer
 from ..errors import APIError
 from ..schemas import (ARCH_PATTERN, FAMILY_PATTERN, NAME_PATTERN, ErrorResponse, VariantDetail, VariantPage,
                        YankRequest, YankResponse)
@@ -26,7 +25,7 @@ def list_variants(
     request: Request,
     family: str | None = Query(None, pattern=FAMILY_PATTERN),
     arch: str | None = Query(None, pattern=ARCH_PATTERN),
-    dtype: str | None = Query(None, max_length=16),
+    dtype: str | None = Query(None, pattern=r"^[a-z0-9]{1,16}$"),
     head_dim: int | None = Query(None, ge=1, le=4096),
     causal: bool | None = None,
     varlen: bool | None = None,
@@ -38,11 +37,12 @@ def list_variants(
     include_yanked: bool = Query(False, description="also list yanked variants"),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=2**31 - 1),
-    s: Session = Depends(session_dep),
 ):
     filters = dict(family=family, arch=arch, dtype=dtype, head_dim=head_dim, causal=causal, varlen=varlen,
                    paged_kv=paged_kv, pack_gqa=pack_gqa, split_kv=split_kv, verified=verified)
-    recs, total = request.app.state.store.list(s, filters, include_yanked, limit, offset)
+    st = request.app.state
+    with st.db.sessions() as s:
+        recs, total = st.store.list(s, filters, include_yanked, limit, offset)
     nxt = offset + len(recs) if offset + len(recs) < total else None
     return {"items": [r.summary() for r in recs], "total": total, "limit": limit, "offset": offset,
             "next_offset": nxt}
@@ -50,8 +50,10 @@ def list_variants(
 
 @router.get("/{name}", response_model=VariantDetail, summary="One variant: manifest, launch contract, status",
             responses={404: {"model": ErrorResponse}, 304: {"description": "unchanged since the ETag given"}})
-def get_variant(request: Request, response: Response, name: str = NameParam, s: Session = Depends(session_dep)):
-    rec = request.app.state.store.get(s, name)
+def get_variant(request: Request, response: Response, name: str = NameParam):
+    st = request.app.state
+    with st.db.sessions() as s:
+        rec = st.store.get(s, name)
     if rec is None:
         raise _not_found(name)
     body = {"variant": rec.name, "yanked": rec.yanked, "yank_reason": rec.yank_reason,
@@ -68,10 +70,25 @@ def get_variant(request: Request, response: Response, name: str = NameParam, s: 
 
 
 @router.post("/{name}/yank", response_model=YankResponse, summary="Hide a variant from select (kept, downloadable)",
-             responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+             responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
 def yank_variant(request: Request, name: str = NameParam, body: YankRequest | None = Body(None),
-                 who: str = Depends(require_writer), s: Session = Depends(session_dep)):
-    rec = request.app.state.store.yank(s, name, body.reason if body else None)
-    if rec is None:
-        raise _not_found(name)
+                 who: Writer = Depends(require_writer)):
+    rec = _set_yanked(request, name, who, True, body.reason if body else None)
     return {"variant": rec.name, "yanked": True, "reason": rec.yank_reason}
+
+
+@router.post("/{name}/unyank", response_model=YankResponse, summary="Make a yanked variant selectable again",
+             responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
+def unyank_variant(request: Request, name: str = NameParam, who: Writer = Depends(require_writer)):
+    rec = _set_yanked(request, name, who, False, None)
+    return {"variant": rec.name, "yanked": False, "reason": None}
+
+
+def _set_yanked(request: Request, name: str, who: Writer, yanked: bool, reason: str | None):
+    st = request.app.state
+    with st.db.sessions() as s:
+        rec = st.store.get(s, name)
+        if rec is None:
+            raise _not_found(name)
+        who.require(rec.family, rec.name, "yank" if yanked else "unyank")
+        return st.store.yank(s, name, reason, who.name) if yanked else st.store.unyank(s, name, who.name)

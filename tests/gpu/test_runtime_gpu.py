@@ -580,3 +580,208 @@ def test_stream_handles_resolve():
         assert driver.resolve_stream(s)[0] == s.cuda_stream
     h = driver.resolve_stream(s)[0]
     assert driver.resolve_stream(driver.drv().CUstream(h))[0] == h != 0
+
+
+# --------------------------------------------------------------------------- plans, empty inputs
+
+def _case(seed, b=2, sq=150, sk=170, hq=4, hkv=2, m=None):
+    m = m or _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    rng = np.random.default_rng(seed)
+    hosts, devs = make_inputs(rng, b, sq, sk, hq, hkv, d, dtype)
+    o, lse = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
+    return dtype, d, causal, hosts, [wrap(x, dtype) for x in devs], wrap(o, dtype), lse
+
+
+@needs_variants
+def test_plan_launch_and_run_over_new_buffers_match_reference():
+    from cubinforge.runtime import launch_count, plan_attention
+    dtype, d, causal, (qh, kh, vh), (q, k, v), o, lse = _case(11)
+    plan = plan_attention(q, k, v, causal=causal, out=o, lse=lse)
+    assert plan.variant == select_attention_variant(dtype, d, causal).variant
+    n0 = launch_count()
+    got_o, got_lse = plan.launch()
+    assert got_o is o and got_lse is lse and launch_count() == n0 + 1
+    errs = compare(download(o), download(lse), *reference(qh, kh, vh, 1 / math.sqrt(d), causal), "plan.launch")
+    # Same layout, every buffer new (fresh data, fresh poison): only the pointers are rewritten.
+    _, _, _, (qh2, kh2, vh2), (q2, k2, v2), o2, lse2 = _case(12)
+    plan.run(q2, k2, v2, out=o2, lse=lse2)
+    errs += compare(download(o2), download(lse2), *reference(qh2, kh2, vh2, 1 / math.sqrt(d), causal), "plan.run")
+    # Only q moves back: k, v, o, lse stay the second set.
+    o3, lse3 = poisoned((2, 150, 4, d), dtype), poisoned((2, 4, 150), "f32")
+    plan.run(q=q, out=wrap(o3, dtype), lse=lse3)
+    errs += compare(download(wrap(o3, dtype)), download(lse3), *reference(qh, kh2, vh2, 1 / math.sqrt(d), causal),
+                    "plan.run(q=)")
+    assert not errs, "\n".join(errs)
+
+
+@needs_variants
+def test_flash_attn_func_new_pointers_of_a_cached_layout():
+    dtype, d, causal, (qh, kh, vh), (q, k, v), o, lse = _case(13)
+    flash_attn_func(q, k, v, causal=causal, out=o, lse=lse)
+    _, _, _, (qh2, kh2, vh2), (q2, k2, v2), o2, lse2 = _case(14)
+    flash_attn_func(q2, k2, v2, causal=causal, out=o2, lse=lse2)      # the cached layout, pointers rewritten
+    errs = compare(download(o), download(lse), *reference(qh, kh, vh, 1 / math.sqrt(d), causal), "first")
+    errs += compare(download(o2), download(lse2), *reference(qh2, kh2, vh2, 1 / math.sqrt(d), causal), "second")
+    out3, lse3 = flash_attn_func(q, k, v, causal=causal)               # allocating, twice: new outputs each
+    out4, lse4 = flash_attn_func(q2, k2, v2, causal=causal)
+    assert out3.ptr != out4.ptr
+    errs += compare(download(out3), download(lse3), *reference(qh, kh, vh, 1 / math.sqrt(d), causal), "alloc 1")
+    errs += compare(download(out4), download(lse4), *reference(qh2, kh2, vh2, 1 / math.sqrt(d), causal), "alloc 2")
+    assert not errs, "\n".join(errs)
+
+
+def repoison(x) -> None:
+    """All bytes 0xFF (NaN in bf16, fp16 and f32), through the driver, synchronously."""
+    a = as_device_array(x)
+    with driver.device_context(0):
+        driver.call("cuCtxSynchronize")
+        driver.call("cuMemsetD8", a.ptr, 0xFF, a.span_bytes)
+
+
+@needs_variants
+def test_plan_replays_in_a_cuda_graph():
+    from cubinforge.runtime import plan_attention
+    dtype, d, causal, (qh, kh, vh), (q, k, v), o, lse = _case(15)
+    plan = plan_attention(q, k, v, causal=causal, out=o, lse=lse)
+    plan.launch()                                    # warm: module loaded outside the capture
+    repoison(o)
+    repoison(lse)
+    if BACKEND == "cupy":
+        s = XP.cuda.Stream(non_blocking=True)
+        with s:
+            s.begin_capture()
+            try:
+                plan.launch(s)
+            finally:
+                graph = s.end_capture()
+        assert np.isnan(download(lse)).all()          # captured, not run
+        graph.launch(s)
+        s.synchronize()
+    else:
+        g = XP.cuda.CUDAGraph()
+        with XP.cuda.graph(g):
+            plan.launch(XP.cuda.current_stream().cuda_stream)
+        assert np.isnan(download(lse)).all()
+        g.replay()
+        XP.cuda.synchronize()
+    errs = compare(download(o), download(lse), *reference(qh, kh, vh, 1 / math.sqrt(d), causal),
+                   "graph replay of plan.launch")
+    assert not errs, "\n".join(errs)
+
+
+@needs_variants
+@pytest.mark.parametrize("dims", [dict(b=0), dict(sq=0), dict(hq=0, hkv=0)])
+def test_empty_inputs_give_empty_outputs_and_launch_nothing(dims):
+    from cubinforge.runtime import launch_count, plan_attention
+    m = _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    shape = dict(b=2, sq=50, sk=60, hq=4, hkv=2)
+    shape.update(dims)
+    b, sq, sk, hq, hkv = (shape[x] for x in ("b", "sq", "sk", "hq", "hkv"))
+    _, (q, k, v) = make_inputs(np.random.default_rng(16), b, sq, sk, hq, hkv, d, dtype)
+    n0 = launch_count()
+    out, lse = flash_attn_func(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype), causal=causal)
+    assert out.shape == (b, sq, hq, d) and lse.shape == (b, hq, sq)
+    plan = plan_attention(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype), causal=causal)
+    plan.launch()
+    assert launch_count() == n0 and last_launch().launched is False
+    driver.call("cuCtxSynchronize")
+
+
+@needs_variants
+@pytest.mark.parametrize("given", [True, False])
+def test_seqlen_k_zero_gives_zero_and_minus_inf_without_a_kernel(given):
+    from cubinforge.runtime import launch_count, plan_attention
+    m = _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    _, (q, k, v) = make_inputs(np.random.default_rng(17), 2, 33, 0, 4, 2, d, dtype)
+    n0 = launch_count()
+    if given:
+        # out is a strided slice of a poisoned buffer: the padding between rows must stay NaN.
+        big = poisoned((2, 33, 4, 2 * d), dtype)
+        o_full = wrap(big, dtype)
+        o = DeviceArray.from_pointer(as_device_array(o_full).ptr, (2, 33, 4, d), (33 * 4 * 2 * d, 4 * 2 * d, 2 * d, 1),
+                                     dtype, device=0, owner=o_full)
+        lse = poisoned((2, 4, 33), "f32")
+        out, lse_out = flash_attn_func(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype), causal=causal, out=o, lse=lse)
+        rest = download(o_full)[..., d:]
+        assert np.isnan(rest).all(), "memset wrote outside the output's elements"
+    else:
+        out, lse_out = flash_attn_func(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype), causal=causal)
+    assert launch_count() == n0 and last_launch().launched is False
+    np.testing.assert_array_equal(download(out), np.zeros((2, 33, 4, d)))
+    assert (download(lse_out) == -np.inf).all()
+    # A plan of it replays the fills.
+    o2, l2 = poisoned((2, 33, 4, d), dtype), poisoned((2, 4, 33), "f32")
+    plan_attention(wrap(q, dtype), wrap(k, dtype), wrap(v, dtype), causal=causal, out=wrap(o2, dtype), lse=l2).launch()
+    np.testing.assert_array_equal(download(wrap(o2, dtype)), np.zeros((2, 33, 4, d)))
+    assert (download(l2) == -np.inf).all() and launch_count() == n0
+
+
+@needs_variants
+def test_torch_tensors_on_a_side_stream():
+    torch = pytest.importorskip("torch")
+    from cubinforge.runtime.arrays import parse_dlpack_capsule
+    m = _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(18)
+    q = torch.randn(2, 140, 4, d, device="cuda", dtype=tdt, generator=g)
+    k = torch.randn(2, 160, 2, d, device="cuda", dtype=tdt, generator=g)
+    v = torch.randn(2, 160, 2, d, device="cuda", dtype=tdt, generator=g)
+    a = as_device_array(q)
+    via = parse_dlpack_capsule(q.__dlpack__(), producer=q)
+    assert (a.ptr, a.shape, a.strides, a.dtype, a.device) == (via.ptr, via.shape, via.strides, via.dtype, via.device)
+    ref_o, ref_lse = reference(q.double().cpu().numpy(), k.double().cpu().numpy(), v.double().cpu().numpy(),
+                               1 / math.sqrt(d), causal)
+    side = torch.cuda.Stream()
+    errs = []
+    for round_ in range(2):
+        # The outputs are poisoned on torch's current (default) stream; ours runs on `side`:
+        # round 0 relies on the runtime making `side` wait for torch's stream (as DLPack's
+        # stream= would), round 1 has torch's current stream be `side` itself.
+        o = torch.full((2, 140, 4, d), float("nan"), device="cuda", dtype=tdt)
+        lse = torch.full((2, 4, 140), float("nan"), device="cuda", dtype=torch.float32)
+        if round_ == 0:
+            flash_attn_func(q, k, v, causal=causal, out=o, lse=lse, stream=side)
+        else:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                flash_attn_func(q, k, v, causal=causal, out=o, lse=lse, stream=side)
+        side.synchronize()
+        errs += compare(o.double().cpu().numpy(), lse.double().cpu().numpy(), ref_o, ref_lse, f"round {round_}")
+    assert not errs, "\n".join(errs)
+
+
+@needs_variants
+def test_unaligned_inputs_are_copied_and_reported():
+    from cubinforge.runtime import plan_attention
+    m = _first()
+    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    rng = np.random.default_rng(19)
+    b, sq, sk, hq, hkv = 2, 90, 110, 4, 2
+    # q: 8 bytes past an aligned base; k: rows of d + 2 elements (a stride of 2d + 4 bytes).
+    q_bits = host_bits(rng.standard_normal((b, sq, hq, d)), dtype)
+    q_buf = upload_bits(np.concatenate([np.zeros(4, np.uint16), q_bits.ravel()]), dtype)
+    q = DeviceArray.from_pointer(q_buf.ptr + 8, (b, sq, hq, d), None, dtype, device=0, owner=q_buf)
+    k_bits = host_bits(rng.standard_normal((b, sk, hkv, d + 2)), dtype)
+    k_buf = upload_bits(k_bits, dtype)
+    k = DeviceArray.from_pointer(k_buf.ptr, (b, sk, hkv, d), (sk * hkv * (d + 2), hkv * (d + 2), d + 2, 1), dtype,
+                                 device=0, owner=k_buf)
+    v_bits = host_bits(rng.standard_normal((b, sk, hkv, d)), dtype)
+    v = upload_bits(v_bits, dtype)
+    qh, kh, vh = from_bits(q_bits, dtype), from_bits(k_bits, dtype)[..., :d], from_bits(v_bits, dtype)
+    ref = reference(qh, kh, vh, 1 / math.sqrt(d), causal)
+    o, lse = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
+    flash_attn_func(q, k, v, causal=causal, out=wrap(o, dtype), lse=lse)
+    assert last_launch().copies == ("q", "k")
+    errs = compare(download(wrap(o, dtype)), download(lse), *ref, "copied q and k")
+    o2, lse2 = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
+    plan = plan_attention(q, k, v, causal=causal, out=wrap(o2, dtype), lse=lse2)
+    repoison(o2)
+    repoison(lse2)
+    plan.launch()
+    assert last_launch().copies == ("q", "k")
+    errs += compare(download(wrap(o2, dtype)), download(lse2), *ref, "plan with copies")
+    assert not errs, "\n".join(errs)
