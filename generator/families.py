@@ -77,7 +77,7 @@ FA3_FWD = Family(
     config_class="FwdConfig",
     supported={
         "arch": ("sm_90a",),
-        "dtype": ("bf16", "fp16"),
+        "dtype": ("bf16", "fp16", "e4m3"),
         "head_dim": (64, 96, 128, 192, 256),
         "head_dim_v": (64, 96, 128, 192, 256),  # = head_dim, or a pair of HEAD_DIM_V_TILES
         "causal": (False, True),
@@ -86,6 +86,8 @@ FA3_FWD = Family(
         "paged_kv": (False, True),
         "pack_gqa": (False, True),
         "split_kv": (False, True),
+        # V (batch, heads_kv, head_dim, seqlen_k) for FP8: the 8-bit PV GEMM wants V K-major.
+        "v_layout": ("rowmajor", "colmajor"),
         "softcap": (False, True),
         "local": (False, True),
         "learnable_sink": (False, True),
@@ -108,11 +110,22 @@ FA3_FWD = Family(
          or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]),
          "the inference forms (split_kv, pack_gqa, paged_kv) do not take softcap, local, learnable_sink or "
          "head_dim_v != head_dim yet"),
+        (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128, 256),
+         "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
+        (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,
+         "dtype=e4m3 needs tile_n a multiple of 32 (the 8-bit PV GEMM's K step; hd256: tile_n=128)"),
+        (lambda ax: (ax["dtype"] == "e4m3") == (ax["v_layout"] == "colmajor"),
+         "dtype=e4m3 needs v_layout=colmajor (V transposed in shared memory is not built), "
+         "and colmajor is built for e4m3 only"),
+        (lambda ax: ax["dtype"] != "e4m3"
+         or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]
+                 or ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),
+         "dtype=e4m3 does not take the model variants (softcap, local, learnable_sink, head_dim_v != head_dim) "
+         "or the inference forms (split_kv, pack_gqa, paged_kv) yet"),
     ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={
         ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a is built by fa4_fwd",
-        ("dtype", "e4m3"): "e4m3 (FP8) is not built yet",
         ("varlen", True): "varlen is not built yet",
     },
 )
@@ -199,7 +212,25 @@ KV_GATHER = Family(
     not_yet={("arch", "sm_100a"): "kv_gather is built for sm_90a only so far"},
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, FA4_FWD, DEMO_SCALE, ATTN_COMBINE, KV_APPEND, KV_GATHER)}
+# Make FP8 inputs without torch: bf16/fp16 -> e4m3 with per-head or per-block descales and
+# an optional random-sign Hadamard rotation (block size, rotation and seed are launch scalars).
+FP8_QUANT = Family(
+    name="fp8_quant",
+    template="fp8_quant_variant.py.j2",
+    package="cubinforge.generator.kernels.fp8_quant_sm90",
+    config_class="QuantConfig",
+    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 128, 256)},
+    config_axes=("arch", "dtype", "head_dim"),
+    not_yet={
+        ("arch", "sm_100a"): "fp8_quant is built and tested for sm_90a only",
+        ("dtype", "e4m3"): "fp8_quant reads bf16/fp16 and writes e4m3",
+        ("head_dim", 96): "the Hadamard rotation needs a power-of-two head_dim",
+        ("head_dim", 192): "the Hadamard rotation needs a power-of-two head_dim",
+    },
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (FA3_FWD, FA4_FWD, DEMO_SCALE, ATTN_COMBINE, KV_APPEND, KV_GATHER,
+                                                   FP8_QUANT)}
 
 
 def register_family(family: Family) -> None:

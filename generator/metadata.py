@@ -33,7 +33,7 @@ def kernel_metadata(info: CubinInfo, kernel: KernelInfo, build: KernelBuild, sas
         "cluster": list(build.cluster),
     }
     if sass is not None:
-        keys = ("hgmma", "utmaldg", "utmastg", "ldl", "stl", "instructions")
+        keys = ("hgmma", "qgmma", "utmaldg", "utmastg", "ldl", "stl", "instructions")
         sm100 = ("utchmma", "ldtm", "sttm", "tmem_alloc", "tmem_dealloc")  # recorded where present
         meta["sass"] = {k: sass[k] for k in keys} | {k: sass[k] for k in sm100 if sass.get(k)}
     if build.extra:

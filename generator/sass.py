@@ -1,6 +1,6 @@
 """Optional SASS evidence from `cuobjdump -sass` (pip: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm).
 
-Counts the instructions worth watching in an attention kernel (HGMMA, UTMALDG, UTMASTG) and
+Counts the instructions worth watching in an attention kernel (HGMMA, QGMMA, UTMALDG, UTMASTG) and
 the local-memory traffic that betrays register spills (LDL, STL, with their static bytes).
 Returns None when the tools are not installed; the build does not depend on them.
 """
@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 WATCHED = {"HGMMA": "hgmma", "UTMALDG": "utmaldg", "UTMASTG": "utmastg", "LDL": "ldl", "STL": "stl",
+           "QGMMA": "qgmma",  # QGMMA: the SASS name of an FP8 (e4m3/e5m2) warpgroup MMA
            # SM100: tcgen05 MMA (UTCHMMA, 16-bit inputs) and the TMEM loads and stores
            "UTCHMMA": "utchmma", "LDTM": "ldtm", "STTM": "sttm"}
 # SM100 TMEM allocation as ptxas lowers it: tcgen05.alloc is an atomic find-and-set on the

@@ -257,6 +257,22 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
                      "scheduler": ["single"]}),
+        # FP8 (e4m3) forward, V column-major: not timed yet, so bf16's schedulers: persistent
+        # non-causal, lpt for hd128/256 causal, persistent for hd64 causal.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64, 128], "causal": [False],
+                     "v_layout": ["colmajor"], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [128], "causal": [True],
+                     "v_layout": ["colmajor"], "scheduler": ["lpt"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64], "causal": [True],
+                     "v_layout": ["colmajor"], "scheduler": ["persistent"]}),
+        # hd256: bf16's 128x80 tile has no K step of 32 for the 8-bit PV GEMM; 128x128 fits
+        # 225 KiB of shared memory (e4m3 Q, K, V; bf16 O) without spills.
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [256], "causal": [False],
+                     "v_layout": ["colmajor"], "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [256], "causal": [True],
+                     "v_layout": ["colmajor"], "scheduler": ["lpt"], "tile_m": [128], "tile_n": [128]}),
+        # FP8 inputs for a torch-free caller (runtime/fp8.py quantize_fp8).
+        ("fp8_quant", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL}),
         # Decode: pack-GQA, with and without split-KV, dense or paged, and the combine.
         *DECODE_DEFAULT,
         # The commonest model variants (the rest are SET=variants): Gemma-2's softcap, a window.

@@ -15,13 +15,14 @@ from .attention import clear_cache, flash_attn_func, plan_attention, select_atte
 from .contract import Contract, bind, evaluate, load_contract
 from .errors import (ContractError, CubinforgeError, CudaError, DriverUnavailable, InputError,
                      IntegrityError, UnverifiedVariant, VariantNotFound)
+from .fp8 import quantize_fp8
 from .kvcache import flash_attn_combine, flash_attn_with_kvcache, prepare_kvcache
 from .launcher import Kernel, LaunchRecord, last_launch, launch_count
 from .plan import AttentionPlan
 from .registry_source import LocalSource, Manifest, Source, load_manifest, select
 
 __all__ = [
-    "flash_attn_func", "select_attention_variant", "last_launch", "clear_cache",
+    "flash_attn_func", "select_attention_variant", "last_launch", "clear_cache", "quantize_fp8",
     "flash_attn_with_kvcache", "flash_attn_combine", "prepare_kvcache",
     "plan_attention", "AttentionPlan", "launch_count",
     "Kernel", "LaunchRecord", "DeviceArray", "OwnedDeviceArray", "as_device_array",

@@ -250,7 +250,9 @@ def run_without_kernel(call: Call, handle: int) -> None:
 
 def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
                     out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = (-1, -1),
-                    softcap: float = 0.0, learnable_sink: Any = None, *, source: Source | None = None):
+                    softcap: float = 0.0, learnable_sink: Any = None, *, source: Source | None = None,
+                    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
+                    v_layout: str = "rowmajor"):
     """Attention forward: returns (out, lse).
 
     Arrays may be anything exporting ``__dlpack__`` or ``__cuda_array_interface__``, or
@@ -268,7 +270,11 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     outputs are given), ``causal``, ``softmax_scale`` and ``source`` equal an earlier call's
     reuses that call's checked parameters: only its pointers are checked (alignment, device)
     and rewritten where they changed; anything else new is checked in full.
-    A caller that repeats one call every step can bind it once instead: ``plan_attention``."""
+    A caller that repeats one call every step can bind it once instead: ``plan_attention``.
+
+    FP8: e4m3 q/k/v (or any descale, or v_layout="colmajor") go to runtime/fp8.py
+    ``flash_attn_fp8``: descales float32 (batch, heads_kv) or None, out bf16; FP8 takes none
+    of window_size, softcap, learnable_sink yet (nor plan_attention)."""
     if type(stream) is int:
         handle = stream
     else:
@@ -282,6 +288,14 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         out, stream=handle, what="o", ordered=od)
     la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(
         lse, stream=handle, what="lse", ordered=od)
+    if qa.dtype == "e4m3" or _fp8_args(q_descale, k_descale, v_descale, v_layout):
+        if tuple(window_size) != (-1, -1) or softcap or learnable_sink is not None:
+            raise InputError("FP8 (e4m3) attention does not take window_size, softcap or learnable_sink yet; "
+                             "call it with their defaults, or use bf16/fp16 inputs for those variants")
+        from .fp8 import flash_attn_fp8
+        o8, l8 = flash_attn_fp8(qa, ka, va, softmax_scale, causal, oa, la, handle, q_descale=q_descale,
+                                k_descale=k_descale, v_descale=v_descale, v_layout=v_layout, source=source)
+        return (o8 if out is None else out), (l8 if lse is None else lse)
     sa = (None if learnable_sink is None else learnable_sink if isinstance(learnable_sink, DeviceArray)
           else as_device_array(learnable_sink, stream=handle, what="learnable_sink", ordered=od))
     variant = resolve_variant(causal, window_size, softcap, sa is not None)
@@ -397,11 +411,18 @@ def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, c
     va = as_device_array(v, stream=handle, what="v", ordered=od)
     oa = None if out is None else as_device_array(out, stream=handle, what="o", ordered=od)
     la = None if lse is None else as_device_array(lse, stream=handle, what="lse", ordered=od)
+    if qa.dtype == "e4m3":
+        raise InputError("plan_attention does not bind FP8 (e4m3) calls yet; call flash_attn_func with "
+                         "v_layout='colmajor' (runtime/fp8.py) for them")
     sa = None if learnable_sink is None else as_device_array(learnable_sink, stream=handle, what="learnable_sink",
                                                               ordered=od)
     variant = resolve_variant(causal, window_size, softcap, sa is not None)
     call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source, handle, variant, sa)
     return AttentionPlan(call, handle, stream)
+
+
+def _fp8_args(q_descale, k_descale, v_descale, v_layout) -> bool:
+    return q_descale is not None or k_descale is not None or v_descale is not None or v_layout != "rowmajor"
 
 
 def _on(a: DeviceArray, device: int) -> bool:

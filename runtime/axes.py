@@ -37,6 +37,9 @@ AXES: dict[str, Axis] = {
         Axis("paged_kv", (False, True), False, "paged"),
         Axis("pack_gqa", (False, True), False, "packgqa"),
         Axis("split_kv", (False, True), False, "splitkv"),
+        # How V is laid out: (batch, seqlen_k, heads_kv, head_dim) or, for FP8,
+        # (batch, heads_kv, head_dim, seqlen_k) (token "colmajor").
+        Axis("v_layout", ("rowmajor", "colmajor"), "rowmajor"),
         Axis("softcap", (False, True), False, "softcap"),
         Axis("local", (False, True), False, "local"),
         Axis("learnable_sink", (False, True), False, "sink"),

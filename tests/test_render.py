@@ -2,7 +2,7 @@
 
 import ast
 
-from cubinforge.generator import spec
+from cubinforge.generator import families, spec
 from cubinforge.generator.render import render
 
 
@@ -31,9 +31,11 @@ def test_every_default_variant_renders_valid_python_with_its_config():
         compile(text, v.name, "exec")
         call = _config_call(text)
         kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
-        want = {a: v.axes[a] for a in ("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n")}
-        for axis in ("scheduler", "softcap", "local", "learnable_sink", "head_dim_v", "split_kv", "pack_gqa", "paged_kv"):  # non-default axes too
-            if v.axes[axis] != spec.axis_default(axis, v.axes):
+        fam = families.get_family(v.family)
+        want = {a: v.axes[a] for a in fam.config_axes}
+        for axis in ("scheduler", "v_layout", "softcap", "local", "learnable_sink", "head_dim_v",
+                     "split_kv", "pack_gqa", "paged_kv"):  # non-default axes too
+            if axis in v.axes and v.axes[axis] != spec.axis_default(axis, v.axes):
                 want[axis] = v.axes[axis]
         assert kwargs == want
 

@@ -12,11 +12,13 @@ def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
     # dense: 2 dtypes x (5 non-causal + 7 causal, short-causal ones included); decode
     # (issue 11): 8 bf16 hd128 forms, 2 combines, 2 appends, 1 gather; three model variants
-    # (hd128 softcap causal, hd128 local, hd192/dv128 causal)
-    assert len(select("default")) == 2 * (5 + 7) + 8 + 2 + 2 + 1 + 3
+    # (hd128 softcap causal, hd128 local, hd192/dv128 causal); e4m3 x 3 head dims x
+    # causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims)
+    assert len(select("default")) == 2 * (5 + 7) + 8 + 2 + 2 + 1 + 3 + 3 * 2 + 2 * 3
     assert len(select("demo")) == 4
     # test/demo families stay out of `all`
-    assert {v.family for v in select("all")} == {"fa3_fwd", "fa4_fwd", "attn_combine", "kv_append", "kv_gather"}
+    assert {v.family for v in select("all")} == {"fa3_fwd", "fa4_fwd", "attn_combine", "kv_append", "kv_gather",
+                                                 "fp8_quant"}
     sm100 = select("sm100")
     assert len(sm100) == 2 * 2 * 2 and {v.arch for v in sm100} == {"sm_100a"} and {v.family for v in sm100} == {"fa4_fwd"}
     assert "fa4-fwd-sm_100a-bf16-hd128-causal" in [v.name for v in sm100]
@@ -35,7 +37,7 @@ def test_sm100_family_says_what_it_cannot_build():
 def test_default_set_is_sm90_bf16_fp16_all_head_dims_both_causal():
     vs = [v for v in select("default") if v.family == "fa3_fwd" and not v["pack_gqa"]]
     assert {v.arch for v in vs} == {"sm_90a"}
-    assert {v["dtype"] for v in vs} == {"bf16", "fp16"}
+    assert {v["dtype"] for v in vs} == {"bf16", "fp16", "e4m3"}  # e4m3: hd64/128/256 (issue 13)
     assert {v["head_dim"] for v in vs} == {64, 96, 128, 192, 256}
     assert {v["causal"] for v in vs} == {True, False}
 
@@ -67,7 +69,8 @@ def test_filters_accept_comma_lists_and_cli_spellings():
     assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent-m128n128",
                                     "fa3-fwd-sm_90a-bf16-hd64-causal-persistent",
                                     "fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
-    assert len(select("default", {"causal": ["0"], "pack_gqa": ["0"], "local": ["0"]}, families=["fa3_fwd"])) == 10
+    # bf16/fp16 x 5 head dims, and e4m3 x 3
+    assert len(select("default", {"causal": ["0"], "pack_gqa": ["0"], "local": ["0"]}, families=["fa3_fwd"])) == 10 + 3
 
 
 @pytest.mark.parametrize("text,arch", [("sm90", "sm_90a"), ("sm_90a", "sm_90a"), ("90", "sm_90a"), ("sm100", "sm_100a")])
@@ -78,7 +81,7 @@ def test_arch_spellings(text, arch):
 @pytest.mark.parametrize(
     "axes,message",
     [
-        ({"dtype": "e4m3"}, "e4m3 (FP8) is not built yet"),
+        ({"dtype": "e4m3"}, "dtype=e4m3 needs v_layout=colmajor"),
         ({"arch": "sm_100a"}, "SM90 (wgmma) only"),
         ({"head_dim": 80}, "unknown head_dim 80"),
         ({"dtype": "bf17"}, "unknown dtype bf17"),
@@ -93,8 +96,8 @@ def test_bad_combinations_are_rejected_with_reasons(axes, message):
 
 
 def test_empty_selection_explains_why():
-    with pytest.raises(SpecError, match="no variant of set 'default' matches dtype=e4m3.*not built yet"):
-        select("default", {"dtype": "e4m3"})
+    with pytest.raises(SpecError, match="no variant of set 'default' matches dtype=e4m3 head_dim=96.*power-of-two"):
+        select("default", {"dtype": "e4m3", "head_dim": "96"})
     with pytest.raises(SpecError, match="unknown set"):
         select("nope")
 
@@ -120,4 +123,4 @@ def test_lpt_scheduler_is_a_causal_axis_value():
     # Shipped where the H200 A/B measured it ahead (spec.SETS "default" says where).
     default_lpt = {(x.axes["head_dim"], x.axes["dtype"]) for x in expand_set("default")
                    if x.axes.get("scheduler") == "lpt"}
-    assert default_lpt == {(hd, dt) for hd in (128, 192, 256) for dt in ("bf16", "fp16")}
+    assert default_lpt == {(hd, dt) for hd in (128, 192, 256) for dt in ("bf16", "fp16")} | {(128, "e4m3"), (256, "e4m3")}

@@ -53,7 +53,10 @@ SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", 
 # every cell of the A/B, so neither is a knob any more.
 LPT_L2_SECTION_MIB = 32
 
-SUPPORTED_DTYPES = ("bf16", "fp16")
+SUPPORTED_DTYPES = ("bf16", "fp16", "e4m3")
+# FP8 (e4m3): the head dims built so far, and the output dtype (the PV accumulator is fp32).
+E4M3_HEAD_DIMS = (64, 128, 256)
+E4M3_OUT_DTYPE = "bf16"
 SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
 SUPPORTED_ARCHS = ("sm_90a",)
 # Dynamic shared memory one CTA may use on sm_90 (227 KiB); the barriers take under 1 KiB.
@@ -113,6 +116,10 @@ class FwdConfig:
     chunked_p_convert: bool | None = None
     # Sum softmax rows in order instead of as a tree (softmax.py says why).
     in_order_row_sum: bool | None = None
+    # How V arrives: "rowmajor" (batch, seqlen_k, heads_kv, head_dim) or, for e4m3,
+    # "colmajor" (batch, heads_kv, head_dim, seqlen_k): WGMMA reads an 8-bit B operand
+    # K-major only, which a column-major V already is.
+    v_layout: str = "rowmajor"
     # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
     # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers
     # (inference.py). split_kv: the key range of a tile is cut into num_splits parts (grid
@@ -148,6 +155,22 @@ class FwdConfig:
         if self.head_dim_v != self.head_dim and (self.head_dim, self.head_dim_v) not in HEAD_DIM_V_TILES:
             raise ValueError(f"(head_dim, head_dim_v) = ({self.head_dim}, {self.head_dim_v}) not supported; "
                              f"use one of {sorted(HEAD_DIM_V_TILES)} or head_dim_v = head_dim")
+        if self.v_layout not in ("rowmajor", "colmajor"):
+            raise ValueError(f"v_layout must be 'rowmajor' or 'colmajor', got {self.v_layout!r}")
+        if self.fp8:
+            if self.head_dim not in E4M3_HEAD_DIMS:
+                raise ValueError(f"e4m3 builds head_dim {E4M3_HEAD_DIMS} so far, not {self.head_dim}")
+            if self.v_layout != "colmajor":
+                raise ValueError("e4m3 needs v_layout='colmajor' (the transpose of V in shared memory is not built)")
+            if self.model_variant or self.inference:
+                on = [n for n in ("softcap", "local", "learnable_sink", "split_kv", "pack_gqa", "paged_kv")
+                      if getattr(self, n)]
+                if self.head_dim_v != self.head_dim:
+                    on.append(f"head_dim_v={self.head_dim_v}")
+                raise ValueError(f"e4m3 does not take the model variants or the inference forms yet "
+                                 f"(got {', '.join(on)}); build e4m3 with none of them, or use bf16/fp16")
+        elif self.v_layout != "rowmajor":
+            raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
         tm, tn = default_tile(self.head_dim, self.causal, self.head_dim_v)
         if not self.tile_m:
             object.__setattr__(self, "tile_m", tm)
@@ -178,9 +201,19 @@ class FwdConfig:
         # The inference forms and the model variants were not in that A/B: all off.
         unmeasured = self.inference or self.model_variant
         tuned = {} if unmeasured else TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
+        if self.fp8:
+            # Nothing measured for e4m3 yet. O (bf16) cannot go out through Q's (e4m3) buffer,
+            # and P is converted through its own register permutation (fp8_p.py).
+            tuned = {"separate_o_smem": True}
+            if self.chunked_p_convert:
+                raise ValueError("chunked_p_convert does not apply to e4m3 (P is permuted, not copied)")
+            if self.tile_n % 32:
+                raise ValueError(f"e4m3 tile_n must be a multiple of 32 (the PV GEMM's K step), got {self.tile_n}")
         for name in SWITCHES:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, False))
+        if self.fp8 and not self.separate_o_smem:
+            raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
         if self.local and self.causal:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
         if self.local and self.mask_bits:
@@ -211,8 +244,9 @@ class FwdConfig:
 
     def smem_for(self, stages: int) -> int:
         q = self.tile_m * self.head_dim * self.elem_bytes
+        q = self.tile_m * self.head_dim * self.elem_bytes
         kv = stages * self.tile_n * (self.head_dim + self.head_dim_v) * self.elem_bytes
-        o = self.tile_m * self.head_dim_v * self.elem_bytes
+        o = self.tile_m * self.head_dim_v * self.out_elem_bytes
         return q + kv + (o if self.separate_o_smem else 0)
 
     @property
@@ -241,4 +275,16 @@ class FwdConfig:
 
     @property
     def elem_bytes(self) -> int:
+        return 1 if self.fp8 else 2
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype == "e4m3"
+
+    @property
+    def out_dtype(self) -> str:
+        return E4M3_OUT_DTYPE if self.fp8 else self.dtype
+
+    @property
+    def out_elem_bytes(self) -> int:
         return 2

@@ -58,7 +58,8 @@ def window_expr(side: str, reach: str) -> list:
 
 def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
     """Grid, symbols, tensors, scalars, checks and params for one compiled variant.
-    `swizzle`: one for every tensor map, or one per tensor (V and O rows may be narrower)."""
+    `swizzle`: one for every tensor map, or one per tensor (V and O rows may be narrower;
+    e4m3's column-major V rows are keys, its O is bf16)."""
     d = cfg.head_dim
     swz = swizzle if isinstance(swizzle, dict) else {t: swizzle for t in "qkvo"}
     # V and O are head_dim_v wide: its own symbol only where it differs, so plain contracts stay.
@@ -83,7 +84,7 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swz["q"]),
         _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swz["k"]),
         _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swz["v"]),
-        _tensormap("tma_o", 8, "o", cfg.dtype, boxes["o"], swz["o"]),
+        _tensormap("tma_o", 8, "o", cfg.out_dtype, boxes["o"], swz["o"]),
         {"name": "softmax_scale_log2", "ordinal": 9, "kind": "scalar", "size": 4, "align": 4,
          # softcap: the softmax exponent is softcap * tanh(..) * log2(e) (softmax.apply_softcap).
          "type": "f32", "value": ["softcap", "log2e_mul"] if cfg.softcap else ["softmax_scale", "log2e_mul"]},
@@ -116,6 +117,26 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
                        {"offset": 8, "type": "i32", "value": ["heads_q"]}],
         })
     bshd = {"contiguous_dim": 3, "align_bytes": 16}
+    v_dims = ["batch", "seqlen_k", "heads_kv", dv_sym]
+    if cfg.v_layout == "colmajor":
+        v_dims = ["batch", "heads_kv", dv_sym, "seqlen_k"]
+        # The kernel's view of V is (head_dim, seqlen_k, heads_kv, batch): v_coords keep their
+        # values; the tensor map walks seqlen_k innermost.
+        params[7]["dims"] = [3, 2, 1, 0]
+    if cfg.fp8:
+        # q, k and v descales stacked: (3, batch, heads_kv), FA3's (batch, heads_kv) each.
+        tensors["descale"] = {"role": "input", "dtype": "f32", "dims": [3, "batch", "heads_kv"],
+                              "contiguous_dim": 2, "align_bytes": 4}
+        params.append({
+            "name": "descale", "ordinal": len(params), "kind": "struct", "size": 32, "align": 8,
+            "fields": [
+                {"offset": 0, "type": "ptr", "value": ["descale.ptr"]},
+                {"offset": 8, "type": "i32", "value": ["batch"]},
+                {"offset": 12, "type": "i32", "value": ["heads_kv"]},
+                {"offset": 16, "type": "i64", "value": ["descale.stride.0"]},
+                {"offset": 24, "type": "i64", "value": ["descale.stride.1"]},
+            ],
+        })
     return {
         "grid": (
             # One CTA per SM, never more CTAs than tiles.
@@ -138,8 +159,8 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         "tensors": {
             "q": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
             "k": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"], **bshd},
-            "v": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", dv_sym], **bshd},
-            "o": {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", dv_sym], **bshd},
+            "v": {"role": "input", "dtype": cfg.dtype, "dims": v_dims, **bshd},
+            "o": {"role": "output", "dtype": cfg.out_dtype, "dims": ["batch", "seqlen_q", "heads_q", dv_sym], **bshd},
             "lse": {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
                     "contiguous_dim": 2, "align_bytes": 4},
             **tensors,

@@ -26,6 +26,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
 from .barriers import Barrier
 from .config import FwdConfig
+from .fp8_p import check_layouts, convert_p_fp8
 from .layouts import (
     acc_as_operand_a,
     acc_as_rows_cols,
@@ -40,7 +41,7 @@ from .mask import apply_mask, apply_mask_bits, apply_window_mask
 from .schedule import causal_lpt_order, next_tile, strided_tile
 from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
 
-DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
+DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlass.Float8E4M3FN}
 # The H200's SM count: only the DSL's own (unused) host launcher sees it; launchers take the
 # persistent grid from the contract, which reads the device's SM count.
 PERSISTENT_CTAS = 132
@@ -50,6 +51,9 @@ class FlashFwdSm90:
     def __init__(self, cfg: FwdConfig):
         self.cfg = cfg
         self.dtype = DTYPES[cfg.dtype]
+        # e4m3: q/k/v in FP8, O in bf16, V column-major (the PV GEMM's B is K-major).
+        self.fp8 = cfg.fp8
+        self.o_dtype = DTYPES[cfg.out_dtype]
         self.tile_m, self.tile_n, self.hdim = cfg.tile_m, cfg.tile_n, cfg.head_dim
         self.hdim_v = cfg.head_dim_v  # V and O
         self.stages = cfg.stages
@@ -82,7 +86,7 @@ class FlashFwdSm90:
         )
         pv = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype,
-            OperandMajorMode.K, OperandMajorMode.MN,
+            OperandMajorMode.K, OperandMajorMode.K if self.fp8 else OperandMajorMode.MN,
             Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.hdim_v),
             a_source=warpgroup.OperandSource.RMEM,
         )
@@ -101,28 +105,39 @@ class FlashFwdSm90:
         window_left: Int32 | None = None,  # local: resolved (block_range.window_bounds)
         window_right: Int32 | None = None,
         mSink: cute.Tensor | None = None,  # learnable_sink: (heads_q,) float32
+        mDescale: cute.Tensor | None = None,  # e4m3: (3, batch, heads_kv) float32, q/k/v descales
     ):
         # Kernel view: (seqlen, head_dim, heads, batch) so a tile is a slice of modes 0 and 1.
         bshd_to_sdhb = [1, 3, 2, 0]
-        mQ, mK, mV, mO = [
+        mQ, mK, mO = [
             cute.make_tensor(t.iterator, cute.select(t.layout, mode=bshd_to_sdhb))
-            for t in (mQ, mK, mV, mO)
+            for t in (mQ, mK, mO)
         ]
+        # Column-major V (batch, heads_kv, head_dim, seqlen_k) -> (head_dim, seqlen_k, heads, batch).
+        v_modes = [2, 3, 1, 0] if const_expr(self.fp8) else bshd_to_sdhb
+        mV = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=v_modes))
         mLSE = cute.make_tensor(mLSE.iterator, cute.select(mLSE.layout, mode=[2, 1, 0]))
 
         tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
         sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
         sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim_v, self.stages)
+        if const_expr(self.fp8):
+            # Column-major V: a stage is (head_dim_v, tile_n keys), K-major for the PV GEMM.
+            sV_layout = smem_layout(self.dtype, self.hdim_v, self.tile_n, self.stages)
         # wg_epilogue: one 64-row slab per warpgroup, each stored on its own.
         sO_layout = smem_layout(self.dtype, 64, self.hdim_v, self.num_wg) if self.wg_epilogue else sQ_layout
         if const_expr(self.hdim_v != self.hdim and not self.wg_epilogue):
             # O's rows are dv wide; through Q's buffer it takes the first tile_m * dv of it.
             sO_layout = smem_layout(self.dtype, self.tile_m, self.hdim_v)
+        if const_expr(self.fp8):
+            # O in bf16 through its own buffer (separate_o_smem), never Q's e4m3 one.
+            sO_layout = (smem_layout(self.o_dtype, 64, self.hdim_v, self.num_wg) if self.wg_epilogue
+                         else smem_layout(self.o_dtype, self.tile_m, self.hdim_v))
         sO_box_layout = cute.select(sO_layout, mode=[0, 1]) if self.wg_epilogue else sO_layout
 
-        def buffer(layout):
-            return cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(layout)], 1024]
+        def buffer(layout, dtype=self.dtype):
+            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
         fields = {
             "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
@@ -133,7 +148,7 @@ class FlashFwdSm90:
             "sV": buffer(sV_layout),
         }
         if const_expr(self.separate_o):
-            fields["sO"] = buffer(sO_layout)
+            fields["sO"] = buffer(sO_layout, self.o_dtype)
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
@@ -144,7 +159,8 @@ class FlashFwdSm90:
             load_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.hdim)
         )
         tma_v, tV = cpasync.make_tiled_tma_atom(
-            load_op, mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.hdim_v)
+            load_op, mV, cute.select(sV_layout, mode=[0, 1]),
+            (self.hdim_v, self.tile_n) if const_expr(self.fp8) else (self.tile_n, self.hdim_v),
         )
         tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_box_layout, (self.o_rows, self.hdim_v))
         # Facts the launch contract needs and the cubin does not hold.
@@ -153,7 +169,7 @@ class FlashFwdSm90:
             name: (_inner_cols(layout), rows)
             for name, layout, rows in (
                 ("q", sQ_layout, self.tile_m), ("k", sK_layout, self.tile_n),
-                ("v", sV_layout, self.tile_n), ("o", sO_layout, self.o_rows),
+                ("v", sV_layout, self.hdim_v if self.fp8 else self.tile_n), ("o", sO_layout, self.o_rows),
             )
         }
 
@@ -166,13 +182,15 @@ class FlashFwdSm90:
             grid = (num_m * cute.size(mQ.shape[2]) * cute.size(mQ.shape[3]), 1, 1)
         else:
             grid = (num_m, cute.size(mQ.shape[2]), cute.size(mQ.shape[3]))
+        if const_expr(self.fp8):
+            check_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
         self.kernel(
             tQ, tK, tV, tO, mLSE,
             tma_q, tma_k, tma_v, tma_o,
             softmax_scale_log2,
             sQ_layout, sK_layout, sV_layout, sO_layout,
             tiled_mma_qk, tiled_mma_pv,
-            softcap_pre, window_left, window_right, mSink,
+            softcap_pre, window_left, window_right, mSink, mDescale,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
 
     # ---------------------------------------------------------------- device side
@@ -199,6 +217,7 @@ class FlashFwdSm90:
         window_left: Int32 | None,
         window_right: Int32 | None,
         mSink: cute.Tensor | None,
+        mDescale: cute.Tensor | None = None,  # e4m3: (3, batch, heads_kv) float32
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -289,11 +308,17 @@ class FlashFwdSm90:
                 m_block, head, head_kv, batch, n_block_max = self.tile_work(
                     tile, num_m, mQ, mK, window_right)
                 n_block_min = self.first_block(m_block, mQ, mK, window_left)
+                scale_log2 = softmax_scale_log2
+                v_descale = None
+                if const_expr(self.fp8):
+                    # FA3's folding: q and k descales into the softmax scale, v's into 1/rowsum.
+                    scale_log2 = softmax_scale_log2 * mDescale[0, batch, head_kv] * mDescale[1, batch, head_kv]
+                    v_descale = mDescale[2, batch, head_kv]
                 q_state, kv_state = self.consume(
                     mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
-                    pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
+                    pipe_q, pipe_k, pipe_v, q_state, kv_state, scale_log2,
                     ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-                    n_block_min, softcap_pre, window_left, window_right, mSink,
+                    n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
                 )
                 k += 1
                 tile = next_tile(k, tile, cta, ctas, zigzag)
@@ -351,7 +376,11 @@ class FlashFwdSm90:
             n_blocks = n_block_max - n_block_min
         gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
         gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
-        gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, self.hdim_v), (None, 0))
+        if const_expr(self.fp8):
+            # Column-major V: a block is (head_dim_v, tile_n keys), blocks along the key mode.
+            gV = cute.local_tile(mV[None, None, head_kv, batch], (self.hdim_v, self.tile_n), (0, None))
+        else:
+            gV = cute.local_tile(mV[None, None, head_kv, batch], (self.tile_n, self.hdim_v), (None, 0))
         one = cute.make_layout(1)
         tQsQ, tQgQ = cpasync.tma_partition(
             tma_q, 0, one, cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
@@ -405,7 +434,7 @@ class FlashFwdSm90:
         self, mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
         pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
         tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-        n_block_min, softcap_pre, window_left, window_right, mSink,
+        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None,
     ):
         wg = cute.arch.make_warp_uniform(tidx // 128)
         wg_first_thread = cute.make_layout(self.num_wg, stride=128)
@@ -415,7 +444,8 @@ class FlashFwdSm90:
 
         tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
-        sVt = transpose_view(sV)
+        # e4m3: sV is already (head_dim, keys), keys contiguous: the K-major B operand.
+        sVt = sV if const_expr(self.fp8) else transpose_view(sV)
         tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
         acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim_v)), Float32)
         tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
@@ -453,7 +483,9 @@ class FlashFwdSm90:
                        self.tile_m, self.tile_n, causal)
 
         def to_p(acc_S):
-            if const_expr(self.cfg.chunked_p_convert):
+            if const_expr(self.fp8):
+                convert_p_fp8(acc_S, tOrP, tidx % 32)
+            elif const_expr(self.cfg.chunked_p_convert):
                 # Only valid when the A-operand view keeps the registers where they are.
                 if const_expr(not register_order_matches(acc_as_operand_a(acc_S), tOrP)):
                     raise ValueError("chunked_p_convert: P's fragment is not S's registers in order")
@@ -550,6 +582,9 @@ class FlashFwdSm90:
             self.release_q_early(pipe_q, q_state)
 
         inv_sum, lse = softmax.finish(sink)
+        if const_expr(self.fp8):
+            for r in cutlass.range_constexpr(cute.size(inv_sum)):
+                inv_sum[r] = inv_sum[r] * v_descale
         rescale_rows(acc_O, inv_sum)
         self.epilogue(acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
         if const_expr(self.persistent and not self.separate_o):
@@ -648,8 +683,8 @@ class FlashFwdSm90:
 
     @cute.jit
     def epilogue(self, acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
-        rO = cute.make_rmem_tensor(acc_O.shape, self.dtype)
-        rO.store(acc_O.load().to(self.dtype))
+        rO = cute.make_rmem_tensor(acc_O.shape, self.o_dtype)
+        rO.store(acc_O.load().to(self.o_dtype))
         if const_expr(self.wg_epilogue):
             self.wg_store_o(rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
             return
@@ -661,7 +696,7 @@ class FlashFwdSm90:
         # Every consumer warpgroup is past its last GEMM on Q (or, with its own buffer, the
         # previous O store has read it) before O overwrites the buffer.
         cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
-        store_atom = smem_store_atom(self.dtype)
+        store_atom = smem_store_atom(self.o_dtype)
         thr_store = cute.make_tiled_copy_C(store_atom, tiled_mma_pv).get_slice(tidx)
         cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sO))
 
@@ -706,7 +741,7 @@ class FlashFwdSm90:
         # A one-warpgroup MMA's C layout over (64, hd) is this thread's share of the slab: the
         # same registers the full tiled MMA gives it for its warpgroup's rows.
         _, mma_pv_1wg = self._tiled_mmas(warpgroups=1)
-        store_atom = smem_store_atom(self.dtype)
+        store_atom = smem_store_atom(self.o_dtype)
         thr_store = cute.make_tiled_copy_C(store_atom, mma_pv_1wg).get_slice(wg_tidx)
         cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sO_wg))
         self.store_lse(lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)

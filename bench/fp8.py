@@ -1,0 +1,274 @@
+"""FP8 (issue 13) in one run: the error study, TFLOPS at 16k and the e4m3 matmul ceiling.
+
+    python3 -m bench.fp8 [--seqlen 16384] [--err-seqlen 2048] [--json out.json]
+
+Error study (FA3's): q and k N(0,1) with a fraction of entries drawn with std 10 (outliers),
+v N(0,1); RMSE of O against float64 attention on the *unquantised* inputs for
+  (a) per-tensor FP8: one scale per tensor (numpy), our e4m3 kernel;
+  (b) per-(batch, head) scales + random-sign Hadamard on q and k (our fp8_quant kernel),
+      our e4m3 kernel -- the forward takes per-(batch, head) descales, so this is what it
+      can consume;
+  (b') block quantisation (128 tokens) + Hadamard, emulated: fp8_quant's dequantised
+      inputs through float64 attention (no P rounding; the forward cannot apply per-block
+      descales yet);
+  (c) the bf16 kernel on plain Gaussian inputs (the issue's yardstick).
+Then TFLOPS of the e4m3 variants (batch 1, 16 heads, seqlen 16k, causal and not; hd256 is
+not built) and torch._scaled_mm e4m3 8192^3 with unit scales, in the same process. Every
+case runs in its own try/except; the table at the end says what failed and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+
+import numpy as np
+
+if __package__ in (None, "", "bench"):
+    # `python3 -m bench.fp8` from a plain checkout: map the folders into `cubinforge`.
+    from pathlib import Path
+
+    _root = Path(__file__).resolve().parent.parent
+    if str(_root) not in sys.path:
+        sys.path.insert(0, str(_root))
+    from bench._bootstrap import install
+
+    install(_root)
+
+from cubinforge.bench.flops import attention_flops, matmul_flops, tflops  # noqa: E402
+from cubinforge.bench.fp8_reference import (attention, dequantize, e4m3_encode,  # noqa: E402
+                                            outlier_inputs)
+
+ROWS: list[dict] = []
+
+
+def record(case: str, **values) -> None:
+    ROWS.append({"case": case, **values})
+    print(f"  {case}: " + ", ".join(f"{k}={v}" for k, v in values.items()), flush=True)
+
+
+def attempt(case: str, fn) -> None:
+    try:
+        fn()
+    except Exception as e:  # one case failing must not stop the others
+        traceback.print_exc()
+        record(case, error=f"{type(e).__name__}: {e}"[:200])
+
+
+# --------------------------------------------------------------------------- device helpers
+
+def _torch():
+    import torch
+    return torch
+
+
+def to_dev_bytes(bits: np.ndarray):
+    """A DeviceArray of e4m3 bytes (torch uint8 underneath, viewed through dtype=)."""
+    from cubinforge.runtime import as_device_array
+    t = _torch().from_numpy(np.ascontiguousarray(bits)).cuda()
+    return as_device_array(t, dtype="e4m3"), t
+
+
+def colmajor_v(bits: np.ndarray):
+    """(b, sk, h, d) bytes -> device V (b, h, d, sk), seqlen_k storage padded to 16 B."""
+    from cubinforge.runtime import DeviceArray
+    b, sk, h, d = bits.shape
+    pad = -(-sk // 16) * 16
+    host = np.zeros((b, h, d, pad), np.uint8)
+    host[..., :sk] = bits.transpose(0, 2, 3, 1)
+    full, t = to_dev_bytes(host)
+    return DeviceArray(full.ptr, (b, h, d, sk), full.strides, "e4m3", full.device, owner=full), t
+
+
+def bf16_dev(x: np.ndarray):
+    torch = _torch()
+    return torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(torch.bfloat16).cuda()
+
+
+def host_f64(t) -> np.ndarray:
+    """A bf16/f32 torch tensor or one of our arrays -> float64 numpy."""
+    torch = _torch()
+    if not isinstance(t, torch.Tensor):
+        t = torch.from_dlpack(t)
+    return t.float().cpu().numpy().astype(np.float64)
+
+
+def download_bytes(a) -> np.ndarray:
+    """An e4m3 array of ours -> its bytes, through the driver (no framework's float8 needed)."""
+    from cubinforge.runtime import as_device_array, driver
+    a = as_device_array(a)
+    with driver.device_context(a.device or 0):
+        driver.call("cuCtxSynchronize")
+        raw = np.empty(a.span_bytes, np.uint8)
+        driver.call("cuMemcpyDtoH", raw.ctypes.data, a.ptr, a.span_bytes)
+    return np.ascontiguousarray(np.lib.stride_tricks.as_strided(raw, a.shape, a.strides))
+
+
+def rmse(o, ref) -> float:
+    return float(np.sqrt(np.mean((o - ref) ** 2)))
+
+
+# --------------------------------------------------------------------------- error study
+
+def run_fp8(q_bits, k_bits, v_bits, descales, causal=False):
+    """Our e4m3 kernel -> float64 O. descales: (q, k, v) float32 (b, h) arrays."""
+    from cubinforge.runtime import flash_attn_func
+    torch = _torch()
+    q8, _tq = to_dev_bytes(q_bits)
+    k8, _tk = to_dev_bytes(k_bits)
+    v8, _tv = colmajor_v(v_bits)
+    kw = {f"{n}_descale": torch.from_numpy(np.ascontiguousarray(d, np.float32)).cuda()
+          for n, d in zip(("q", "k", "v"), descales)}
+    out, _ = flash_attn_func(q8, k8, v8, causal=causal, v_layout="colmajor", **kw)
+    torch.cuda.synchronize()
+    return host_f64(out)
+
+
+def per_tensor(x):
+    """One scale for the whole tensor: (bytes, descale (b, h))."""
+    s = np.abs(x).max() / 448.0
+    b, _, h, _ = x.shape
+    return e4m3_encode(x / s), np.full((b, h), s, np.float32)
+
+
+def error_study(seqlen: int, d: int = 128, heads: int = 8, frac: float = 0.01, seed: int = 0):
+    from cubinforge.runtime import flash_attn_func, quantize_fp8
+    torch = _torch()
+    rng = np.random.default_rng(seed)
+    b = 1
+    q = outlier_inputs(rng, b, seqlen, heads, d, frac)
+    k = outlier_inputs(rng, b, seqlen, heads, d, frac)
+    v = rng.standard_normal((b, seqlen, heads, d))
+    ref = attention(q, k, v)
+    print(f"error study: b={b} s={seqlen} h={heads} d={d}, {frac:.1%} of q/k entries with std 10", flush=True)
+
+    def case_a():
+        (qb, qd), (kb, kd), (vb, vd) = per_tensor(q), per_tensor(k), per_tensor(v)
+        o = run_fp8(qb, kb, vb, (qd, kd, vd))
+        record("(a) per-tensor FP8, e4m3 kernel", rmse=rmse(o, ref))
+
+    def quantised(x, block, had):
+        y, desc = quantize_fp8(bf16_dev(x), block=block, hadamard=had, seed=1234)
+        torch.cuda.synchronize()
+        return download_bytes(y), host_f64(desc)
+
+    def case_b():
+        (qb, qd), (kb, kd), (vb, vd) = (quantised(q, None, True), quantised(k, None, True),
+                                        quantised(v, None, False))
+        o = run_fp8(qb, kb, vb, (qd, kd, vd))
+        record("(b) per-head scales + Hadamard, e4m3 kernel", rmse=rmse(o, ref))
+
+    def case_b_block():
+        blk = 128
+        parts = [quantised(x, blk, had) for x, had in ((q, True), (k, True), (v, False))]
+        qq, kk, vv = (dequantize(bits, desc, blk) for bits, desc in parts)
+        record("(b') block-128 + Hadamard, emulated (float64 attention on dequantised inputs)",
+               rmse=rmse(attention(qq, kk, vv), ref))
+
+    def case_c():
+        g = np.random.default_rng(seed + 1)
+        qg, kg, vg = (g.standard_normal((b, seqlen, heads, d)) for _ in range(3))
+        out, _ = flash_attn_func(bf16_dev(qg), bf16_dev(kg), bf16_dev(vg))
+        torch.cuda.synchronize()
+        record("(c) bf16 kernel, plain Gaussian inputs", rmse=rmse(host_f64(out), attention(qg, kg, vg)))
+
+    def case_gauss_fp8():
+        g = np.random.default_rng(seed + 1)
+        qg, kg, vg = (g.standard_normal((b, seqlen, heads, d)) for _ in range(3))
+        (qb, qd), (kb, kd), (vb, vd) = per_tensor(qg), per_tensor(kg), per_tensor(vg)
+        record("(a0) per-tensor FP8, e4m3 kernel, plain Gaussian inputs",
+               rmse=rmse(run_fp8(qb, kb, vb, (qd, kd, vd)), attention(qg, kg, vg)))
+
+    for name, fn in (("(a)", case_a), ("(b)", case_b), ("(b')", case_b_block), ("(c)", case_c),
+                     ("(a0)", case_gauss_fp8)):
+        attempt(name, fn)
+
+
+# --------------------------------------------------------------------------- speed
+
+def speed(seqlen: int, heads: int = 16):
+    from cubinforge.runtime import flash_attn_func, select_attention_variant  # noqa: F401
+    from .timing import time_cuda
+    torch = _torch()
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            case = f"e4m3 hd{d} {'causal' if causal else 'noncausal'} b1 h{heads} s{seqlen}"
+
+            def one(d=d, causal=causal, case=case):
+                g = torch.Generator(device="cuda").manual_seed(0)
+                # e4m3 bytes 0..55: values in [0, 0.94], so S and exp2 stay tame.
+                q = torch.randint(0, 56, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
+                k = torch.randint(0, 56, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
+                v = torch.randint(0, 56, (1, heads, d, seqlen), dtype=torch.uint8, device="cuda", generator=g)
+                from cubinforge.runtime import as_device_array
+                q8, k8, v8 = (as_device_array(t, dtype="e4m3") for t in (q, k, v))
+                out = torch.empty((1, seqlen, heads, d), dtype=torch.bfloat16, device="cuda")
+                lse = torch.empty((1, heads, seqlen), dtype=torch.float32, device="cuda")
+                stream = torch.cuda.current_stream()
+                fn = lambda: flash_attn_func(q8, k8, v8, causal=causal, out=out, lse=lse,  # noqa: E731
+                                             stream=stream.cuda_stream, v_layout="colmajor")
+                t = time_cuda(fn, warmup=3, min_iters=5, max_iters=20, budget_s=1.0)
+                record(case, ms=round(t.median_ms, 3),
+                       tflops=round(tflops(attention_flops(1, heads, seqlen, seqlen, d, causal), t.median_ms), 1))
+
+            attempt(case, one)
+
+
+def scaled_mm_ceiling(n: int = 8192):
+    from .timing import time_cuda
+    torch = _torch()
+
+    def one():
+        a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major B
+        one_ = torch.ones((), device="cuda", dtype=torch.float32)
+        fn = lambda: torch._scaled_mm(a, b, scale_a=one_, scale_b=one_, out_dtype=torch.bfloat16)  # noqa: E731
+        t = time_cuda(fn, warmup=10, min_iters=10, max_iters=50, budget_s=1.0)
+        record(f"torch._scaled_mm e4m3 {n}^3 (ceiling)", ms=round(t.median_ms, 3),
+               tflops=round(tflops(matmul_flops(n, n, n), t.median_ms), 1))
+
+    attempt("ceiling", one)
+
+
+def table() -> str:
+    ceiling = next((r.get("tflops") for r in ROWS if "ceiling" in r["case"] and "tflops" in r), None)
+    lines = ["| case | RMSE | ms | TFLOPS | % of e4m3 ceiling | error |", "|---|---|---|---|---|---|"]
+    for r in ROWS:
+        pct = f"{100 * r['tflops'] / ceiling:.0f}%" if ceiling and r.get("tflops") else ""
+        lines.append(f"| {r['case']} | {r.get('rmse', ''):.3e} | " if "rmse" in r else f"| {r['case']} | | ")
+        lines[-1] += f"{r.get('ms', '')} | {r.get('tflops', '')} | {pct} | {r.get('error', '')} |"
+    rm = {r["case"].split()[0]: r["rmse"] for r in ROWS if "rmse" in r}
+    a, b, bb, c = (rm.get(k) for k in ("(a)", "(b)", "(b')", "(c)"))
+    if a and b:
+        lines.append(f"\n(a)/(b) = {a / b:.2f} (target >= 2)")
+    if a and bb:
+        lines.append(f"(a)/(b') = {a / bb:.2f}")
+    if b and c:
+        lines.append(f"(b)/(c) = {b / c:.2f} (target <= 3)")
+    if bb and c:
+        lines.append(f"(b')/(c) = {bb / c:.2f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m bench.fp8", description=__doc__.splitlines()[0])
+    p.add_argument("--seqlen", type=int, default=16384, help="speed runs (default 16384)")
+    p.add_argument("--err-seqlen", type=int, default=2048, help="error study (float64 reference on the host)")
+    p.add_argument("--json", help="also write the rows here")
+    p.add_argument("--skip-speed", action="store_true")
+    a = p.parse_args(argv)
+    attempt("error study", lambda: error_study(a.err_seqlen))
+    if not a.skip_speed:
+        scaled_mm_ceiling()
+        speed(a.seqlen)
+    print("\n" + table())
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(ROWS, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

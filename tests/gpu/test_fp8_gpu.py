@@ -1,0 +1,292 @@
+"""GPU tests of FP8: quantize_fp8 (fp8_quant) element by element against numpy, and the e4m3
+fa3_fwd variants against float64 attention on the dequantised inputs. Outputs are poisoned
+first (NaN bytes / NaN floats), so an element never written fails.
+Skipped where there is no GPU or no variant; no cutlass import (the GPU machine has no DSL).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cubinforge.bench.fp8_reference import dequantize, e4m3_decode, quantize, rotate, same_bytes
+from cubinforge.runtime import DeviceArray, as_device_array, driver, quantize_fp8
+from cubinforge.runtime.registry_source import default_source, manifests
+
+
+def _probe():
+    try:
+        if driver.device_count() == 0:
+            return "no CUDA device", None
+    except Exception as e:  # no cuda-bindings, no libcuda
+        return f"no usable CUDA driver ({type(e).__name__}: {e})", None
+    return None, driver.device_arch(0)
+
+
+NO_GPU, ARCH = _probe()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
+
+
+def _have(family, **axes):
+    if NO_GPU is not None:
+        return []
+    found, _ = manifests(default_source(), family)
+    return sorted((m for m in found if m.contract.arch == ARCH
+                   and all(m.axes.get(a) == v for a, v in axes.items())), key=lambda m: m.variant)
+
+
+QUANT = _have("fp8_quant")
+needs_quant = pytest.mark.skipif(not QUANT, reason="no fp8_quant variant in the local registry for this GPU")
+
+
+def _backend():
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+        return "cupy", cupy
+    except Exception:
+        import torch
+        return "torch", torch
+
+
+BACKEND, XP = _backend() if NO_GPU is None else (None, None)
+
+
+def to_bf16_bits(x):
+    b = np.asarray(x, np.float32).view(np.uint32)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def as_dtype(x, dtype):
+    """Host float64 values exactly representable in dtype, and their bits."""
+    if dtype == "bf16":
+        bits = to_bf16_bits(x)
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64), bits
+    h = np.asarray(x).astype(np.float16)
+    return h.astype(np.float64), h.view(np.uint16)
+
+
+def upload(bits: np.ndarray, dtype: str):
+    """A DeviceArray (or framework array) holding bits of dtype (bf16/fp16/e4m3/f32)."""
+    if BACKEND == "cupy":
+        # CuPy lacks bf16 and e4m3: the bits travel as integers, viewed with dtype=.
+        return as_device_array(XP.asarray(np.ascontiguousarray(bits)), dtype=dtype)
+    import torch
+    host = {"bf16": np.int16, "fp16": np.float16, "e4m3": np.uint8, "f32": np.float32}[dtype]
+    t = torch.from_numpy(np.ascontiguousarray(bits).view(host)).cuda()
+    if dtype == "bf16":
+        return t.view(torch.bfloat16)
+    if dtype == "e4m3":
+        return t.view(torch.float8_e4m3fn)
+    return t
+
+
+def download_raw(a) -> np.ndarray:
+    """The array's elements as raw bits (uint8/uint16/uint32), shaped like it."""
+    a = as_device_array(a)
+    with driver.device_context(0):
+        driver.call("cuCtxSynchronize")
+        raw = np.empty(a.span_bytes, np.uint8)
+        if a.span_bytes:
+            driver.call("cuMemcpyDtoH", raw.ctypes.data, a.ptr, a.span_bytes)
+    np_t = {1: np.uint8, 2: np.uint16, 4: np.uint32}[a.itemsize]
+    view = np.lib.stride_tricks.as_strided(raw.view(np_t), a.shape, tuple(s * a.itemsize for s in a.strides))
+    return np.ascontiguousarray(view)
+
+
+def download_f32(a) -> np.ndarray:
+    return download_raw(a).view(np.float32).astype(np.float64)
+
+
+# --------------------------------------------------------------------------- quantize_fp8
+
+CASES = [  # (dtype, head_dim, seqlen, block, hadamard)
+    ("bf16", 128, 300, None, False),
+    ("bf16", 128, 300, 128, False),
+    ("fp16", 64, 77, 16, False),
+    ("bf16", 256, 130, 64, False),
+    ("bf16", 128, 300, 128, True),
+    ("fp16", 64, 200, None, True),
+    ("bf16", 256, 96, 32, True),
+]
+
+
+@needs_quant
+@pytest.mark.parametrize("dtype, d, s, block, had", CASES)
+def test_quantize_matches_numpy(dtype, d, s, block, had):
+    if not _have("fp8_quant", dtype=dtype, head_dim=d):
+        pytest.skip(f"no fp8_quant {dtype} hd{d} variant")
+    rng = np.random.default_rng(d + s)
+    b, h, seed = 2, 3, 12345
+    x = rng.standard_normal((b, s, h, d)) * rng.uniform(0.1, 20, (1, 1, h, 1))
+    x[0, :, 1] = 0.0  # an all-zero (batch, head): descale 1, zeros
+    xv, bits = as_dtype(x, dtype)
+    nb = 1 if block is None else -(-s // min(block, s))
+    # Poisoned outputs: NaN bytes (0x7F) and NaN descales; every element must be overwritten.
+    y = upload(np.full((b, s, h, d), 0x7F, np.uint8), "e4m3")
+    desc = upload(np.full((b, h) if block is None else (b, h, nb), np.nan, np.float32), "f32")
+    res = quantize_fp8(upload(bits, dtype), block=block, hadamard=had, seed=seed, out=(y, desc))
+    assert res[0] is y and res[1] is desc
+    assert y.dtype == "e4m3" and y.shape == (b, s, h, d)
+    got_bits = download_raw(y)
+    got_desc = download_f32(desc)
+    assert desc.shape == ((b, h) if block is None else (b, h, nb))
+    ref_bits, ref_desc, ref_deq = quantize(xv, block=block, hadamard=had, seed=seed)
+    got_desc3 = got_desc.reshape(b, h, nb)
+    if not had:
+        # No rotation: the same float32 arithmetic, so every byte and descale agrees.
+        np.testing.assert_array_equal(got_desc3, ref_desc.astype(np.float64))
+        same = same_bytes(got_bits, ref_bits)
+        assert same.all(), (f"{int((~same).sum())} of {same.size} bytes differ, first at "
+                            f"{np.argwhere(~same)[0].tolist()}: {got_bits[~same][:8]} vs {ref_bits[~same][:8]}")
+    else:
+        # The rotation's float32 sums run in another order: amax (so descale) within a few
+        # float32 ulps, and each value within one e4m3 step (2^-3 relative, or the subnormal
+        # step 2^-9 of 448) of the float64 rotation's quantised value.
+        np.testing.assert_allclose(got_desc3, ref_desc, rtol=1e-5)
+        deq = dequantize(got_bits, got_desc, min(block or s, s))
+        exact = quantize(xv, block=block, hadamard=True, seed=seed, f32=False)[2]
+        step = np.maximum(np.abs(exact) * 2.0 ** -3, 2.0 ** -9 * np.repeat(got_desc3, min(block or s, s), 2)
+                          [:, :, :s].transpose(0, 2, 1)[..., None])
+        assert (np.abs(deq - exact) <= step * 1.0001).all()
+        assert same_bytes(got_bits, ref_bits).mean() > 0.99
+    # Dequantised values approximate the (rotated) input to e4m3's half step.
+    target = rotate(xv, seed) if had else xv
+    deq = dequantize(got_bits, got_desc, min(block or s, s))
+    assert np.linalg.norm(deq - target) / np.linalg.norm(target) < 0.04
+    assert not np.isnan(e4m3_decode(got_bits)).any()
+
+
+@needs_quant
+def test_quantize_allocates_outputs():
+    """Without out=, the outputs are new arrays of the documented shapes, and equal out='s."""
+    if not _have("fp8_quant", dtype="bf16", head_dim=64):
+        pytest.skip("no fp8_quant bf16 hd64 variant")
+    xv, bits = as_dtype(np.random.default_rng(1).standard_normal((1, 40, 2, 64)), "bf16")
+    y, desc = quantize_fp8(upload(bits, "bf16"), block=16)
+    assert (y.shape, y.dtype, desc.shape, desc.dtype) == ((1, 40, 2, 64), "e4m3", (1, 2, 3), "f32")
+    ref_bits, ref_desc, _ = quantize(xv, block=16)
+    assert same_bytes(download_raw(y), ref_bits).all()
+    np.testing.assert_array_equal(download_f32(desc), ref_desc)
+    y1, d1 = quantize_fp8(upload(bits, "bf16"))
+    assert d1.shape == (1, 2)
+    np.testing.assert_array_equal(download_f32(d1), quantize(xv)[1][:, :, 0])
+
+
+@needs_quant
+def test_hadamard_keeps_qk_products():
+    """Rotating q and k with one seed leaves Q K^T unchanged up to quantisation."""
+    if not _have("fp8_quant", dtype="bf16", head_dim=128):
+        pytest.skip("no fp8_quant bf16 hd128 variant")
+    rng = np.random.default_rng(5)
+    q = as_dtype(rng.standard_normal((1, 64, 2, 128)), "bf16")
+    k = as_dtype(rng.standard_normal((1, 64, 2, 128)), "bf16")
+    qy, qd = quantize_fp8(upload(q[1], "bf16"), hadamard=True, seed=9)
+    ky, kd = quantize_fp8(upload(k[1], "bf16"), hadamard=True, seed=9)
+    qq = dequantize(download_raw(qy), download_f32(qd), 64)
+    kk = dequantize(download_raw(ky), download_f32(kd), 64)
+    s_rot = np.einsum("bshd,bthd->bhst", qq, kk)
+    s_ref = np.einsum("bshd,bthd->bhst", q[0], k[0])
+    assert np.linalg.norm(s_rot - s_ref) / np.linalg.norm(s_ref) < 0.08
+
+
+# --------------------------------------------------------------------------- e4m3 attention
+
+FP8_FWD = _have("fa3_fwd", dtype="e4m3")
+needs_fp8_fwd = pytest.mark.skipif(not FP8_FWD, reason="no e4m3 fa3_fwd variant in the local registry for this GPU")
+# Tolerance: the reference runs in float64 on the dequantised inputs, so the inputs' own
+# rounding is shared; what remains is P rounded to e4m3 (3 mantissa bits: up to 2^-4
+# relative per probability), O rounded to bf16 and fp32 accumulation. numpy emulation of P's
+# rounding alone gives 2.3e-2 / 2.4e-2 / 0.9e-2 relative error on the three shapes below.
+# 4e-2 leaves room for that and catches a wrong layout, permutation or descale (rel err
+# ~ 0.3 - 1).
+RTOL_FP8 = 4e-2
+ATOL_LSE_FP8 = 2e-2  # LSE comes from fp32 S and the fp32 row sum (P's rounding does not enter)
+
+
+def _bf16_bits_to_f64(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _colmajor_v(v_bits):
+    """(b, sk, hkv, d) bytes -> a device V (b, hkv, d, sk) whose seqlen_k storage is padded
+    to 16 B (the TMA's stride rule), as the slice [..., :sk] of a padded array."""
+    b, sk, hkv, d = v_bits.shape
+    pad = -(-sk // 16) * 16
+    host = np.zeros((b, hkv, d, pad), np.uint8)
+    host[..., :sk] = v_bits.transpose(0, 2, 3, 1)
+    full = as_device_array(upload(host, "e4m3"))
+    return full, DeviceArray(full.ptr, (b, hkv, d, sk), full.strides, "e4m3", full.device, owner=full)
+
+
+@needs_fp8_fwd
+@pytest.mark.parametrize("m", FP8_FWD, ids=lambda m: m.variant)
+@pytest.mark.parametrize("shape", [(2, 200, 333, 4, 2), (1, 512, 512, 2, 2), (1, 1, 77, 3, 1)],
+                         ids=["gqa-tails", "square", "decode-mqa"])
+@pytest.mark.parametrize("descaled", [False, True], ids=["unit", "descaled"])
+def test_e4m3_forward_matches_reference(m, shape, descaled):
+    from cubinforge.bench.fp8_reference import attention, e4m3_encode
+    from cubinforge.runtime import flash_attn_func
+
+    d, causal = m.axes["head_dim"], m.axes["causal"]
+    b, sq, sk, hq, hkv = shape
+    rng = np.random.default_rng(d * 7 + sq)
+    raw = {n: rng.standard_normal((b, s, h, d)) for n, s, h in (("q", sq, hq), ("k", sk, hkv), ("v", sk, hkv))}
+    bits, deq, desc_dev = {}, {}, {}
+    for n, x in raw.items():
+        if descaled:
+            # Per-(batch, head_kv) scales, FA3's shape; q's heads of one kv group share one.
+            g = x.shape[2] // hkv
+            amax = np.abs(x).reshape(b, x.shape[1], hkv, g, d).max(axis=(1, 3, 4)) * rng.uniform(1, 3, (b, hkv))
+            desc = (amax / 448.0).astype(np.float32)
+            per_head = np.repeat(desc, g, axis=1)[:, None, :, None].astype(np.float64)
+            bits[n] = e4m3_encode(x / per_head)
+            deq[n] = e4m3_decode(bits[n]) * per_head
+            desc_dev[n] = upload(desc, "f32")
+        else:
+            bits[n] = e4m3_encode(x)
+            deq[n] = e4m3_decode(bits[n])
+    q8, k8 = upload(bits["q"], "e4m3"), upload(bits["k"], "e4m3")
+    _keep, v8 = _colmajor_v(bits["v"])
+    out = upload(np.full((b, sq, hq, d), 0x7FC0, np.uint16), "bf16")
+    lse = upload(np.full((b, hq, sq), np.nan, np.float32), "f32")
+    kw = {f"{n}_descale": desc_dev[n] for n in desc_dev}
+    flash_attn_func(q8, k8, v8, causal=causal, out=out, lse=lse, v_layout="colmajor", **kw)
+    o = _bf16_bits_to_f64(download_raw(out))
+    got_lse = download_f32(lse)
+    assert not np.isnan(o).any(), f"{int(np.isnan(o).sum())} O elements never written"
+    assert not np.isnan(got_lse).any(), f"{int(np.isnan(got_lse).sum())} LSE elements never written"
+    ref = attention(deq["q"], deq["k"], deq["v"], causal=causal)
+    rel = np.linalg.norm(o - ref) / np.linalg.norm(ref)
+    assert rel < RTOL_FP8, f"{m.variant}: O rel err {rel:.3e} (tolerance {RTOL_FP8})"
+    # LSE from the same scores.
+    scale = 1.0 / np.sqrt(d)
+    g = hq // hkv
+    s = np.einsum("bqhd,bkhd->bhqk", deq["q"], np.repeat(deq["k"], g, axis=2)) * scale
+    if causal:
+        i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+        s = np.where(j <= i + sk - sq, s, -np.inf)
+    mx = s.max(-1)
+    fin = np.isfinite(mx)
+    ref_lse = np.where(fin, mx + np.log(np.exp(s - np.where(fin, mx, 0)[..., None]).sum(-1)), -np.inf)
+    assert (got_lse[~fin] == -np.inf).all()
+    assert np.abs(got_lse[fin] - ref_lse[fin]).max() < ATOL_LSE_FP8
+
+
+@needs_fp8_fwd
+def test_e4m3_allocates_bf16_output():
+    from cubinforge.runtime import flash_attn_func
+
+    m = FP8_FWD[0]
+    d = m.axes["head_dim"]
+    rng = np.random.default_rng(3)
+    from cubinforge.bench.fp8_reference import attention, e4m3_encode
+    q = e4m3_encode(rng.standard_normal((1, 64, 2, d)))
+    k = e4m3_encode(rng.standard_normal((1, 64, 2, d)))
+    v = e4m3_encode(rng.standard_normal((1, 64, 2, d)))
+    _keep, v8 = _colmajor_v(v)
+    out, lse = flash_attn_func(upload(q, "e4m3"), upload(k, "e4m3"), v8, causal=m.axes["causal"], v_layout="colmajor")
+    assert as_device_array(out).dtype == "bf16" and as_device_array(out).shape == (1, 64, 2, d)
+    o = _bf16_bits_to_f64(download_raw(out))
+    ref = attention(e4m3_decode(q), e4m3_decode(k), e4m3_decode(v), causal=m.axes["causal"])
+    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < RTOL_FP8

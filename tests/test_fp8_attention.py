@@ -1,0 +1,124 @@
+"""The e4m3 fa3_fwd variants on the CPU: in the default set, refused where not built, compiled
+with QGMMA (E4M3 operands) and no spills, a contract matching the cubin (descale tensor, V
+column-major), and flash_attn_func's FP8 input checks."""
+
+import importlib.util
+
+import pytest
+
+from cubinforge.generator import build, spec
+from cubinforge.registry import Registry
+from cubinforge.runtime import InputError, flash_attn_func
+from cubinforge.runtime.arrays import DeviceArray
+
+DSL = importlib.util.find_spec("cutlass") is not None
+
+
+def test_default_set_has_the_e4m3_variants():
+    names = {v.name for v in spec.expand_set("default") if v.axes.get("dtype") == "e4m3" and v.family == "fa3_fwd"}
+    assert names == {
+        "fa3-fwd-sm_90a-e4m3-hd64-noncausal-colmajor-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd64-causal-colmajor-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd128-noncausal-colmajor-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd128-causal-colmajor-lpt",
+        "fa3-fwd-sm_90a-e4m3-hd256-noncausal-colmajor-persistent-m128n128",
+        "fa3-fwd-sm_90a-e4m3-hd256-causal-colmajor-lpt-m128n128",
+    }
+    # The bf16/fp16 names do not change: v_layout's default is left out of them.
+    assert "fa3-fwd-sm_90a-bf16-hd128-causal-lpt" in {v.name for v in spec.expand_set("default")}
+
+
+@pytest.mark.parametrize("axes, message", [
+    ({"dtype": "e4m3", "head_dim": 96, "v_layout": "colmajor"}, "head_dim 64, 128 and 256"),
+    ({"dtype": "e4m3", "head_dim": 256, "v_layout": "colmajor"}, "multiple of 32"),
+    ({"dtype": "e4m3", "head_dim": 128}, "needs v_layout=colmajor"),
+    ({"dtype": "bf16", "head_dim": 128, "v_layout": "colmajor"}, "colmajor is built for e4m3 only"),
+    # Not combined with the model variants or the inference forms yet (issues 11, 12).
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "softcap": True}, "e4m3 does not take the model"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "local": True}, "e4m3 does not take the model"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "learnable_sink": True}, "e4m3 does not take"),
+    ({"dtype": "e4m3", "head_dim": 128, "head_dim_v": 64, "v_layout": "colmajor"}, "e4m3 does not take"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "pack_gqa": True}, "or the inference forms"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "split_kv": True}, "or the inference forms"),
+])
+def test_unbuilt_fp8_combinations_are_refused(axes, message):
+    with pytest.raises(spec.SpecError, match=message):
+        spec.make_variant("fa3_fwd", arch="sm_90a", causal=False, **axes)
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"softcap": True}, "softcap"), ({"local": True}, "local"), ({"learnable_sink": True}, "learnable_sink"),
+    ({"head_dim_v": 64}, "head_dim_v=64"), ({"paged_kv": True}, "paged_kv"),
+])
+def test_fwd_config_refuses_e4m3_with_variants_or_inference_forms(extra, named):
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import FwdConfig
+    with pytest.raises(ValueError, match=f"e4m3 does not take the model variants or the inference forms yet.*{named}"):
+        FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, v_layout="colmajor", **extra)
+
+
+def test_name_round_trips():
+    v = spec.make_variant("fa3_fwd", arch="sm_90a", dtype="e4m3", head_dim=64, causal=True,
+                          v_layout="colmajor", scheduler="persistent")
+    assert spec.parse_name(v.name) == v
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DSL, reason="needs the CuTe DSL")
+def test_e4m3_variant_compiles_to_qgmma_without_spills(home):
+    reg = Registry()
+    chosen = spec.select("default", {"dtype": ["e4m3"], "head_dim": [128], "causal": [False]})
+    outcomes = build.build(chosen, reg, jobs=1, progress=False)
+    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
+    rec = reg.get(outcomes[0].variant)
+    m, c = rec["metadata"], rec["contract"]
+    assert [p["size"] for p in c["params"]] == [p["size"] for p in m["param_table"]]
+    assert m["spill_store_bytes"] == 0 == m["spill_load_bytes"]
+    assert c["tensors"]["v"]["dims"] == ["batch", "heads_kv", "head_dim", "seqlen_k"]
+    assert c["tensors"]["o"]["dtype"] == "bf16" and c["tensors"]["descale"]["dims"] == [3, "batch", "heads_kv"]
+    maps = {p["name"]: p for p in c["params"] if p["kind"] == "tensormap"}
+    assert maps["tma_v"]["dims"] == [3, 2, 1, 0] and maps["tma_o"]["dtype"] == "bf16"
+    # The contract binds FP8-shaped arrays: colmajor V with padded seqlen_k storage, bf16 O,
+    # the stacked descales; a row-major V is refused with the dimension named.
+    from cubinforge.runtime import bind, load_contract
+    contract = load_contract(c)
+    b, sq, sk, hq, hkv, d = 2, 100, 333, 4, 2, 128
+    arrays = {
+        "q": DeviceArray(0x10000, (b, sq, hq, d), None, "e4m3", 0),
+        "k": DeviceArray(0x20000, (b, sk, hkv, d), None, "e4m3", 0),
+        "v": DeviceArray(0x30000, (b, hkv, d, sk), (hkv * d * 336, d * 336, 336, 1), "e4m3", 0),
+        "o": DeviceArray(0x40000, (b, sq, hq, d), None, "bf16", 0),
+        "lse": DeviceArray(0x50000, (b, hq, sq), None, "f32", 0),
+        "descale": DeviceArray(0x60000, (3, b, hkv), None, "f32", 0),
+    }
+    bound = bind(contract, arrays, {}, {"sm_count": 132})
+    assert bound.grid == (min(-(-sq // 128) * hq * b, 132), 1, 1)
+    with pytest.raises(InputError, match="v.shape"):
+        bind(contract, {**arrays, "v": DeviceArray(0x30000, (b, sk, hkv, d), None, "e4m3", 0)}, {}, {"sm_count": 132})
+    with pytest.raises(InputError, match="not a multiple of 16"):
+        bind(contract, {**arrays, "v": DeviceArray(0x30000, (b, hkv, d, sk), None, "e4m3", 0)}, {}, {"sm_count": 132})
+    if "sass" in m:
+        # QK^T and PV: 4 k-steps of 32 each per key block, in the first-block and loop bodies.
+        assert m["sass"]["qgmma"] >= 8 and m["sass"]["hgmma"] == 0
+        assert m["sass"]["ldl"] == 0 and m["sass"]["stl"] == 0
+
+
+def _fake(shape, dtype="e4m3"):
+    return DeviceArray(0x10000, shape, None, dtype, device=0)
+
+
+def test_fp8_inputs_are_checked_before_any_launch():
+    q, k = _fake((1, 64, 2, 128)), _fake((1, 64, 2, 128))
+    with pytest.raises(InputError, match="v_layout='colmajor'"):
+        flash_attn_func(q, k, _fake((1, 64, 2, 128)))
+    with pytest.raises(InputError, match="head_dim, seqlen_k"):
+        flash_attn_func(q, k, _fake((1, 64, 2, 128)), v_layout="colmajor")
+    with pytest.raises(InputError, match="e4m3 q, k and v"):
+        flash_attn_func(q, _fake((1, 64, 2, 128), "bf16"), _fake((1, 2, 128, 64)), v_layout="colmajor")
+    for kw in ({"softcap": 30.0}, {"window_size": (128, 0)}, {"learnable_sink": _fake((2,), "f32")}):
+        with pytest.raises(InputError, match="FP8 .e4m3. attention does not take window_size, softcap"):
+            flash_attn_func(q, k, _fake((1, 2, 128, 64)), v_layout="colmajor", **kw)
+    from cubinforge.runtime import plan_attention
+    with pytest.raises(InputError, match="plan_attention does not bind FP8"):
+        plan_attention(q, k, _fake((1, 2, 128, 64)))
+    with pytest.raises(InputError, match="out must be bf16"):
+        flash_attn_func(q, k, _fake((1, 2, 128, 64)), v_layout="colmajor", out=_fake((1, 64, 2, 128)))
