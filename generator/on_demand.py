@@ -27,6 +27,9 @@ def variant_for(family: str, axes: Mapping[str, Any]) -> Variant:
             raise SpecError(f"{fam.name} has no axis {axis} (its axes: {', '.join(fam.axes)}); "
                             f"cannot build {axis}={value!r}")
     wanted = make_variant(family, **own)  # validates the request (and is the answer when no set has it)
+    # The exact axes left out mean the plain kernel (runtime/axes.py): varlen=False,
+    # head_dim_v = head_dim, ...; only the free axes (scheduler, tiles) are the sets' choice.
+    own.update({a: wanted.axes[a] for a in fam.axes if a not in own and AXES[a].exact})
     for set_name in ["default", *[s for s in SETS if s != "default"]]:
         for v in expand_set(set_name):
             if v.family == fam.name and all(v.axes[a] == x for a, x in own.items()):
