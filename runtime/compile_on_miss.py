@@ -28,7 +28,11 @@ def enabled() -> bool:
 def unavailable() -> str | None:
     """Why this interpreter cannot compile (the DSL or the generator is not installed), or None."""
     for module, extra in (("cutlass", "build"), ("jinja2", "build"), ("sqlalchemy", "server")):
-        if importlib.util.find_spec(module) is None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a finder that refuses it: as good as absent
+            found = False
+        if not found:
             return (f"{ENV}=1 but {module!r} is not installed here; compiling needs the CuTe DSL: "
                     f"pip install 'cubinforge[build,server]'")
     return None

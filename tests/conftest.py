@@ -22,6 +22,15 @@ collect_ignore_glob = [
 ]
 from cubinforge.generator.families import Family
 
+
+def module_available(name: str) -> bool:
+    """Whether `name` can be imported, without importing it; a finder that refuses it (as a
+    machine without the CuTe DSL may) counts as absent."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
 TEST_FAMILIES = [
     Family(name="demo_badcontract", template="demo_scale_variant.py.j2", package="fixture_kernels.bad_contract",
            config_class="DemoConfig", supported={"arch": ("sm_90a",), "dtype": ("bf16",)},

@@ -13,9 +13,10 @@ import importlib.util
 import json
 
 import pytest
+from conftest import module_available
 
 pytestmark = pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("cutlass", "elftools", "sqlalchemy")),
+    not all(module_available(m) for m in ("cutlass", "elftools", "sqlalchemy")),
     reason="needs the build extra (nvidia-cutlass-dsl, pyelftools, sqlalchemy)")
 
 VARIANTS = ["fa4-fwd-sm_100a-bf16-hd128-causal", "fa4-fwd-sm_100a-fp16-hd64-noncausal"]

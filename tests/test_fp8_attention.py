@@ -5,13 +5,14 @@ column-major), and flash_attn_func's FP8 input checks."""
 import importlib.util
 
 import pytest
+from conftest import module_available
 
 from cubinforge.generator import build, spec
 from cubinforge.registry import Registry
 from cubinforge.runtime import InputError, flash_attn_func
 from cubinforge.runtime.arrays import DeviceArray
 
-DSL = importlib.util.find_spec("cutlass") is not None
+DSL = module_available("cutlass")
 
 
 def test_default_set_has_the_e4m3_variants():

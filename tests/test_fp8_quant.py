@@ -4,6 +4,7 @@ cubin's parameter table, no spills, the sign rule, and the runtime's input check
 import importlib.util
 
 import pytest
+from conftest import module_available
 
 from cubinforge.generator import build, spec
 from cubinforge.generator.kernels.fp8_quant_sm90.signs import hadamard_sign, mix32
@@ -11,7 +12,7 @@ from cubinforge.registry import Registry
 from cubinforge.runtime import InputError, quantize_fp8
 from cubinforge.runtime.arrays import DeviceArray
 
-DSL = importlib.util.find_spec("cutlass") is not None
+DSL = module_available("cutlass")
 
 
 def test_default_set_builds_every_quantise_variant():

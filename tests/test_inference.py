@@ -7,6 +7,7 @@ import importlib.util
 import math
 
 import pytest
+from conftest import module_available
 
 from cubinforge.generator import spec
 from cubinforge.generator.kernels.fa3_fwd_sm90.config import PAGE_CHUNK, FwdConfig
@@ -15,7 +16,7 @@ from cubinforge.runtime import kvcache
 from cubinforge.runtime.arrays import DeviceArray
 from cubinforge.runtime.contract import bind, load_contract
 
-HAS_DSL = importlib.util.find_spec("cutlass") is not None
+HAS_DSL = module_available("cutlass")
 
 
 # --------------------------------------------------------------------------- split range
