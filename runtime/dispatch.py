@@ -130,18 +130,19 @@ def rank(problem: Problem, candidates: Iterable[Any], *, axes_of=lambda c: c.axe
     # ones), then the name, so the choice is stable.
     ranked.sort(key=lambda r: (tuple(p.name not in r.satisfied for p in active), r.name))
     best = ranked[0]
-    reasons = ["matches " + ", ".join(f"{k}={v!r}" for k, v in problem.exact().items())]
+    reasons = ["matches " + fmt_axes(problem.exact())]
     if len(ranked) > 1:
         reasons.append(f"{len(ranked)} variants fit: " + ", ".join(r.name for r in ranked))
     for p in active:
         met = p.name in best.satisfied
-        reasons.append(f"{p.name}: prefer {_fmt(p.prefer)} ({p.why})" + ("" if met else " - no fitting variant has it"))
+        reasons.append(f"{p.name}: prefer {fmt_axes(p.prefer)} ({p.why})" + ("" if met else " - no fitting variant has it"))
     if not active and len(ranked) > 1:
         reasons.append("no preference applies to this problem; the first by name is taken")
     return Choice(best.item, tuple(ranked), tuple(reasons))
 
 
-def _fmt(axes: Mapping[str, Any]) -> str:
+def fmt_axes(axes: Mapping[str, Any]) -> str:
+    """`k=v, ...` of an axes mapping, as every dispatcher message writes it."""
     return ", ".join(f"{k}={v!r}" for k, v in axes.items())
 
 

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
 from .contract import Contract, load_contract
 from .axes import axis_value, derived_axes
-from .dispatch import Choice, Problem, matches, rank, same_value
+from .dispatch import Choice, Problem, fmt_axes, matches, rank, same_value
 from .errors import ContractError, IntegrityError, UnverifiedVariant, VariantNotFound
 
 MANIFEST_VERSION = 1
@@ -205,10 +205,6 @@ def manifests(source: Source | None = None, family: str | None = None) -> tuple[
     return found, broken
 
 
-def _fmt(axes: Mapping) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in axes.items())
-
-
 def select(family: str, axes: Mapping[str, Any] | None = None, source: Source | None = None,
            *, sizes: Mapping[str, int] | None = None, **more) -> Manifest:
     """The variant of ``family`` whose axes equal ``axes`` (plus axes.default_axes() for those not
@@ -242,7 +238,7 @@ def choose(problem: Problem, source: Source | None = None) -> Choice:
         return axis_value(m.axes, k)
 
     asked = {k: v for k, v in want.items() if k not in derived or k in problem.axes}
-    lines = [f"no {family} variant with {_fmt(asked)} in {source!r}."]
+    lines = [f"no {family} variant with {fmt_axes(asked)} in {source!r}."]
     from . import compile_on_miss  # only on a miss; it runs the build in a subprocess
 
     if compile_on_miss.enabled() and isinstance(source, LocalSource):
