@@ -156,8 +156,8 @@ def backend_url(kind: str, tmp: Path) -> str:
 
 def seed_token(url: str, name: str = "ci", scopes=("admin",)) -> str:
     from .auth import create_token
-    from .db import Database
-    from .migrate import upgrade
+    from cubinforge.registry.db import Database
+    from cubinforge.registry.migrate import upgrade
 
     upgrade(url)
     db = Database(url)

@@ -127,10 +127,9 @@ def test_pure_python_verify_agrees_with_cryptography(tmp_path):
 
 # ------------------------------------------------------------------ selection
 def _rec(name, **axes):
-    from cubinforge.service.store import Record
     ax = {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": True, "varlen": False, "paged_kv": False,
           "pack_gqa": False, "split_kv": False, "tile_m": 128, "tile_n": 128, **axes}
-    return Record(name, "fa3_fwd", ax, "0" * 64, 1, {}, [], False, None, None)
+    return {"name": name, "family": "fa3_fwd", "axes": ax, "cubin": {"sha256": "0" * 64, "size": 1}}
 
 
 def test_select_prefers_split_kv_for_small_grids():
@@ -139,9 +138,9 @@ def test_select_prefers_split_kv_for_small_grids():
     p = {"family": "fa3_fwd", "arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": True, "varlen": False,
          "paged_kv": False, "batch": 1, "heads_q": 8, "heads_kv": 8}
     best, reasons, n = choose({**p, "seqlen_q": 1, "seqlen_k": 32768}, recs)
-    assert best.name == "split" and n == 2 and any("split wanted" in r for r in reasons)
+    assert best["name"] == "split" and n == 2 and any("split wanted" in r for r in reasons)
     best, _, _ = choose({**p, "batch": 16, "seqlen_q": 8192, "seqlen_k": 8192}, recs)
-    assert best.name == "plain"
+    assert best["name"] == "plain"
 
 
 # ------------------------------------------------------------------ migrations and the publish transaction
@@ -151,29 +150,28 @@ def test_migrations_match_the_models(kind, tmp_path):
     from alembic.migration import MigrationContext
     from sqlalchemy import create_engine
 
-    from cubinforge.service.migrate import current, upgrade
-    from cubinforge.registry.models import Base as RegistryBase
-    from cubinforge.service.models import Base
+    from cubinforge.registry.migrate import current, upgrade
+    from cubinforge.registry.models import Base
     url = backend_url(kind, tmp_path)
     upgrade(url)
     upgrade(url)  # idempotent
     assert current(url) is not None
     eng = create_engine(url)
     with eng.connect() as c:
-        diff = compare_metadata(MigrationContext.configure(c), [Base.metadata, RegistryBase.metadata])
+        diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
     diff = [d for d in diff if not (d[0] == "remove_table" and d[1].name == "alembic_version")]
     eng.dispose()
     assert diff == [], f"models changed without a migration: {diff}"
 
 
 def test_failed_commit_leaves_no_blob(tmp_path, monkeypatch):
-    from cubinforge.service.blobs import BlobStore
-    from cubinforge.service.db import Database
-    from cubinforge.service.migrate import upgrade
+    from cubinforge.registry.blobstore import BlobStore
+    from cubinforge.registry.db import Database
+    from cubinforge.registry.migrate import upgrade
     from cubinforge.service.store import Store
     url = f"sqlite:///{tmp_path / 'r.db'}"
     upgrade(url)
-    db, blobs = Database(url), BlobStore(tmp_path)
+    db, blobs = Database(url), BlobStore(tmp_path / "blobs")
     store = Store(blobs)
     cubin = make_cubin(payload=b"atomic")
     m = make_manifest("atomic", cubin)

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from ..errors import APIError
 from ..schemas import ErrorResponse, NoVariantError, SelectRequest, SelectResponse
 from ..selection import choose, explain_missing
+from ..store import summary
 from .jobs import JobAccepted, build_on_miss
 
 router = APIRouter(prefix="/v1", tags=["select"])
@@ -35,4 +36,4 @@ def select_variant(req: SelectRequest, request: Request):
         if started is not None:
             return started
         raise APIError(404, body.pop("error"), body.pop("message"), **body)
-    return {"variant": best.name, "reasons": reasons, "candidates": n, "summary": best.summary()}
+    return {"variant": best["name"], "reasons": reasons, "candidates": n, "summary": summary(best)}

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
 from ..auth import Writer, require_writer
 from ..errors import APIError
+from ..store import summary
 from ..schemas import (ARCH_PATTERN, FAMILY_PATTERN, NAME_PATTERN, ErrorResponse, VariantDetail, VariantPage,
                        YankRequest, YankResponse)
 
@@ -44,7 +45,7 @@ def list_variants(
     with st.db.sessions() as s:
         recs, total = st.store.list(s, filters, include_yanked, limit, offset)
     nxt = offset + len(recs) if offset + len(recs) < total else None
-    return {"items": [r.summary() for r in recs], "total": total, "limit": limit, "offset": offset,
+    return {"items": [summary(r) for r in recs], "total": total, "limit": limit, "offset": offset,
             "next_offset": nxt}
 
 
@@ -56,9 +57,9 @@ def get_variant(request: Request, response: Response, name: str = NameParam):
         rec = st.store.get(s, name)
     if rec is None:
         raise _not_found(name)
-    body = {"variant": rec.name, "yanked": rec.yanked, "yank_reason": rec.yank_reason,
-            "published_at": rec.published_at.isoformat() if rec.published_at else None,
-            "blob_url": f"/v1/blobs/{rec.sha256}", "manifest": rec.manifest}
+    body = {"variant": rec["name"], "yanked": rec["yanked"], "yank_reason": rec["yank_reason"],
+            "published_at": rec["created_at"], "blob_url": f"/v1/blobs/{rec['cubin']['sha256']}",
+            "manifest": rec["manifest"]}
     raw = json.dumps(body, sort_keys=True).encode()
     # Weak validator over the whole answer: it changes when the variant is yanked or re-signed.
     etag = f'W/"{hashlib.sha256(raw).hexdigest()[:32]}"'
@@ -74,14 +75,14 @@ def get_variant(request: Request, response: Response, name: str = NameParam):
 def yank_variant(request: Request, name: str = NameParam, body: YankRequest | None = Body(None),
                  who: Writer = Depends(require_writer)):
     rec = _set_yanked(request, name, who, True, body.reason if body else None)
-    return {"variant": rec.name, "yanked": True, "reason": rec.yank_reason}
+    return {"variant": rec["name"], "yanked": True, "reason": rec["yank_reason"]}
 
 
 @router.post("/{name}/unyank", response_model=YankResponse, summary="Make a yanked variant selectable again",
              responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
 def unyank_variant(request: Request, name: str = NameParam, who: Writer = Depends(require_writer)):
     rec = _set_yanked(request, name, who, False, None)
-    return {"variant": rec.name, "yanked": False, "reason": None}
+    return {"variant": rec["name"], "yanked": False, "reason": None}
 
 
 def _set_yanked(request: Request, name: str, who: Writer, yanked: bool, reason: str | None):
@@ -90,5 +91,5 @@ def _set_yanked(request: Request, name: str, who: Writer, yanked: bool, reason: 
         rec = st.store.get(s, name)
         if rec is None:
             raise _not_found(name)
-        who.require(rec.family, rec.name, "yank" if yanked else "unyank")
+        who.require(rec["family"], rec["name"], "yank" if yanked else "unyank")
         return st.store.yank(s, name, reason, who.name) if yanked else st.store.unyank(s, name, who.name)
