@@ -172,10 +172,15 @@ def test_select_picks_and_explains(server, seeded):
     r = server.post("/v1/select", json=PROBLEM)
     assert r.status_code == 200, r.text
     d = r.json()
-    assert d["variant"] == "fa3_fwd-sm_90a-bf16-hd128-causal" and d["candidates"] == 2
+    assert d["variant"] == "fa3_fwd-sm_90a-bf16-hd128-causal" and d["candidates"] == 1  # packgqa is not asked
     assert any("head_dim=128" in x for x in d["reasons"])
-    gqa = server.post("/v1/select", json={**PROBLEM, "heads_kv": 8}).json()
-    assert gqa["variant"] == "fa3_fwd-sm_90a-bf16-hd128-causal-packgqa"
+    assert d["launch"]["tile_m"] == 128 and d["launch"]["scheduler"] == "single"
+    assert any("launch parameters" in x for x in d["reasons"])
+    # pack_gqa is an exact axis of the dispatcher (runtime/dispatch.py): asked for, it is chosen;
+    # left out, the plain kernel is, grouped heads or not (as the runtime's select does).
+    gqa = server.post("/v1/select", json={**PROBLEM, "heads_kv": 8, "pack_gqa": True}).json()
+    assert gqa["variant"] == "fa3_fwd-sm_90a-bf16-hd128-causal-packgqa" and gqa["launch"]["pack_gqa"] is True
+    assert server.post("/v1/select", json={**PROBLEM, "heads_kv": 8}).json()["variant"] == d["variant"]
 
 
 def test_select_none_fits_names_missing_axes(server, seeded):
