@@ -46,8 +46,8 @@ def test_local_and_causal_are_exclusive():
         make_variant("fa3_fwd", arch="sm90", dtype="bf16", head_dim=128, causal=True, local=True)
     with pytest.raises(ValueError, match="exclusive"):
         FwdConfig("sm_90a", "bf16", 128, True, local=True)
-    with pytest.raises(ValueError, match="mask_bits"):
-        FwdConfig("sm_90a", "bf16", 128, False, local=True, mask_bits=True)
+    # A window's bit mask is the difference of two prefixes (mask.apply_window_mask_bits).
+    assert FwdConfig("sm_90a", "bf16", 128, False, local=True, mask_bits=True).mask_bits
 
 
 def test_default_set_keeps_its_plain_variants_and_adds_four():
@@ -237,7 +237,7 @@ def test_model_variants_take_only_the_switches_tuned_variants_names():
     # The entries: a window takes non-causal's epilogue and row sum, a sink and (192, 128)
     # hd128 causal lpt's bit mask.
     assert on(FwdConfig("sm_90a", "bf16", 128, False, local=True, scheduler="persistent")) == \
-        {"separate_o_smem", "in_order_row_sum"}
+        {"separate_o_smem", "in_order_row_sum", "mask_bits"}
     assert on(FwdConfig("sm_90a", "bf16", 128, True, learnable_sink=True, scheduler="lpt")) == {"mask_bits"}
     assert on(FwdConfig("sm_90a", "bf16", 192, True, head_dim_v=128, scheduler="lpt")) == {"mask_bits"}
     # Anything else stays all off: another scheduler, two model axes, softcap, fp16 too (the

@@ -51,12 +51,13 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
 # scheduler, tile) with the token `local`, `sink` or `dv<N>` (one model axis on, no other).
 # Not measured as such yet: each takes the switches its base loop won, found in the SASS
 # (bench/results/2026-12-01-cpu/variant-speed.md): a window's unmasked loop is the
-# non-causal persistent loop (486 vs 466 instructions, the same mix), a sink changes only
-# the finish, and (192, 128) at 128 x 128 has hd128's S fragment, so hd128 causal's bit mask
+# non-causal persistent loop (486 vs 466 instructions, the same mix) and its two masked
+# blocks a tile take the bit mask (769 -> 613 instructions), a sink changes only the finish, and (192, 128) at 128 x 128 has hd128's S fragment, so hd128 causal's bit mask
 # applies (masked loop 655 -> 601 instructions). bench.ab's `model-variants` set times each
 # against the all-off build it replaces.
 TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
-    ("local", 128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True},
+    ("local", 128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True,
+                                                "mask_bits": True},
     ("sink", 128, True, "lpt", None): {"mask_bits": True},
     ("dv128", 192, True, "lpt", None): {"mask_bits": True},
 }
@@ -120,7 +121,8 @@ class FwdConfig:
     # at the end of a tile, so ping-pong carries on across tiles. Needs separate_o_smem.
     wg_epilogue: bool | None = None
     # Mask a row with one bit mask from its kept-column count instead of a compare per
-    # element (mask.apply_mask_bits), as FA4 does.
+    # element (mask.apply_mask_bits), as FA4 does; under a window, the difference of two
+    # such masks (mask.apply_window_mask_bits).
     mask_bits: bool | None = None
     # Convert S to P (bf16/fp16) in runs of registers instead of through the A-operand view:
     # the same values in the same registers (checked at trace time), but hd192/256 then
@@ -235,8 +237,6 @@ class FwdConfig:
             raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
         if self.local and self.causal:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
-        if self.local and self.mask_bits:
-            raise ValueError("mask_bits counts a prefix of kept columns; a window's kept columns are not one")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.inference and self.scheduler != "single":
