@@ -170,6 +170,15 @@ def experiment_config(overrides: dict):
     return FwdConfig(arch="sm_90a", dtype="bf16", **{**{s: False for s in SWITCHES}, **overrides})
 
 
+def ab_name(cfg, label: str) -> str:
+    """`<variant>+<label>`, the variant part with the model axes' name tokens (spec's order)."""
+    mask = "causal" if cfg.causal else "noncausal"
+    dv = f"-dv{cfg.head_dim_v}" if cfg.head_dim_v != cfg.head_dim else ""
+    model = "".join(f"-{t}" for t, on in (("softcap", cfg.softcap), ("local", cfg.local),
+                                           ("sink", cfg.learnable_sink)) if on)
+    return f"fa3-fwd-sm_90a-bf16-hd{cfg.head_dim}{dv}-{mask}{model}+{label}"
+
+
 def build(home: Path, experiments: str) -> int:
     from cubinforge.generator.compile_worker import describe_build
     from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
@@ -183,11 +192,7 @@ def build(home: Path, experiments: str) -> int:
     done = set()
     for label, overrides in todo:
         cfg = experiment_config(overrides)
-        mask = "causal" if cfg.causal else "noncausal"
-        model = "".join(f"-{t}" for t, on in ((f"dv{cfg.head_dim_v}", cfg.head_dim_v != cfg.head_dim),
-                                               ("softcap", cfg.softcap), ("local", cfg.local),
-                                               ("sink", cfg.learnable_sink)) if on)
-        name = f"fa3-fwd-sm_90a-bf16-hd{cfg.head_dim}-{mask}{model}+{label}"
+        name = ab_name(cfg, label)
         if name in done:  # the same baseline in two sets
             continue
         done.add(name)
