@@ -71,6 +71,10 @@ AB_CASES = {
     "head_dim_v": ((2, 8192, 8192, 16, 16), dict(causal=True)),
     "learnable_sink": ((2, 8192, 8192, 16, 16), dict(causal=True, learnable_sink=True)),
 }
+# The targets' own yardsticks, timed once in the same process: a window against our causal
+# cell at 16k, a sink against the same cell without it.
+AB_REFS = {"local": (AB_CASES["local"][0], 128, dict(causal=True)),
+           "learnable_sink": (AB_CASES["learnable_sink"][0], 128, dict(causal=True))}
 # The correctness check's shape: not tile multiples, sq < sk, GQA 4, a window that cuts.
 AB_CHECK = ((1, 1000, 1300, 8, 2), dict(window_size=(300, 0)))
 
@@ -148,6 +152,16 @@ def ab_main(home: Path, iters: int, out: str | None) -> int:
         extra = {"source": source} if source is not None else {}
         return (lambda: flash_attn_func(q, k, v, out=o, lse=lse, stream=stream(), **kw, **extra)), o, lse
 
+    refs = {}
+    for kind, (shape, d, kw) in AB_REFS.items():
+        q, k, v, kw = make_inputs(shape, d, d, kw)
+        pairs = visible_pairs(shape[1], shape[2], True)
+        s = t_gpu(call(q, k, v, kw)[0], iters)
+        refs[kind] = {"tflops": round(2 * shape[0] * shape[3] * pairs * 2 * d / s / 1e12, 1),
+                      "variant": last_launch().variant}
+        print(json.dumps({f"reference for {kind}": refs[kind]}), flush=True)
+        del q, k, v
+
     for name, m in manifests.items():
         kind = kind_of(m["axes"])
         if kind is None:
@@ -198,19 +212,24 @@ def ab_main(home: Path, iters: int, out: str | None) -> int:
                     rec[b] = round(flops / sorted(v_)[len(v_) // 2] / 1e12, 1)
             fns["shipped"]()
             rec["shipped_variant"] = last_launch().variant
+            if kind in refs and rec.get("ab"):
+                rec["vs_reference"] = round(rec["ab"] / refs[kind]["tflops"], 3)
         rows.append(rec)
         print(json.dumps(rec), flush=True)
 
     print()
-    print("| variant | case | correct | rel err | TFLOPS | shipped TFLOPS | FA4 TFLOPS | / FA4 | / shipped |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| variant | case | correct | rel err | TFLOPS | shipped TFLOPS | FA4 TFLOPS | / FA4 | / shipped "
+          "| / reference |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         a, sh, f = r.get("ab"), r.get("shipped"), r.get("fa4")
         print(f"| {r['variant']} | {r['kind']} | {'yes' if r['ok'] else 'NO ' + r.get('error', '')} | "
               f"{r.get('rel_err', float('nan')):.2e} | {a or '-'} | {sh or '-'} ({r.get('shipped_variant', '-')}) | "
-              f"{f or '-'} | {round(a / f, 3) if a and f else '-'} | {round(a / sh, 3) if a and sh else '-'} |")
+              f"{f or '-'} | {round(a / f, 3) if a and f else '-'} | {round(a / sh, 3) if a and sh else '-'} | "
+              f"{r.get('vs_reference', '-')} |")
+    print(f"references: {json.dumps(refs)} (window target >= 0.95x, sink >= 0.98x)")
     if out:
-        Path(out).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows,
+        Path(out).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows, "references": refs,
                                          "date": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1))
     return 1 if failed else 0
 
