@@ -64,3 +64,31 @@ def test_ab_table_has_a_column_per_anchor_and_flags_failures():
     assert lines[1].count("|") == lines[0].count("|")
     assert "| v+x | 512 | 400.0 | 500.0 | 450.0 | 0.80 |" in text
     assert lines[3].endswith("| NO |")
+
+
+def test_model_variant_candidates_are_named_apart_and_have_a_case():
+    """Each model-variant candidate gets its own registry name (the build skips a repeated
+    one) and a case bench/model_variants.py --ab-home times it on."""
+    import importlib.util
+    from pathlib import Path
+
+    from cubinforge.bench.ab import MODEL_VARIANTS, ab_name, experiment_config
+
+    spec = importlib.util.spec_from_file_location(
+        "model_variants", Path(__file__).resolve().parent.parent / "bench" / "model_variants.py")
+    mv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mv)
+    names = [ab_name(experiment_config(o), label) for label, o in MODEL_VARIANTS]
+    assert len(set(names)) == len(names), names
+    kinds = set()
+    for label, o in MODEL_VARIANTS:
+        cfg = experiment_config(o)
+        kind = ("local" if cfg.local else "learnable_sink" if cfg.learnable_sink
+                else "head_dim_v" if cfg.head_dim_v != cfg.head_dim else None)
+        assert kind in mv.AB_CASES, label
+        kinds.add(kind)
+    assert kinds == set(mv.AB_CASES)
+    # The shipped configurations of 2026-12-01 are among them, as the baselines.
+    assert "fa3-fwd-sm_90a-bf16-hd128-noncausal-local+persistent" in names
+    assert {"fa3-fwd-sm_90a-bf16-hd192-dv128-causal+default",  # spec's token order: dv before the mask
+            "fa3-fwd-sm_90a-bf16-hd128-causal-sink+lpt+mask-bits"} <= set(names)
