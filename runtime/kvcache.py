@@ -24,7 +24,6 @@ finite values (they are read and masked, and 0 * NaN would spoil a row).
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -34,70 +33,15 @@ from .arrays import DeviceArray, OwnedDeviceArray, as_device_array
 from .errors import InputError
 from .launcher import Kernel, resolve_devices
 from .registry_source import Manifest, Source, VariantNotFound, default_source, manifests
+from .decode_plan import (  # noqa: F401  (re-exported: kvcache's public names)
+    EFFICIENCY_SLACK, FILL_FRACTION, MAX_SPLITS, MIN_BLOCKS_PER_SPLIT, DecodePlan, num_splits_heuristic,
+    pack_gqa_heuristic, plan_decode)
 
 FAMILY = "fa3_fwd"
 COMBINE_FAMILY = "attn_combine"
 APPEND_FAMILY = "kv_append"
 GATHER_FAMILY = "kv_gather"
-# Split heuristic constants (FA3's shape): splits only while the tiles fill under 80% of
-# the SMs, each split keeps at least MIN_BLOCKS_PER_SPLIT key blocks, and the smallest
-# count within 85% of the best wave efficiency wins.
-FILL_FRACTION = 0.8
-MIN_BLOCKS_PER_SPLIT = 4
-MAX_SPLITS = 128
-EFFICIENCY_SLACK = 0.85
 PAGE_CHUNK = 16  # paged variants load pages in boxes of this many rows (config.PAGE_CHUNK)
-
-
-# --------------------------------------------------------------------------- the plan (pure)
-
-def num_splits_heuristic(tiles: int, n_blocks: int, sm_count: int, max_splits: int = MAX_SPLITS) -> int:
-    """How many splits of the key range: 1 when the ``tiles`` (query tiles x heads x batch)
-    nearly fill the ``sm_count`` SMs or the ``n_blocks`` key blocks are few; else the fewest
-    splits whose waves are within EFFICIENCY_SLACK of the best wave efficiency (a split
-    count that does not shorten the longest split is never taken)."""
-    if tiles <= 0 or n_blocks <= 0 or sm_count <= 0:
-        return 1
-    if tiles >= FILL_FRACTION * sm_count or n_blocks < 2 * MIN_BLOCKS_PER_SPLIT:
-        return 1
-    cap = max(1, min(max_splits, sm_count, n_blocks // MIN_BLOCKS_PER_SPLIT))
-
-    def eligible(s):
-        return s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
-
-    def efficiency(s):
-        waves = tiles * s / sm_count
-        return waves / math.ceil(waves)
-
-    effs = {s: efficiency(s) for s in range(1, cap + 1) if eligible(s)}
-    best = max(effs.values())
-    return min(s for s, e in effs.items() if e >= EFFICIENCY_SLACK * best)
-
-
-def pack_gqa_heuristic(seqlen_q: int, heads_q: int, heads_kv: int, tile_m: int) -> bool:
-    """Pack the query heads of a KV head into the M tile when there is a group to pack and
-    the unpacked tile would be mostly empty (decode: few query tokens)."""
-    return heads_q > heads_kv and seqlen_q < tile_m
-
-
-@dataclass(frozen=True)
-class DecodePlan:
-    pack_gqa: bool
-    num_splits: int
-    tiles: int  # CTAs of one split
-    n_blocks: int  # key blocks of the longest sequence (an upper bound)
-
-
-def plan_decode(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, max_seqlen_k: int, sm_count: int,
-                tile_m: int, tile_n: int, pack_gqa: bool | None = None, num_splits: int = 0) -> DecodePlan:
-    """Pack-GQA and split count for one call; ``pack_gqa=None`` and ``num_splits=0`` mean auto."""
-    group = heads_q // heads_kv
-    pack = pack_gqa_heuristic(seqlen_q, heads_q, heads_kv, tile_m) if pack_gqa is None else bool(pack_gqa)
-    rows = seqlen_q * group if pack else seqlen_q
-    tiles = -(-rows // tile_m) * (heads_kv if pack else heads_q) * batch
-    n_blocks = -(-max_seqlen_k // tile_n)
-    splits = num_splits_heuristic(tiles, n_blocks, sm_count) if num_splits == 0 else int(num_splits)
-    return DecodePlan(pack, splits, tiles, n_blocks)
 
 
 # --------------------------------------------------------------------------- variants
@@ -209,10 +153,20 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
                     cache_seqlens: Any = None, cache_batch_idx: Any = None, page_table: Any = None,
                     softmax_scale: float | None = None, causal: bool = True, num_splits: int = 0,
                     pack_gqa: bool | None = None, out: Any = None, lse: Any = None, stream: Any = None,
-                    *, check: bool = False, source: Source | None = None) -> "PreparedAttention":
+                    *, check: bool = False, source: Source | None = None,
+                    own_plans: bool = False) -> "PreparedAttention":
     """flash_attn_with_kvcache's checks, choice of variants and buffers, without launching:
-    the plan a serving loop computes once and runs every step (``PreparedAttention.run``)."""
+    the plan a serving loop computes once and runs every step (``PreparedAttention.run``).
+    ``own_plans``: parameters of its own per launch (not shared through the kernels' plan
+    cache, and holding no caller array), for a caller that rewrites pointers later
+    (Kernel.rewrite_pointers: flash_attn_func's decode route)."""
     handle, _keep = (stream, None) if type(stream) is int else driver.resolve_stream(stream)
+
+    def plan_of(kernel: Kernel, arrays: dict, scalars: dict):
+        if own_plans:
+            return kernel.build_plan(arrays, scalars, handle, keep_arrays=False)
+        return kernel.plan(arrays, scalars, handle)
+
     if (k is None) != (v is None):
         raise InputError("k and v are appended together: pass both or neither")
     if k is not None and cache_seqlens is None:
@@ -325,7 +279,7 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
                       "cache_seqlens": arrays["seqused_k"], "seqused_k": used}
         if paged:
             app_arrays["page_table"] = arrays["page_table"]
-        launches.append((app, app.plan(app_arrays, {}, handle)))
+        launches.append((app, plan_of(app, app_arrays, {})))
         arrays["cache_seqlens"] = arrays["seqused_k"]
         arrays["seqused_k"] = used
     if paged and ka.shape[1] % PAGE_CHUNK:
@@ -334,8 +288,8 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         gat = _family_kernel(GATHER_FAMILY, source, arch=driver.device_arch(device), dtype=qa.dtype, head_dim=d)
         kd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
         vd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
-        launches.append((gat, gat.plan({"k_cache": arrays["k"], "v_cache": arrays["v"], "page_table": arrays.pop("page_table"),
-                                        "seqused_k": arrays["seqused_k"], "k": kd_, "v": vd_}, {}, handle)))
+        launches.append((gat, plan_of(gat, {"k_cache": arrays["k"], "v_cache": arrays["v"], "page_table": arrays.pop("page_table"),
+                                            "seqused_k": arrays["seqused_k"], "k": kd_, "v": vd_}, {})))
         arrays["k"], arrays["v"], paged = kd_, vd_, False
 
     arch = driver.device_arch(device)
@@ -349,15 +303,15 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         lse = arrays["lse"] = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream)
     if not fwd.manifest.axes.get("split_kv"):
         kern = {n: arrays[n] for n in fwd.contract.tensors}
-        return PreparedAttention(out, lse, plan, launches + [(fwd, fwd.plan(kern, scalars, handle))], arrays)
+        return PreparedAttention(out, lse, plan, launches + [(fwd, plan_of(fwd, kern, scalars))], arrays)
     o_part = OwnedDeviceArray.empty((splits, b, sq, hq, d), "f32", device, stream)
     l_part = OwnedDeviceArray.empty((splits, b, hq, sq), "f32", device, stream)
     kern = {n: arrays[n] for n in fwd.contract.tensors if n not in ("o_partial", "lse_partial")}
     kern["o_partial"], kern["lse_partial"] = o_part, l_part
     comb = _combine_kernel(arch, qa.dtype, d, source)
     parts = {"o_partial": o_part, "lse_partial": l_part, "o": arrays["o"], "lse": arrays["lse"]}
-    return PreparedAttention(out, lse, plan, launches + [(fwd, fwd.plan(kern, scalars, handle)),
-                                                         (comb, comb.plan(parts, {}, handle))], {**arrays, **parts})
+    return PreparedAttention(out, lse, plan, launches + [(fwd, plan_of(fwd, kern, scalars)),
+                                                         (comb, plan_of(comb, parts, {}))], {**arrays, **parts})
 
 
 @dataclass
