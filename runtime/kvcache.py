@@ -19,6 +19,12 @@ cache_seqlens and page_table to the host and checks them, at the cost of a sync)
 cache_seqlens[b] <= the cache's capacity for b; page_table[b, :ceil(cache_seqlens[b] /
 page_size)] are pages in [0, num_pages); key rows of the cache past cache_seqlens[b] hold
 finite values (they are read and masked, and 0 * NaN would spoil a row).
+
+``cache_batch_idx`` int32 (batch,), FlashAttention's meaning (row b of q uses cache row
+cache_batch_idx[b] of a dense cache with any number of rows), runs on the paged forms: the
+dense cache is pages of seqlen_cache rows and cache_batch_idx the page table
+(``batch_idx_as_page_table``; seqlen_cache must be a multiple of PAGE_CHUNK). Its values must
+lie in [0, cache rows) (``check=True`` checks them); rows appended to must be distinct.
 """
 
 from __future__ import annotations
@@ -139,6 +145,23 @@ def _to_host_i32(a: DeviceArray, device: int, handle: int) -> list:
     return list(buf)[:n]
 
 
+def batch_idx_as_page_table(bi: DeviceArray, batch: int, cache_shape: tuple) -> DeviceArray:
+    """FlashAttention's cache_batch_idx (row b of q reads cache row cache_batch_idx[b]) over a
+    dense cache (batch_cache, seqlen_cache, heads_kv, d), as the paged kernels' page table:
+    the cache is num_pages = batch_cache pages of page_size = seqlen_cache rows, and the table
+    is cache_batch_idx viewed as (batch, 1), no copy. A page of whole 128-key tiles takes one
+    TMA box per tile (as a dense cache does); other multiples of PAGE_CHUNK take boxes of
+    PAGE_CHUNK rows. kv_append writes row cache_batch_idx[b] through the same table."""
+    if bi.dtype != "i32" or bi.ndim != 1 or bi.shape[0] != batch:
+        raise InputError(f"cache_batch_idx must be int32 (batch={batch},); got {bi.dtype} {bi.shape}")
+    s_cache = cache_shape[1]
+    if s_cache % PAGE_CHUNK:
+        raise InputError(f"cache_batch_idx needs the cache's seqlen ({s_cache}) to be a multiple of {PAGE_CHUNK}: "
+                         f"the cache is read as pages of that many rows; allocate it with a padded seqlen")
+    return DeviceArray(bi.ptr, (batch, 1), (bi.strides[0] if batch > 1 else 1, 1), "i32", bi.device,
+                       owner=bi, readonly=True)
+
+
 def _compact(shape):
     out, acc = [], 1
     for n in reversed(shape):
@@ -171,8 +194,9 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         raise InputError("k and v are appended together: pass both or neither")
     if k is not None and cache_seqlens is None:
         raise InputError("appending k/v needs cache_seqlens (where each sequence's new tokens go)")
-    if cache_batch_idx is not None:
-        raise InputError("cache_batch_idx is not supported yet: index the cache per batch row")
+    if cache_batch_idx is not None and page_table is not None:
+        raise InputError("cache_batch_idx indexes the rows of a dense cache; with a page_table, "
+                         "put that indirection in the page table instead")
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise InputError(f"num_splits must be 0 (auto) or a positive int, got {num_splits!r}")
     if num_splits > MAX_SPLITS:
@@ -180,6 +204,7 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     qa = _wrap(q, handle, "q")
     ka, va = _wrap(k_cache, handle, "k_cache"), _wrap(v_cache, handle, "v_cache")
     pt = _wrap(page_table, handle, "page_table")
+    bi = _wrap(cache_batch_idx, handle, "cache_batch_idx")
     for n, a in (("q", qa), ("k_cache", ka), ("v_cache", va)):
         if a.ndim != 4:
             raise InputError(f"{n} must have 4 dimensions, got {a.shape}")
@@ -194,6 +219,8 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         raise InputError(f"head_dim differs: q has {d}, k_cache {ka.shape[3]}")
     if hkv == 0 or hq % hkv:
         raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv})")
+    if bi is not None:
+        pt = batch_idx_as_page_table(bi, b, ka.shape)
     paged = pt is not None
     if paged:
         if pt.dtype != "i32" or pt.ndim != 2 or pt.shape[0] != b:
@@ -257,7 +284,13 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
             raise InputError(f"cache_seqlens{f' + {s_new} new tokens' if s_new else ''} outside 0..{capacity} "
                              f"(the cache's capacity) at "
                              f"{', '.join(f'[{i}] = {n}' for i, n in bad[:8])}")
-    if check and paged:
+    if check and bi is not None:
+        rows = _to_host_i32(bi, device, handle)
+        bad = [(i, r) for i, r in enumerate(rows) if not 0 <= r < ka.shape[0]]
+        if bad:
+            raise InputError(f"cache_batch_idx holds rows outside the cache's 0..{ka.shape[0] - 1} at "
+                             f"{', '.join(f'[{i}] = {r}' for i, r in bad[:8])}")
+    elif check and paged:
         lens = _to_host_i32(arrays["seqused_k"], device, handle) if "seqused_k" in arrays else [seq_int] * b
         table = _to_host_i32(pt, device, handle)
         npages, mp = ka.shape[0], pt.shape[1]

@@ -60,3 +60,44 @@ def test_routed_decode_matches_reference_and_kvcache(b, sq, sk, hq, hkv, causal)
     o3, lse3 = G.poisoned((b, sq, hq, d), dtype), G.poisoned((b, hq, sq), "f32")
     flash_attn_func(q, k, v, causal=causal, out=o3, lse=lse3, source=G.SRC)
     assert np.array_equal(G.download(o3), got_o) and np.array_equal(G.download(lse3), got_lse)
+
+
+# --------------------------------------------------------------------------- cache_batch_idx
+
+@pytest.mark.parametrize("s_cache", [1024, 1008])       # whole 128-key tiles per row; 16-row boxes
+@pytest.mark.parametrize("s_new", [0, 2])
+def test_cache_batch_idx_reads_and_appends_the_indexed_rows(s_cache, s_new):
+    """Row b of q attends to cache row cache_batch_idx[b] of a dense cache with more rows than
+    the batch (through the paged forms, no copy); appended k/v land in those rows."""
+    from cubinforge.runtime import flash_attn_with_kvcache
+    G.need(paged_kv=True, pack_gqa=True)
+    if s_new:
+        G._need_append(True)
+    b, rows, hq, hkv, d, dtype = 4, 7, 16, 4, 128, "bf16"
+    rng = np.random.default_rng(s_cache + s_new)
+    idx = np.array([5, 0, 3, 6], np.int32)
+    lens = np.array([0, 1, 500, s_cache - s_new], np.int32)
+    qh, q = G.rand(rng, (b, max(s_new, 1), hq, d), dtype)
+    kh, k = G.rand(rng, (rows, s_cache, hkv, d), dtype)
+    vh, v = G.rand(rng, (rows, s_cache, hkv, d), dtype)
+    new = {}
+    if s_new:
+        nkh, nk = G.rand(rng, (b, s_new, hkv, d), dtype)
+        nvh, nv = G.rand(rng, (b, s_new, hkv, d), dtype)
+        new = dict(k=nk, v=nv)
+    before = G.download(k)
+    sq = max(s_new, 1)
+    o, lse = G.poisoned((b, sq, hq, d), dtype), G.poisoned((b, hq, sq), "f32")
+    flash_attn_with_kvcache(q, k, v, cache_seqlens=G.upload(lens.view(np.uint32), "i32"),
+                            cache_batch_idx=G.upload(idx.view(np.uint32), "i32"), causal=True, out=o, lse=lse,
+                            check=True, source=G.SRC, **new)
+    k_rows, v_rows = [kh[r].copy() for r in idx], [vh[r].copy() for r in idx]
+    want = before.copy()
+    for i in range(b):
+        if s_new:
+            k_rows[i][lens[i]:lens[i] + s_new] = nkh[i]
+            v_rows[i][lens[i]:lens[i] + s_new] = nvh[i]
+            want[idx[i], lens[i]:lens[i] + s_new] = nkh[i]
+    assert np.array_equal(G.download(k), want), "the append wrote other rows than cache_batch_idx names"
+    ref_o, ref_lse = G.reference(qh, k_rows, v_rows, lens + s_new, 1 / math.sqrt(d), True)
+    G.check(G.download(o), G.download(lse), ref_o, ref_lse, f"cache_batch_idx s_cache={s_cache} s_new={s_new}")
