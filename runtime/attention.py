@@ -25,6 +25,7 @@ FAMILY = "fa3_fwd"
 # The forward family per arch: sm_100a's (fa4_fwd) has never run, so the launcher refuses it
 # unless CUBINFORGE_ALLOW_UNVERIFIED=1 (registry_source.check_verified).
 FAMILY_BY_ARCH = {"sm_90a": FAMILY, "sm_100a": "fa4_fwd"}
+_NO_WINDOW = (-1, -1)   # flash_attn_func's default window, tested by identity on the hot path
 _kernels: dict[tuple, tuple] = {}    # (id(source), variant) -> (source, Kernel)
 _chosen: dict[tuple, tuple] = {}     # (id(source), arch, dtype, head_dim, causal, sizes) -> (source, Kernel)
 _kernels_lock = threading.Lock()
@@ -306,7 +307,7 @@ def run_without_kernel(call: Call, handle: int) -> None:
 
 
 def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
-                    out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = (-1, -1),
+                    out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = _NO_WINDOW,
                     softcap: float = 0.0, learnable_sink: Any = None, *, source: Source | None = None,
                     q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
                     v_layout: str = "rowmajor"):
@@ -345,7 +346,8 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         out, stream=handle, what="o", ordered=od)
     la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(
         lse, stream=handle, what="lse", ordered=od)
-    if qa.dtype == "e4m3" or _fp8_args(q_descale, k_descale, v_descale, v_layout):
+    if (qa.dtype == "e4m3" or q_descale is not None or k_descale is not None or v_descale is not None
+            or v_layout != "rowmajor"):
         if tuple(window_size) != (-1, -1) or softcap or learnable_sink is not None:
             raise InputError("FP8 (e4m3) attention does not take window_size, softcap or learnable_sink yet; "
                              "call it with their defaults, or use bf16/fp16 inputs for those variants")
@@ -355,7 +357,11 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         return (o8 if out is None else out), (l8 if lse is None else lse)
     sa = (None if learnable_sink is None else learnable_sink if isinstance(learnable_sink, DeviceArray)
           else as_device_array(learnable_sink, stream=handle, what="learnable_sink", ordered=od))
-    variant = resolve_variant(causal, window_size, softcap, sa is not None)
+    if window_size is _NO_WINDOW and sa is None and type(softcap) is float and not softcap and type(causal) is bool:
+        variant, vkey = _PLAIN[causal]      # the plain kernel's arguments: nothing to resolve
+    else:
+        variant = resolve_variant(causal, window_size, softcap, sa is not None)
+        vkey = variant.key
     key = None
     try:
         scale = None if softmax_scale is None else float(softmax_scale)
@@ -372,7 +378,7 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
                va.shape, va.strides, va.dtype, va.device,
                None if oa is None else (oa.shape, oa.strides, oa.dtype, oa.device, oa.readonly),
                None if la is None else (la.shape, la.strides, la.dtype, la.device, la.readonly),
-               bool(causal), scale, id(source), variant.key)
+               bool(causal), scale, id(source), vkey)
         hit = _calls.get(key)
         if hit is not None and hit.source is source:
             o2 = oa if oa is not None else hit.allocate("o", stream)
@@ -409,6 +415,9 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     else:
         kernel.run(kernel.plan(call.arrays, call.scalars, handle), handle)
     return call.out, call.lse
+
+
+_PLAIN = {c: (v, v.key) for c in (False, True) for v in (resolve_variant(c),)}
 
 
 class _Cached:
@@ -528,7 +537,7 @@ def _run_decode(kernels, plans, handle):
 
 
 def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
-                   out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = (-1, -1),
+                   out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = _NO_WINDOW,
                    softcap: float = 0.0, learnable_sink: Any = None, *, source: Source | None = None):
     """Bind one flash_attn_func call once, for replay: returns an ``AttentionPlan``.
 
@@ -559,10 +568,6 @@ def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, c
     call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source, handle, variant, sa,
                    forms=False)
     return AttentionPlan(call, handle, stream)
-
-
-def _fp8_args(q_descale, k_descale, v_descale, v_layout) -> bool:
-    return q_descale is not None or k_descale is not None or v_descale is not None or v_layout != "rowmajor"
 
 
 def _on(a: DeviceArray, device: int) -> bool:
