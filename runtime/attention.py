@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import driver, fill, restage
-from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, as_device_array
+from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, as_device_array, wrap_arg
 from .errors import InputError
 from .launcher import Kernel, record_copies, record_no_launch, resolve_devices
 from .launcher import record_as_last
@@ -339,13 +339,11 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         handle, _keep = driver.resolve_stream(stream)
     # Wrap each array once (a DLPack capsule can be consumed only once).
     od: set = set()
-    qa = q if isinstance(q, DeviceArray) else as_device_array(q, stream=handle, what="q", ordered=od)
-    ka = k if isinstance(k, DeviceArray) else as_device_array(k, stream=handle, what="k", ordered=od)
-    va = v if isinstance(v, DeviceArray) else as_device_array(v, stream=handle, what="v", ordered=od)
-    oa = None if out is None else out if isinstance(out, DeviceArray) else as_device_array(
-        out, stream=handle, what="o", ordered=od)
-    la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(
-        lse, stream=handle, what="lse", ordered=od)
+    qa = q if isinstance(q, DeviceArray) else wrap_arg(q, handle, "q", od)
+    ka = k if isinstance(k, DeviceArray) else wrap_arg(k, handle, "k", od)
+    va = v if isinstance(v, DeviceArray) else wrap_arg(v, handle, "v", od)
+    oa = None if out is None else out if isinstance(out, DeviceArray) else wrap_arg(out, handle, "o", od)
+    la = None if lse is None else lse if isinstance(lse, DeviceArray) else wrap_arg(lse, handle, "lse", od)
     if (qa.dtype == "e4m3" or q_descale is not None or k_descale is not None or v_descale is not None
             or v_layout != "rowmajor"):
         if tuple(window_size) != (-1, -1) or softcap or learnable_sink is not None:

@@ -79,4 +79,8 @@ def torch_array(t: Any, dtype: str | None, stream: int | None, what: str,
             driver.order_streams(consumer=consumer, producer=producer, device=dev)
         if ordered is not None:
             ordered.add(dev)
-    return DeviceArray._trusted(ptr, tuple(t.shape), tuple(strides), got, dev, t)
+    # stride() is a tuple already; torch.Size becomes a plain tuple (messages, keys).
+    return _trusted(ptr, tuple(t.shape), strides, got, dev, t)
+
+
+_trusted = DeviceArray._trusted
