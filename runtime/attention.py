@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import driver, fill, restage
-from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, as_device_array, wrap_arg
+from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, _readers, as_device_array, wrap_arg
+from .producers import order_for, torch_array, torch_fields
 from .errors import InputError
 from .launcher import Kernel, record_copies, record_no_launch, resolve_devices
 from .launcher import record_as_last
@@ -337,8 +338,13 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         handle = stream
     else:
         handle, _keep = driver.resolve_stream(stream)
-    # Wrap each array once (a DLPack capsule can be consumed only once).
     od: set = set()
+    if (lse is not None and out is not None and _readers.get(type(q)) is torch_array and learnable_sink is None
+            and window_size is _NO_WINDOW and type(softcap) is float and not softcap and type(causal) is bool
+            and q_descale is None and k_descale is None and v_descale is None and v_layout == "rowmajor"
+            and _torch_hit(q, k, v, out, lse, handle, causal, softmax_scale, source, od)):
+        return out, lse
+    # Wrap each array once (a DLPack capsule can be consumed only once).
     qa = q if isinstance(q, DeviceArray) else wrap_arg(q, handle, "q", od)
     ka = k if isinstance(k, DeviceArray) else wrap_arg(k, handle, "k", od)
     va = v if isinstance(v, DeviceArray) else wrap_arg(v, handle, "v", od)
@@ -416,6 +422,46 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
 
 
 _PLAIN = {c: (v, v.key) for c in (False, True) for v in (resolve_variant(c),)}
+
+
+def _torch_hit(q, k, v, out, lse, handle: int, causal: bool, softmax_scale, source, od: set) -> bool:
+    """A repeated plain call with torch tensors (out and lse given) whose layout and pointers
+    equal a cached call's: its fields are read from the tensors (producers.torch_fields) and
+    the cached launch runs, with no DeviceArray made. False (nothing launched; ``od`` may say
+    the stream is ordered) sends the call the full way: new pointers, another layout, a tensor
+    the attribute path cannot read, a decode-routed entry."""
+    tq = type(q)
+    if type(k) is not tq or type(v) is not tq or type(out) is not tq or type(lse) is not tq:
+        return False
+    if softmax_scale is None:
+        scale = None
+    elif type(softmax_scale) is float:
+        scale = softmax_scale
+    else:
+        return False
+    fq, fk, fv, fo, fl = torch_fields(q), torch_fields(k), torch_fields(v), torch_fields(out), torch_fields(lse)
+    if fq is None or fk is None or fv is None or fo is None or fl is None:
+        return False
+    dev = fq[4]
+    if fk[4] != dev or fv[4] != dev or fo[4] != dev or fl[4] != dev:
+        return False
+    # The same key flash_attn_func builds from the DeviceArrays of these tensors.
+    key = (fq[1], fq[2], fq[3], dev, fk[1], fk[2], fk[3], dev, fv[1], fv[2], fv[3], dev,
+           (fo[1], fo[2], fo[3], dev, False), (fl[1], fl[2], fl[3], dev, False), causal, scale, id(source),
+           _PLAIN[causal][1])
+    hit = _calls.get(key)
+    if type(hit) is not _Cached or hit.source is not source:
+        return False
+    order_for(handle, dev, od)
+    ptrs = (fq[0], fk[0], fv[0], fo[0], fl[0])
+    with hit.lock:
+        if ptrs == hit.ptrs:
+            hit.kernel.run(hit.plan, handle)
+            return True
+    # Other buffers of this layout: the entry checks and rewrites their pointers.
+    arrays = tuple(DeviceArray._trusted(f[0], f[1], f[2], f[3], dev, t)
+                   for f, t in ((fq, q), (fk, k), (fv, v), (fo, out), (fl, lse)))
+    return hit.launch(arrays, handle)
 
 
 class _Cached:
