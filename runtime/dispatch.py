@@ -176,6 +176,13 @@ def rank(problem: Problem, candidates: Iterable[Any], *, axes_of=lambda c: c.axe
         else:
             note = " - no fitting variant has it"
         reasons.append(f"{p.name}: prefer {fmt_axes(p.prefer)} ({p.why})" + note)
+    for p in preferences:
+        # A rule on a derived value that the sizes given cannot compute: say what it needs
+        # (e.g. `cubinforge explain` without --sm-count), when its other conditions hold.
+        undecided = [k for k in p.when if k in DERIVED and problem.value(k) is None]
+        if undecided and all(_holds(problem.value(k), c) for k, c in p.when.items() if k not in DERIVED):
+            missing = [k for k in SIZES if getattr(problem, k) is None]
+            reasons.append(f"{p.name}: not decided: {', '.join(undecided)} needs {', '.join(missing)}")
     if not active and len(ranked) > 1:
         reasons.append("no preference applies to this problem; the first by name is taken")
     if freed:

@@ -183,3 +183,11 @@ def test_decode_rule_falls_back_to_the_plain_kernel():
     choice = rank(_problem(batch=4, seqlen_q=1, seqlen_k=32768, **DECODE_SIZES), DECODE[:2])
     assert choice.best.variant == "hd128-causal-persistent" and choice.params == {}
     assert any("decode-split-kv" in r and "no fitting variant has it" in r for r in choice.reasons)
+
+
+def test_a_rule_that_needs_the_sm_count_says_so():
+    choice = rank(_problem(batch=4, seqlen_q=1, seqlen_k=32768, heads_q=16, heads_kv=16), DECODE)
+    assert any(r.startswith("decode-split-kv: not decided: decode_splits needs sm_count") for r in choice.reasons)
+    # Prefill shapes do not mention it.
+    choice = rank(_problem(batch=4, seqlen_q=4096, seqlen_k=4096), DECODE)
+    assert not any("decode-split-kv" in r for r in choice.reasons)
