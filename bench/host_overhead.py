@@ -80,7 +80,8 @@ class MockDriver:
         A = d.CUdevice_attribute
         P = d.CUpointer_attribute
         cc = {A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.arch[0],
-              A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.arch[1]}
+              A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.arch[1],
+              A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132}   # an H200's (split-KV plans read it)
         me = self
 
         def counted(name, fn):

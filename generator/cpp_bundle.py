@@ -33,7 +33,8 @@ import jinja2
 
 from cubinforge.runtime.arrays import DTYPE_BYTES as DTYPES
 from cubinforge.runtime.contract import BINARY_OPS as _BINARY, load_contract
-from cubinforge.runtime.axes import default_axes, derived_axes
+from cubinforge.runtime import decode_plan
+from cubinforge.runtime.axes import default_axes, derived_axes, form_axes
 from cubinforge.runtime.dispatch import preference_table
 from cubinforge.runtime.errors import ContractError
 from cubinforge.runtime.registry_source import MANIFEST_VERSION
@@ -358,8 +359,15 @@ def _preferences() -> list[dict]:
                              "has_low": c["low"] is not None, "low": c["low"] or 0,
                              "has_high": c["high"] is not None, "high": c["high"] or 0})
         rows.append({"name": p["name"], "when": when, "why": p["why"],
-                     "prefer": [(k, axis_text(v)) for k, v in p["prefer"].items()]})
+                     "prefer": [(k, axis_text(v)) for k, v in p["prefer"].items()],
+                     "params": list(p.get("params", {}).items())})
     return rows
+
+
+def _decode_plan_constants() -> list:
+    d = decode_plan
+    return [repr(float(d.FILL_FRACTION)), d.MIN_BLOCKS_PER_SPLIT, d.MAX_SPLITS, repr(float(d.EFFICIENCY_SLACK)),
+            d.DECODE_TILE_M, d.DECODE_TILE_N]
 
 
 def render_cpp_bundle(manifests: list[dict], cubin_bytes_by_sha: dict, out_dir,
@@ -411,7 +419,9 @@ def render_cpp_bundle(manifests: list[dict], cubin_bytes_by_sha: dict, out_dir,
     path.write_text(env.get_template("bundle.h.j2").render(
         namespace=namespace, variants=variants, embed=embed, cubin_ids=cubin_ids,
         cubins_header=CUBINS_HEADER_NAME, preferences=_preferences(),
-        default_axes=[(k, axis_text(v)) for k, v in default_axes().items()]))
+        default_axes=[(k, axis_text(v)) for k, v in default_axes().items()],
+        derived_axes=sorted(derived_axes().items()), form_axes=sorted(form_axes()),
+        decode_plan=_decode_plan_constants()))
     written.append(path)
     return written
 

@@ -507,4 +507,16 @@ def as_device_array(obj: Any, dtype: str | None = None, stream: int | None = Non
                      f"nor __cuda_array_interface__); use DeviceArray.from_pointer for raw pointers")
 
 
+def wrap_arg(obj: Any, stream: int | None, what: str, ordered: set | None) -> DeviceArray:
+    """as_device_array(obj, stream=, what=, ordered=) for a call's array arguments that are
+    not DeviceArrays already: a producer read by attribute (a torch tensor) goes straight to
+    its reader, everything else the full way."""
+    reader = _readers.get(type(obj))
+    if reader is not None:
+        a = reader(obj, None, stream, what, ordered)
+        if a is not None:
+            return a
+    return as_device_array(obj, stream=stream, what=what, ordered=ordered)
+
+
 from . import producers  # noqa: E402  (it imports DeviceArray from here)

@@ -9,20 +9,24 @@ kernel parameters; the chosen variant's contract then checks what it alone requi
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import driver, fill, restage
-from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, as_device_array
+from .arrays import DTYPE_BYTES, DeviceArray, OwnedDeviceArray, _readers, as_device_array, wrap_arg
+from .producers import order_for, torch_array, torch_fields
 from .errors import InputError
 from .launcher import Kernel, record_copies, record_no_launch, resolve_devices
-from .registry_source import Manifest, Source, default_source, select
+from .launcher import record_as_last
+from .dispatch import Choice, Problem
+from .registry_source import Manifest, Source, choose, default_source
 from .variants import VariantArgs, resolve as resolve_variant
 
 FAMILY = "fa3_fwd"
 # The forward family per arch: sm_100a's (fa4_fwd) has never run, so the launcher refuses it
 # unless CUBINFORGE_ALLOW_UNVERIFIED=1 (registry_source.check_verified).
 FAMILY_BY_ARCH = {"sm_90a": FAMILY, "sm_100a": "fa4_fwd"}
+_NO_WINDOW = (-1, -1)   # flash_attn_func's default window, tested by identity on the hot path
 _kernels: dict[tuple, tuple] = {}    # (id(source), variant) -> (source, Kernel)
 _chosen: dict[tuple, tuple] = {}     # (id(source), arch, dtype, head_dim, causal, sizes) -> (source, Kernel)
 _kernels_lock = threading.Lock()
@@ -39,35 +43,61 @@ def select_attention_variant(dtype: str, head_dim: int, causal: bool = False, *,
     ``local``, ``softcap``, ``learnable_sink`` are the variant axes (runtime.variants.resolve
     derives them from flash_attn_func's arguments); ``head_dim_v`` is v's head dim (default:
     ``head_dim``)."""
+    return choose_attention_variant(dtype, head_dim, causal, arch=arch, device=device, source=source, sizes=sizes,
+                                    local=local, softcap=softcap, learnable_sink=learnable_sink,
+                                    head_dim_v=head_dim_v).best
+
+
+def choose_attention_variant(dtype: str, head_dim: int, causal: bool = False, *, arch: str | None = None,
+                             device: int = 0, source: Source | None = None, sizes: dict | None = None,
+                             local: bool = False, softcap: bool = False, learnable_sink: bool = False,
+                             head_dim_v: int | None = None, forms: bool = True) -> Choice:
+    """select_attention_variant's whole Choice: the variant, its launch parameters (num_splits
+    for a split-KV form) and the reasons. With sizes including ``sm_count``, a decode-shaped
+    problem may get a split-KV / pack-GQA form (dispatch rule ``decode-split-kv``);
+    ``forms=False`` asks for the plain kernel (split_kv = pack_gqa = False)."""
     arch = arch or driver.device_arch(device)
     axes = {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal),
             "local": bool(local), "softcap": bool(softcap), "learnable_sink": bool(learnable_sink)}
     if head_dim_v is not None:
         axes["head_dim_v"] = int(head_dim_v)
-    return select(FAMILY_BY_ARCH.get(arch, FAMILY), axes, source=source, sizes=sizes)
+    if not forms:
+        axes.update(split_kv=False, pack_gqa=False)
+    return choose(Problem(FAMILY_BY_ARCH.get(arch, FAMILY), axes, **(sizes or {})), source)
+
+
+_SIZES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "sm_count")
 
 
 def _kernel(arch: str, dtype: str, head_dim: int, head_dim_v: int, va: VariantArgs, source: Source | None,
-            sizes: tuple = ()) -> Kernel:
+            sizes: tuple = (), forms: bool = True) -> tuple[Kernel, dict]:
+    """(Kernel, launch parameters) the dispatcher chooses; ``sizes`` in _SIZES order."""
     # Keyed by the source's id; the entry holds the source, so the id cannot be reused by
     # another source while the entry exists. One Kernel (one loaded module) per variant,
     # however many problem shapes choose it.
-    key = (id(source), arch, dtype, head_dim, head_dim_v, va.causal, va.local, va.softcap, va.learnable_sink, sizes)
+    key = (id(source), arch, dtype, head_dim, head_dim_v, va.causal, va.local, va.softcap, va.learnable_sink, sizes,
+           forms)
     ent = _chosen.get(key)
     if ent is None or ent[0] is not source:
         with _kernels_lock:
             ent = _chosen.get(key)
             if ent is None or ent[0] is not source:
-                m = select_attention_variant(dtype, head_dim, arch=arch, source=source, head_dim_v=head_dim_v,
-                                             sizes=dict(zip(("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv"), sizes)),
-                                             **va.axes)
+                choice = choose_attention_variant(dtype, head_dim, arch=arch, source=source, head_dim_v=head_dim_v,
+                                                  sizes=dict(zip(_SIZES, sizes)), forms=forms, **va.axes)
+                m = choice.best
                 kent = _kernels.get((id(source), m.variant))
                 if kent is None or kent[0] is not source:
                     kent = _kernels[(id(source), m.variant)] = (source, Kernel.from_manifest(m, source or default_source()))
                 if len(_chosen) >= _MAX_CHOSEN:
                     _chosen.pop(next(iter(_chosen)))
-                ent = _chosen[key] = (source, kent[1])
-    return ent[1]
+                ent = _chosen[key] = (source, kent[1], dict(choice.params))
+    return ent[1], ent[2]
+
+
+def is_decode_form(kernel: Kernel) -> bool:
+    """A split-KV / pack-GQA form (launched through runtime/kvcache.py), not the plain kernel."""
+    axes = kernel.manifest.axes
+    return bool(axes.get("split_kv") or axes.get("pack_gqa"))
 
 
 # Repeated flash_attn_func calls: a _Cached entry by everything the call's checks depend on
@@ -157,14 +187,19 @@ class Call:
     fills: list = field(default_factory=list)      # (DeviceArray, bit pattern)
     note: str = ""
     copies: dict = field(default_factory=dict)     # input name -> (the caller's array, our copy)
+    # A decode-shaped call the dispatcher routed to the split-KV / pack-GQA forms: their
+    # PreparedAttention (runtime/kvcache.py), which launches instead of ``kernel``.
+    decode: Any = None
 
 
 def prepare(qa: DeviceArray, ka: DeviceArray, va: DeviceArray, oa: DeviceArray | None, la: DeviceArray | None,
             out: Any, lse: Any, softmax_scale, causal: bool, stream: Any, source: Source | None,
-            handle: int = 0, variant: VariantArgs | None = None, sink: DeviceArray | None = None) -> Call:
+            handle: int = 0, variant: VariantArgs | None = None, sink: DeviceArray | None = None,
+            forms: bool = True) -> Call:
     """Everything of a flash_attn_func call up to the launch: checks, variant, allocations.
     ``variant``: the model-variant axes and scalars (runtime/variants.py); ``sink``: the
-    learnable sink logits, (heads_q,) float32."""
+    learnable sink logits, (heads_q,) float32. ``forms=False`` keeps to the plain kernel
+    (no decode routing)."""
     variant = variant or resolve_variant(causal, (-1, -1), 0.0, sink is not None)
     arrays = {"q": qa, "k": ka, "v": va}
     if oa is not None:
@@ -194,8 +229,11 @@ def prepare(qa: DeviceArray, ka: DeviceArray, va: DeviceArray, oa: DeviceArray |
         arrays, device = resolve_devices(arrays)
     else:
         arrays, device = _devices_of_empty(arrays)
-    kernel = _kernel(driver.device_arch(device), qa.dtype, d, dv, variant, source,
-                     (b, sq, ka.shape[1], hq, ka.shape[2]))
+    sms = driver.sm_count(device) if why is None and forms else None
+    kernel, params = _kernel(driver.device_arch(device), qa.dtype, d, dv, variant, source,
+                             (b, sq, ka.shape[1], hq, ka.shape[2], sms), forms)
+    if why is None and is_decode_form(kernel):
+        return _prepare_decode(kernel, params, arrays, softmax_scale, variant, stream, source, handle, device)
     specs = kernel.contract.tensors
     if "o" not in arrays:
         align = specs["o"].align_bytes if "o" in specs else 16
@@ -230,6 +268,27 @@ def prepare(qa: DeviceArray, ka: DeviceArray, va: DeviceArray, oa: DeviceArray |
     return Call(None, arrays, scalars, device, out, lse, fills, why)
 
 
+def _prepare_decode(kernel: Kernel, params: dict, arrays: dict, softmax_scale, variant: VariantArgs, stream: Any,
+                    source: Source | None, handle: int, device: int) -> Call:
+    """A decode-shaped call through flash_attn_with_kvcache's machinery: the dense k/v are a
+    full cache (every sequence sees all seqlen_k keys), split ``params['num_splits']`` ways
+    with the combine as the dispatcher chose (num_splits 1: the unsplit form)."""
+    from .kvcache import prepare_kvcache
+
+    copies = {}
+    for n in ("q", "k", "v"):
+        if restage.needs_copy(arrays[n], 16):
+            copies[n] = (arrays[n], restage.compact_copy(arrays[n], device, stream, handle))
+            arrays[n] = copies[n][1]
+    axes = kernel.manifest.axes
+    prepared = prepare_kvcache(arrays["q"], arrays["k"], arrays["v"], causal=variant.causal,
+                               num_splits=int(params.get("num_splits", 1)) if axes.get("split_kv") else 1,
+                               pack_gqa=bool(axes.get("pack_gqa")), out=arrays.get("o"), lse=arrays.get("lse"),
+                               softmax_scale=softmax_scale, stream=stream, source=source, own_plans=True)
+    return Call(kernel, {**arrays, "o": prepared.out, "lse": prepared.lse}, dict(variant.scalars), device,
+                prepared.out, prepared.lse, copies=copies, decode=prepared)
+
+
 def _devices_of_empty(arrays: dict) -> tuple[dict, int]:
     """resolve_devices for a call with empty arrays: those with no elements and no device say
     nothing (their pointer may be null); with none left, the current context's device."""
@@ -249,7 +308,7 @@ def run_without_kernel(call: Call, handle: int) -> None:
 
 
 def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
-                    out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = (-1, -1),
+                    out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = _NO_WINDOW,
                     softcap: float = 0.0, learnable_sink: Any = None, *, source: Source | None = None,
                     q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
                     v_layout: str = "rowmajor"):
@@ -279,16 +338,20 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         handle = stream
     else:
         handle, _keep = driver.resolve_stream(stream)
-    # Wrap each array once (a DLPack capsule can be consumed only once).
     od: set = set()
-    qa = q if isinstance(q, DeviceArray) else as_device_array(q, stream=handle, what="q", ordered=od)
-    ka = k if isinstance(k, DeviceArray) else as_device_array(k, stream=handle, what="k", ordered=od)
-    va = v if isinstance(v, DeviceArray) else as_device_array(v, stream=handle, what="v", ordered=od)
-    oa = None if out is None else out if isinstance(out, DeviceArray) else as_device_array(
-        out, stream=handle, what="o", ordered=od)
-    la = None if lse is None else lse if isinstance(lse, DeviceArray) else as_device_array(
-        lse, stream=handle, what="lse", ordered=od)
-    if qa.dtype == "e4m3" or _fp8_args(q_descale, k_descale, v_descale, v_layout):
+    if (lse is not None and out is not None and _readers.get(type(q)) is torch_array and learnable_sink is None
+            and window_size is _NO_WINDOW and type(softcap) is float and not softcap and type(causal) is bool
+            and q_descale is None and k_descale is None and v_descale is None and v_layout == "rowmajor"
+            and _torch_hit(q, k, v, out, lse, handle, causal, softmax_scale, source, od)):
+        return out, lse
+    # Wrap each array once (a DLPack capsule can be consumed only once).
+    qa = q if isinstance(q, DeviceArray) else wrap_arg(q, handle, "q", od)
+    ka = k if isinstance(k, DeviceArray) else wrap_arg(k, handle, "k", od)
+    va = v if isinstance(v, DeviceArray) else wrap_arg(v, handle, "v", od)
+    oa = None if out is None else out if isinstance(out, DeviceArray) else wrap_arg(out, handle, "o", od)
+    la = None if lse is None else lse if isinstance(lse, DeviceArray) else wrap_arg(lse, handle, "lse", od)
+    if (qa.dtype == "e4m3" or q_descale is not None or k_descale is not None or v_descale is not None
+            or v_layout != "rowmajor"):
         if tuple(window_size) != (-1, -1) or softcap or learnable_sink is not None:
             raise InputError("FP8 (e4m3) attention does not take window_size, softcap or learnable_sink yet; "
                              "call it with their defaults, or use bf16/fp16 inputs for those variants")
@@ -298,7 +361,11 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
         return (o8 if out is None else out), (l8 if lse is None else lse)
     sa = (None if learnable_sink is None else learnable_sink if isinstance(learnable_sink, DeviceArray)
           else as_device_array(learnable_sink, stream=handle, what="learnable_sink", ordered=od))
-    variant = resolve_variant(causal, window_size, softcap, sa is not None)
+    if window_size is _NO_WINDOW and sa is None and type(softcap) is float and not softcap and type(causal) is bool:
+        variant, vkey = _PLAIN[causal]      # the plain kernel's arguments: nothing to resolve
+    else:
+        variant = resolve_variant(causal, window_size, softcap, sa is not None)
+        vkey = variant.key
     key = None
     try:
         scale = None if softmax_scale is None else float(softmax_scale)
@@ -315,7 +382,7 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
                va.shape, va.strides, va.dtype, va.device,
                None if oa is None else (oa.shape, oa.strides, oa.dtype, oa.device, oa.readonly),
                None if la is None else (la.shape, la.strides, la.dtype, la.device, la.readonly),
-               bool(causal), scale, id(source), variant.key)
+               bool(causal), scale, id(source), vkey)
         hit = _calls.get(key)
         if hit is not None and hit.source is source:
             o2 = oa if oa is not None else hit.allocate("o", stream)
@@ -326,6 +393,17 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     if call.kernel is None:
         run_without_kernel(call, handle)
         return call.out, call.lse
+    if call.decode is not None:
+        if not call.copies and key is not None:
+            ent = _CachedDecode(source, call.decode, handle)
+            with _kernels_lock:
+                if len(_calls) >= _MAX_CALLS:
+                    _calls.pop(next(iter(_calls)))
+                _calls[key] = ent
+        rec = _run_decode([k for k, _ in call.decode.launches], [p for _, p in call.decode.launches], handle)
+        if call.copies:
+            record_copies(rec, tuple(call.copies))
+        return (out if oa is not None else call.out), (lse if la is not None else call.lse)
     kernel = call.kernel
     if call.copies:
         # Not cached: the plan holds the copies' layout, not the caller's.
@@ -341,6 +419,49 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     else:
         kernel.run(kernel.plan(call.arrays, call.scalars, handle), handle)
     return call.out, call.lse
+
+
+_PLAIN = {c: (v, v.key) for c in (False, True) for v in (resolve_variant(c),)}
+
+
+def _torch_hit(q, k, v, out, lse, handle: int, causal: bool, softmax_scale, source, od: set) -> bool:
+    """A repeated plain call with torch tensors (out and lse given) whose layout and pointers
+    equal a cached call's: its fields are read from the tensors (producers.torch_fields) and
+    the cached launch runs, with no DeviceArray made. False (nothing launched; ``od`` may say
+    the stream is ordered) sends the call the full way: new pointers, another layout, a tensor
+    the attribute path cannot read, a decode-routed entry."""
+    tq = type(q)
+    if type(k) is not tq or type(v) is not tq or type(out) is not tq or type(lse) is not tq:
+        return False
+    if softmax_scale is None:
+        scale = None
+    elif type(softmax_scale) is float:
+        scale = softmax_scale
+    else:
+        return False
+    fq, fk, fv, fo, fl = torch_fields(q), torch_fields(k), torch_fields(v), torch_fields(out), torch_fields(lse)
+    if fq is None or fk is None or fv is None or fo is None or fl is None:
+        return False
+    dev = fq[4]
+    if fk[4] != dev or fv[4] != dev or fo[4] != dev or fl[4] != dev:
+        return False
+    # The same key flash_attn_func builds from the DeviceArrays of these tensors.
+    key = (fq[1], fq[2], fq[3], dev, fk[1], fk[2], fk[3], dev, fv[1], fv[2], fv[3], dev,
+           (fo[1], fo[2], fo[3], dev, False), (fl[1], fl[2], fl[3], dev, False), causal, scale, id(source),
+           _PLAIN[causal][1])
+    hit = _calls.get(key)
+    if type(hit) is not _Cached or hit.source is not source:
+        return False
+    order_for(handle, dev, od)
+    ptrs = (fq[0], fk[0], fv[0], fo[0], fl[0])
+    with hit.lock:
+        if ptrs == hit.ptrs:
+            hit.kernel.run(hit.plan, handle)
+            return True
+    # Other buffers of this layout: the entry checks and rewrites their pointers.
+    arrays = tuple(DeviceArray._trusted(f[0], f[1], f[2], f[3], dev, t)
+                   for f, t in ((fq, q), (fk, k), (fv, v), (fo, out), (fl, lse)))
+    return hit.launch(arrays, handle)
 
 
 class _Cached:
@@ -390,8 +511,77 @@ class _Cached:
 _ORDER = ("q", "k", "v", "o", "lse")
 
 
+class _CachedDecode:
+    """A checked decode-shaped flash_attn_func call of one layout routed to the split-KV forms:
+    its launches (forward, combine) with parameters of their own, and the buffers only it uses
+    (key counts, partial O and LSE). A later call of that layout on the same stream has q, k,
+    v, o, lse pointers checked and rewritten, as _Cached; on another stream it takes the full
+    path (the partial buffers are ordered on this one)."""
+
+    __slots__ = ("source", "launches", "internal", "handle", "align", "lock", "ptrs", "layout", "device", "seen",
+                 "record")
+
+    def __init__(self, source, prepared, handle: int):
+        self.source, self.handle = source, handle
+        bufs = prepared.buffers
+        self.internal = {n: a for n, a in bufs.items() if n not in _ORDER}   # ours: kept alive here
+        self.launches = []
+        align = dict.fromkeys(_ORDER, 1)
+        for kernel, plan in prepared.launches:
+            names = tuple(n for n in _ORDER if n in kernel.contract.tensors)
+            tma = {p.spec.get("tensor") for p in kernel.contract.params if p.kind == "tensormap"}
+            for n in names:
+                align[n] = max(align[n], kernel.contract.tensors[n].align_bytes, 16 if n in tma else 1)
+            self.launches.append((kernel, plan, names))
+        self.align = tuple(align[n] for n in _ORDER)
+        self.lock = threading.Lock()
+        self.ptrs = tuple(bufs[n].ptr for n in _ORDER)
+        self.layout = {n: (bufs[n].shape, bufs[n].dtype, bufs[n].strides) for n in ("o", "lse")}
+        self.device = prepared.launches[-1][1].device
+        self.seen = self.record = None
+
+    def allocate(self, name: str, stream: Any) -> OwnedDeviceArray:
+        shape, dtype, strides = self.layout[name]
+        return OwnedDeviceArray.empty(shape, dtype, self.device, stream, strides)
+
+    def launch(self, arrays: tuple, handle: int) -> bool:
+        if handle != self.handle:
+            return False
+        dev = self.device
+        if any(a.device is None for a in arrays) and not all(a.device is not None or _on(a, dev) for a in arrays):
+            return False
+        ptrs = tuple(a.ptr for a in arrays)
+        with self.lock:
+            if ptrs != self.ptrs:
+                if any(p % al for p, al in zip(ptrs, self.align)):
+                    return False
+                by_name = {n: a if a.device is not None else a.with_device(dev) for n, a in zip(_ORDER, arrays)}
+                for kernel, plan, names in self.launches:
+                    kernel.rewrite_pointers(plan, {n: by_name[n] for n in names})
+                self.ptrs = ptrs
+            first = None
+            for kernel, plan, _ in self.launches:
+                rec = kernel.run(plan, handle)
+                first = first or rec
+            if first is not self.seen:      # the record names the forward form, not the combine
+                self.seen, self.record = first, _decode_record(first, rec)
+            record_as_last(self.record)
+        return True
+
+
+def _decode_record(first, last):
+    if first is last:
+        return first
+    return replace(first, note=f"decode-shaped: the split-KV form, then {last.variant} reduces its splits")
+
+
+def _run_decode(kernels, plans, handle):
+    recs = [k.run(p, handle) for k, p in zip(kernels, plans)]
+    return record_as_last(_decode_record(recs[0], recs[-1]))
+
+
 def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, causal: bool = False,
-                   out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = (-1, -1),
+                   out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = _NO_WINDOW,
                    softcap: float = 0.0, learnable_sink: Any = None, *, source: Source | None = None):
     """Bind one flash_attn_func call once, for replay: returns an ``AttentionPlan``.
 
@@ -417,12 +607,11 @@ def plan_attention(q: Any, k: Any, v: Any, softmax_scale: float | None = None, c
     sa = None if learnable_sink is None else as_device_array(learnable_sink, stream=handle, what="learnable_sink",
                                                               ordered=od)
     variant = resolve_variant(causal, window_size, softcap, sa is not None)
-    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source, handle, variant, sa)
+    # The plain kernel: a plan binds one launch. A decode step's plan (split forms + combine)
+    # is prepare_kvcache's PreparedAttention.
+    call = prepare(qa, ka, va, oa, la, out, lse, softmax_scale, causal, stream, source, handle, variant, sa,
+                   forms=False)
     return AttentionPlan(call, handle, stream)
-
-
-def _fp8_args(q_descale, k_descale, v_descale, v_layout) -> bool:
-    return q_descale is not None or k_descale is not None or v_descale is not None or v_layout != "rowmajor"
 
 
 def _on(a: DeviceArray, device: int) -> bool:

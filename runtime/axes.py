@@ -23,6 +23,10 @@ class Axis:
     # An axis whose default is another axis's value (V as wide as Q: head_dim_v = head_dim),
     # left out of names when it equals it.
     default_from: str | None = None
+    # A form axis changes how the kernel computes, not what: every value gives the same answer
+    # for the same inputs (split-KV + combine, pack-GQA). A dispatcher rule may choose its
+    # value for a problem that did not ask (dispatch.Preference); other exact axes never move.
+    form: bool = False
 
 
 AXES: dict[str, Axis] = {
@@ -35,8 +39,8 @@ AXES: dict[str, Axis] = {
         Axis("causal", (False, True)),
         Axis("varlen", (False, True), False, "varlen"),
         Axis("paged_kv", (False, True), False, "paged"),
-        Axis("pack_gqa", (False, True), False, "packgqa"),
-        Axis("split_kv", (False, True), False, "splitkv"),
+        Axis("pack_gqa", (False, True), False, "packgqa", form=True),
+        Axis("split_kv", (False, True), False, "splitkv", form=True),
         # How V is laid out: (batch, seqlen_k, heads_kv, head_dim) or, for FP8,
         # (batch, heads_kv, head_dim, seqlen_k) (token "colmajor").
         Axis("v_layout", ("rowmajor", "colmajor"), "rowmajor"),
@@ -57,6 +61,11 @@ def default_axes() -> dict:
     "the plain kernel", never "whatever exists". Read from AXES on every call, so an axis
     added to the table is seen everywhere at once."""
     return {a.name: a.default for a in AXES.values() if a.exact and a.default is not None}
+
+
+def form_axes() -> set:
+    """Exact axes a dispatcher rule may set for a problem that left them out (Axis.form)."""
+    return {a.name for a in AXES.values() if a.form}
 
 
 def derived_axes() -> dict:

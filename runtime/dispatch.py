@@ -5,7 +5,10 @@ kernel's varlen/paged_kv/pack_gqa/split_kv = False unless asked) must equal what
 a cubin built for one head dim cannot run another, and nothing is ever substituted. Among the
 variants that match, the free axes (scheduler, tiles) are a matter of speed, and PREFERENCES
 says, as data, which values win for which problems; each rule names the measurement behind
-it. The same function serves the runtime, `POST /v1/select` and `cubinforge explain`, and
+it. A rule may also choose a form axis (axes.Axis.form: split_kv, pack_gqa, which change how
+a kernel computes and not what) that the problem left out, and a launch parameter (num_splits)
+from a value derived from the sizes (DERIVED): that is how decode-shaped problems reach the
+split-KV forms. The same function serves the runtime, `POST /v1/select` and `cubinforge explain`, and
 the C++ bundle carries PREFERENCES as a generated table.
 """
 
@@ -14,9 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .axes import axis_value, with_defaults
+from .axes import axis_value, form_axes, with_defaults
+from .decode_plan import decode_splits
+
 # The problem's sizes a preference may test, besides its exact axes.
 SIZES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "sm_count")
+# Values computed from the sizes that a preference may test or hand out as a launch parameter
+# (None when a size they need is not given, so no range on them holds).
+DERIVED = {
+    # The auto split count of the decode forms (runtime/decode_plan.py): > 1 when one split's
+    # tiles leave the SMs under-filled and the key range is long enough to share.
+    "decode_splits": lambda p: decode_splits(p.batch, p.seqlen_q, p.heads_q, p.heads_kv, p.seqlen_k, p.sm_count),
+}
 
 
 @dataclass(frozen=True)
@@ -29,6 +41,9 @@ class Preference:
     when: Mapping[str, Any]
     prefer: Mapping[str, Any]
     why: str
+    # Launch parameters the chosen variant takes when it meets this rule: {parameter: the
+    # DERIVED value it is set to}.
+    params: Mapping[str, str] = field(default_factory=dict)
 
     def applies(self, problem: "Problem") -> bool:
         return all(_holds(problem.value(k), cond) for k, cond in self.when.items())
@@ -49,6 +64,14 @@ def same_value(a: Any, b: Any) -> bool:
 _AB = "H200 A/B 2026-12-01 (../shared/measurements/2026-12-01-h200/ab-summary.txt)"
 # Earlier rules weigh more: a variant is ranked by the rules it satisfies, first rule first.
 PREFERENCES: tuple[Preference, ...] = (
+    Preference(
+        "decode-split-kv", {"family": "fa3_fwd", "seqlen_q": (1, 64), "decode_splits": (2, None)},
+        {"split_kv": True, "pack_gqa": True},
+        "H200 2026-12-01 (bench/results/2026-12-01-h200/final/inference.log): dense decode b8 x 32k keys, "
+        "32/8 heads, 4.43 TB/s through the split-KV forms (2 splits; 4.04 unsplit), 1.42x FA4, where "
+        "flash_attn_func's plain kernel gave 0.42-0.74 of the best anchor at 32k keys (final/results.md, "
+        "--decode cells: one split's tiles fill under 80% of the SMs)",
+        params={"num_splits": "decode_splits"}),
     Preference(
         "hd128-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (None, 768)},
         {"scheduler": "persistent"},
@@ -91,6 +114,8 @@ class Problem:
             return self.family
         if key in SIZES:
             return getattr(self, key)
+        if key in DERIVED:
+            return DERIVED[key](self)
         return self.exact().get(key)
 
 
@@ -106,6 +131,7 @@ class Choice:
     best: Any
     ranked: tuple[Ranked, ...]
     reasons: tuple[str, ...] = field(default=())
+    params: Mapping[str, Any] = field(default_factory=dict)  # launch parameters (num_splits), from the rules met
 
 
 def matches(problem: Problem, axes: Mapping[str, Any]) -> list[str]:
@@ -117,10 +143,18 @@ def rank(problem: Problem, candidates: Iterable[Any], *, axes_of=lambda c: c.axe
          name_of=lambda c: c.variant, preferences: tuple[Preference, ...] = PREFERENCES) -> Choice | None:
     """The fitting candidates, best first, and why; None when none fits."""
     active = [p for p in preferences if p.applies(problem)]
+    # Form axes the problem left out that an active rule prefers: either value fits.
+    forms = form_axes()
+    freed: dict[str, list] = {}
+    for p in active:
+        for k, v in p.prefer.items():
+            if k in forms and k not in problem.axes:
+                freed.setdefault(k, []).append(v)
     ranked = []
     for c in candidates:
         axes = axes_of(c)
-        if matches(problem, axes):
+        if any(k not in freed or not any(same_value(axis_value(axes, k), v) for v in freed[k])
+               for k in matches(problem, axes)):
             continue
         met = tuple(p.name for p in active if all(same_value(axes.get(k), v) for k, v in p.prefer.items()))
         ranked.append(Ranked(c, name_of(c), met))
@@ -130,15 +164,38 @@ def rank(problem: Problem, candidates: Iterable[Any], *, axes_of=lambda c: c.axe
     # ones), then the name, so the choice is stable.
     ranked.sort(key=lambda r: (tuple(p.name not in r.satisfied for p in active), r.name))
     best = ranked[0]
-    reasons = ["matches " + fmt_axes(problem.exact())]
+    reasons = ["matches " + fmt_axes({k: v for k, v in problem.exact().items() if k not in freed})]
     if len(ranked) > 1:
         reasons.append(f"{len(ranked)} variants fit: " + ", ".join(r.name for r in ranked))
     for p in active:
         met = p.name in best.satisfied
-        reasons.append(f"{p.name}: prefer {fmt_axes(p.prefer)} ({p.why})" + ("" if met else " - no fitting variant has it"))
+        if met:
+            note = ""
+        elif any(p.name in r.satisfied for r in ranked):
+            note = " - outweighed by an earlier rule"
+        else:
+            note = " - no fitting variant has it"
+        reasons.append(f"{p.name}: prefer {fmt_axes(p.prefer)} ({p.why})" + note)
+    for p in preferences:
+        # A rule on a derived value that the sizes given cannot compute: say what it needs
+        # (e.g. `cubinforge explain` without --sm-count), when its other conditions hold.
+        undecided = [k for k in p.when if k in DERIVED and problem.value(k) is None]
+        if undecided and all(_holds(problem.value(k), c) for k, c in p.when.items() if k not in DERIVED):
+            missing = [k for k in SIZES if getattr(problem, k) is None]
+            reasons.append(f"{p.name}: not decided: {', '.join(undecided)} needs {', '.join(missing)}")
     if not active and len(ranked) > 1:
         reasons.append("no preference applies to this problem; the first by name is taken")
-    return Choice(best.item, tuple(ranked), tuple(reasons))
+    if freed:
+        reasons.append(f"{', '.join(sorted(freed))} not asked for: form axes (the same answer either way), "
+                       f"so the rules above choose them")
+    params = {}
+    for p in active:
+        if p.name in best.satisfied:
+            for param, derived in p.params.items():
+                params[param] = problem.value(derived)
+                reasons.append(f"{p.name}: launch with {param}={params[param]} ({derived} for "
+                               f"{fmt_axes({k: problem.value(k) for k in SIZES})})")
+    return Choice(best.item, tuple(ranked), tuple(reasons), params)
 
 
 def fmt_axes(axes: Mapping[str, Any]) -> str:
@@ -156,5 +213,5 @@ def preference_table(preferences: tuple[Preference, ...] = PREFERENCES) -> list[
                 conds.append({"key": k, "low": c[0], "high": c[1]})
             else:
                 conds.append({"key": k, "equals": c})
-        rows.append({"name": p.name, "when": conds, "prefer": dict(p.prefer), "why": p.why})
+        rows.append({"name": p.name, "when": conds, "prefer": dict(p.prefer), "why": p.why, "params": dict(p.params)})
     return rows

@@ -19,12 +19,17 @@ cache_seqlens and page_table to the host and checks them, at the cost of a sync)
 cache_seqlens[b] <= the cache's capacity for b; page_table[b, :ceil(cache_seqlens[b] /
 page_size)] are pages in [0, num_pages); key rows of the cache past cache_seqlens[b] hold
 finite values (they are read and masked, and 0 * NaN would spoil a row).
+
+``cache_batch_idx`` int32 (batch,), FlashAttention's meaning (row b of q uses cache row
+cache_batch_idx[b] of a dense cache with any number of rows), runs on the paged forms: the
+dense cache is pages of seqlen_cache rows and cache_batch_idx the page table
+(``batch_idx_as_page_table``; seqlen_cache must be a multiple of PAGE_CHUNK). Its values must
+lie in [0, cache rows) (``check=True`` checks them); rows appended to must be distinct.
 """
 
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -34,70 +39,15 @@ from .arrays import DeviceArray, OwnedDeviceArray, as_device_array
 from .errors import InputError
 from .launcher import Kernel, resolve_devices
 from .registry_source import Manifest, Source, VariantNotFound, default_source, manifests
+from .decode_plan import (  # noqa: F401  (re-exported: kvcache's public names)
+    EFFICIENCY_SLACK, FILL_FRACTION, MAX_SPLITS, MIN_BLOCKS_PER_SPLIT, DecodePlan, num_splits_heuristic,
+    pack_gqa_heuristic, plan_decode)
 
 FAMILY = "fa3_fwd"
 COMBINE_FAMILY = "attn_combine"
 APPEND_FAMILY = "kv_append"
 GATHER_FAMILY = "kv_gather"
-# Split heuristic constants (FA3's shape): splits only while the tiles fill under 80% of
-# the SMs, each split keeps at least MIN_BLOCKS_PER_SPLIT key blocks, and the smallest
-# count within 85% of the best wave efficiency wins.
-FILL_FRACTION = 0.8
-MIN_BLOCKS_PER_SPLIT = 4
-MAX_SPLITS = 128
-EFFICIENCY_SLACK = 0.85
 PAGE_CHUNK = 16  # paged variants load pages in boxes of this many rows (config.PAGE_CHUNK)
-
-
-# --------------------------------------------------------------------------- the plan (pure)
-
-def num_splits_heuristic(tiles: int, n_blocks: int, sm_count: int, max_splits: int = MAX_SPLITS) -> int:
-    """How many splits of the key range: 1 when the ``tiles`` (query tiles x heads x batch)
-    nearly fill the ``sm_count`` SMs or the ``n_blocks`` key blocks are few; else the fewest
-    splits whose waves are within EFFICIENCY_SLACK of the best wave efficiency (a split
-    count that does not shorten the longest split is never taken)."""
-    if tiles <= 0 or n_blocks <= 0 or sm_count <= 0:
-        return 1
-    if tiles >= FILL_FRACTION * sm_count or n_blocks < 2 * MIN_BLOCKS_PER_SPLIT:
-        return 1
-    cap = max(1, min(max_splits, sm_count, n_blocks // MIN_BLOCKS_PER_SPLIT))
-
-    def eligible(s):
-        return s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
-
-    def efficiency(s):
-        waves = tiles * s / sm_count
-        return waves / math.ceil(waves)
-
-    effs = {s: efficiency(s) for s in range(1, cap + 1) if eligible(s)}
-    best = max(effs.values())
-    return min(s for s, e in effs.items() if e >= EFFICIENCY_SLACK * best)
-
-
-def pack_gqa_heuristic(seqlen_q: int, heads_q: int, heads_kv: int, tile_m: int) -> bool:
-    """Pack the query heads of a KV head into the M tile when there is a group to pack and
-    the unpacked tile would be mostly empty (decode: few query tokens)."""
-    return heads_q > heads_kv and seqlen_q < tile_m
-
-
-@dataclass(frozen=True)
-class DecodePlan:
-    pack_gqa: bool
-    num_splits: int
-    tiles: int  # CTAs of one split
-    n_blocks: int  # key blocks of the longest sequence (an upper bound)
-
-
-def plan_decode(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, max_seqlen_k: int, sm_count: int,
-                tile_m: int, tile_n: int, pack_gqa: bool | None = None, num_splits: int = 0) -> DecodePlan:
-    """Pack-GQA and split count for one call; ``pack_gqa=None`` and ``num_splits=0`` mean auto."""
-    group = heads_q // heads_kv
-    pack = pack_gqa_heuristic(seqlen_q, heads_q, heads_kv, tile_m) if pack_gqa is None else bool(pack_gqa)
-    rows = seqlen_q * group if pack else seqlen_q
-    tiles = -(-rows // tile_m) * (heads_kv if pack else heads_q) * batch
-    n_blocks = -(-max_seqlen_k // tile_n)
-    splits = num_splits_heuristic(tiles, n_blocks, sm_count) if num_splits == 0 else int(num_splits)
-    return DecodePlan(pack, splits, tiles, n_blocks)
 
 
 # --------------------------------------------------------------------------- variants
@@ -195,6 +145,23 @@ def _to_host_i32(a: DeviceArray, device: int, handle: int) -> list:
     return list(buf)[:n]
 
 
+def batch_idx_as_page_table(bi: DeviceArray, batch: int, cache_shape: tuple) -> DeviceArray:
+    """FlashAttention's cache_batch_idx (row b of q reads cache row cache_batch_idx[b]) over a
+    dense cache (batch_cache, seqlen_cache, heads_kv, d), as the paged kernels' page table:
+    the cache is num_pages = batch_cache pages of page_size = seqlen_cache rows, and the table
+    is cache_batch_idx viewed as (batch, 1), no copy. A page of whole 128-key tiles takes one
+    TMA box per tile (as a dense cache does); other multiples of PAGE_CHUNK take boxes of
+    PAGE_CHUNK rows. kv_append writes row cache_batch_idx[b] through the same table."""
+    if bi.dtype != "i32" or bi.ndim != 1 or bi.shape[0] != batch:
+        raise InputError(f"cache_batch_idx must be int32 (batch={batch},); got {bi.dtype} {bi.shape}")
+    s_cache = cache_shape[1]
+    if s_cache % PAGE_CHUNK:
+        raise InputError(f"cache_batch_idx needs the cache's seqlen ({s_cache}) to be a multiple of {PAGE_CHUNK}: "
+                         f"the cache is read as pages of that many rows; allocate it with a padded seqlen")
+    return DeviceArray(bi.ptr, (batch, 1), (bi.strides[0] if batch > 1 else 1, 1), "i32", bi.device,
+                       owner=bi, readonly=True)
+
+
 def _compact(shape):
     out, acc = [], 1
     for n in reversed(shape):
@@ -209,16 +176,27 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
                     cache_seqlens: Any = None, cache_batch_idx: Any = None, page_table: Any = None,
                     softmax_scale: float | None = None, causal: bool = True, num_splits: int = 0,
                     pack_gqa: bool | None = None, out: Any = None, lse: Any = None, stream: Any = None,
-                    *, check: bool = False, source: Source | None = None) -> "PreparedAttention":
+                    *, check: bool = False, source: Source | None = None,
+                    own_plans: bool = False) -> "PreparedAttention":
     """flash_attn_with_kvcache's checks, choice of variants and buffers, without launching:
-    the plan a serving loop computes once and runs every step (``PreparedAttention.run``)."""
+    the plan a serving loop computes once and runs every step (``PreparedAttention.run``).
+    ``own_plans``: parameters of its own per launch (not shared through the kernels' plan
+    cache, and holding no caller array), for a caller that rewrites pointers later
+    (Kernel.rewrite_pointers: flash_attn_func's decode route)."""
     handle, _keep = (stream, None) if type(stream) is int else driver.resolve_stream(stream)
+
+    def plan_of(kernel: Kernel, arrays: dict, scalars: dict):
+        if own_plans:
+            return kernel.build_plan(arrays, scalars, handle, keep_arrays=False)
+        return kernel.plan(arrays, scalars, handle)
+
     if (k is None) != (v is None):
         raise InputError("k and v are appended together: pass both or neither")
     if k is not None and cache_seqlens is None:
         raise InputError("appending k/v needs cache_seqlens (where each sequence's new tokens go)")
-    if cache_batch_idx is not None:
-        raise InputError("cache_batch_idx is not supported yet: index the cache per batch row")
+    if cache_batch_idx is not None and page_table is not None:
+        raise InputError("cache_batch_idx indexes the rows of a dense cache; with a page_table, "
+                         "put that indirection in the page table instead")
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise InputError(f"num_splits must be 0 (auto) or a positive int, got {num_splits!r}")
     if num_splits > MAX_SPLITS:
@@ -226,6 +204,7 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     qa = _wrap(q, handle, "q")
     ka, va = _wrap(k_cache, handle, "k_cache"), _wrap(v_cache, handle, "v_cache")
     pt = _wrap(page_table, handle, "page_table")
+    bi = _wrap(cache_batch_idx, handle, "cache_batch_idx")
     for n, a in (("q", qa), ("k_cache", ka), ("v_cache", va)):
         if a.ndim != 4:
             raise InputError(f"{n} must have 4 dimensions, got {a.shape}")
@@ -240,6 +219,8 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         raise InputError(f"head_dim differs: q has {d}, k_cache {ka.shape[3]}")
     if hkv == 0 or hq % hkv:
         raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv})")
+    if bi is not None:
+        pt = batch_idx_as_page_table(bi, b, ka.shape)
     paged = pt is not None
     if paged:
         if pt.dtype != "i32" or pt.ndim != 2 or pt.shape[0] != b:
@@ -303,7 +284,13 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
             raise InputError(f"cache_seqlens{f' + {s_new} new tokens' if s_new else ''} outside 0..{capacity} "
                              f"(the cache's capacity) at "
                              f"{', '.join(f'[{i}] = {n}' for i, n in bad[:8])}")
-    if check and paged:
+    if check and bi is not None:
+        rows = _to_host_i32(bi, device, handle)
+        bad = [(i, r) for i, r in enumerate(rows) if not 0 <= r < ka.shape[0]]
+        if bad:
+            raise InputError(f"cache_batch_idx holds rows outside the cache's 0..{ka.shape[0] - 1} at "
+                             f"{', '.join(f'[{i}] = {r}' for i, r in bad[:8])}")
+    elif check and paged:
         lens = _to_host_i32(arrays["seqused_k"], device, handle) if "seqused_k" in arrays else [seq_int] * b
         table = _to_host_i32(pt, device, handle)
         npages, mp = ka.shape[0], pt.shape[1]
@@ -325,7 +312,7 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
                       "cache_seqlens": arrays["seqused_k"], "seqused_k": used}
         if paged:
             app_arrays["page_table"] = arrays["page_table"]
-        launches.append((app, app.plan(app_arrays, {}, handle)))
+        launches.append((app, plan_of(app, app_arrays, {})))
         arrays["cache_seqlens"] = arrays["seqused_k"]
         arrays["seqused_k"] = used
     if paged and ka.shape[1] % PAGE_CHUNK:
@@ -334,8 +321,8 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         gat = _family_kernel(GATHER_FAMILY, source, arch=driver.device_arch(device), dtype=qa.dtype, head_dim=d)
         kd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
         vd_ = OwnedDeviceArray.empty((b, capacity, hkv, d), qa.dtype, device, stream)
-        launches.append((gat, gat.plan({"k_cache": arrays["k"], "v_cache": arrays["v"], "page_table": arrays.pop("page_table"),
-                                        "seqused_k": arrays["seqused_k"], "k": kd_, "v": vd_}, {}, handle)))
+        launches.append((gat, plan_of(gat, {"k_cache": arrays["k"], "v_cache": arrays["v"], "page_table": arrays.pop("page_table"),
+                                            "seqused_k": arrays["seqused_k"], "k": kd_, "v": vd_}, {})))
         arrays["k"], arrays["v"], paged = kd_, vd_, False
 
     arch = driver.device_arch(device)
@@ -349,15 +336,15 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         lse = arrays["lse"] = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream)
     if not fwd.manifest.axes.get("split_kv"):
         kern = {n: arrays[n] for n in fwd.contract.tensors}
-        return PreparedAttention(out, lse, plan, launches + [(fwd, fwd.plan(kern, scalars, handle))], arrays)
+        return PreparedAttention(out, lse, plan, launches + [(fwd, plan_of(fwd, kern, scalars))], arrays)
     o_part = OwnedDeviceArray.empty((splits, b, sq, hq, d), "f32", device, stream)
     l_part = OwnedDeviceArray.empty((splits, b, hq, sq), "f32", device, stream)
     kern = {n: arrays[n] for n in fwd.contract.tensors if n not in ("o_partial", "lse_partial")}
     kern["o_partial"], kern["lse_partial"] = o_part, l_part
     comb = _combine_kernel(arch, qa.dtype, d, source)
     parts = {"o_partial": o_part, "lse_partial": l_part, "o": arrays["o"], "lse": arrays["lse"]}
-    return PreparedAttention(out, lse, plan, launches + [(fwd, fwd.plan(kern, scalars, handle)),
-                                                         (comb, comb.plan(parts, {}, handle))], {**arrays, **parts})
+    return PreparedAttention(out, lse, plan, launches + [(fwd, plan_of(fwd, kern, scalars)),
+                                                         (comb, plan_of(comb, parts, {}))], {**arrays, **parts})
 
 
 @dataclass

@@ -60,6 +60,12 @@ def record_no_launch(note: str, stream: int, device: int | None) -> LaunchRecord
     return rec
 
 
+def record_as_last(rec: LaunchRecord) -> LaunchRecord:
+    """Make ``rec`` what last_launch() says (a call of several launches names its main one)."""
+    _local.record = rec
+    return rec
+
+
 def record_copies(rec: LaunchRecord, copies: tuple) -> LaunchRecord:
     """``rec`` with the names of the inputs that were copied before the launch."""
     if copies:

@@ -47,11 +47,9 @@ def _torch_stream_of(dev: int) -> int:
     return int(fn(dev))
 
 
-def torch_array(t: Any, dtype: str | None, stream: int | None, what: str,
-                ordered: set | None = None) -> DeviceArray | None:
-    """``t`` (a torch.Tensor) as a DeviceArray, ordered for ``stream`` as DLPack would be, or
-    None where only the DLPack path can answer. ``ordered`` (one set per call) holds the
-    devices whose ordering this call already did: torch's current stream is one per device."""
+def torch_fields(t: Any, dtype: str | None = None) -> tuple | None:
+    """(ptr, shape, strides, dtype, device) of ``t`` (a torch.Tensor), or None where only the
+    DLPack path can answer (requires grad, negative bit, CPU, another dtype, no strides)."""
     if t.requires_grad or t.is_neg():
         return None
     dev = t.get_device()
@@ -72,6 +70,13 @@ def torch_array(t: Any, dtype: str | None, stream: int | None, what: str,
         strides = t.stride()
     except (RuntimeError, NotImplementedError):     # no storage / no strides (sparse, ...)
         return None
+    # stride() is a tuple already; torch.Size becomes a plain tuple (messages, keys).
+    return ptr, tuple(t.shape), strides, got, dev
+
+
+def order_for(stream: int | None, dev: int, ordered: set | None) -> None:
+    """What DLPack's ``stream=`` asks of torch, once per call and device: unless ``stream`` is
+    torch's current stream on ``dev``, it waits for that stream (an event, no host sync)."""
     if stream != -1 and (ordered is None or dev not in ordered):
         consumer = 0 if stream is None else stream
         producer = _torch_stream_of(dev)
@@ -79,4 +84,19 @@ def torch_array(t: Any, dtype: str | None, stream: int | None, what: str,
             driver.order_streams(consumer=consumer, producer=producer, device=dev)
         if ordered is not None:
             ordered.add(dev)
-    return DeviceArray._trusted(ptr, tuple(t.shape), tuple(strides), got, dev, t)
+
+
+def torch_array(t: Any, dtype: str | None, stream: int | None, what: str,
+                ordered: set | None = None) -> DeviceArray | None:
+    """``t`` (a torch.Tensor) as a DeviceArray, ordered for ``stream`` as DLPack would be, or
+    None where only the DLPack path can answer. ``ordered`` (one set per call) holds the
+    devices whose ordering this call already did: torch's current stream is one per device."""
+    f = torch_fields(t, dtype)
+    if f is None:
+        return None
+    ptr, shape, strides, got, dev = f
+    order_for(stream, dev, ordered)
+    return _trusted(ptr, shape, strides, got, dev, t)
+
+
+_trusted = DeviceArray._trusted

@@ -122,7 +122,28 @@ def test_default_axes_are_generated_from_the_axis_table(tmp_path: Path):
     assert table.count("{\"") == len(DEFAULT_AXES)
     for k, v in DEFAULT_AXES.items():
         assert f'{{"{k}", "{cpp_bundle.axis_text(v)}"}}' in table
-    assert f"kDefaultAxes, {len(DEFAULT_AXES)}}};" in header
+    assert f"kDefaultAxes, {len(DEFAULT_AXES)}, kDerivedAxes," in header
+
+
+def test_derived_and_form_axes_and_decode_plan_are_generated(tmp_path: Path):
+    """The C++ select's head_dim_v rule, form axes and decode split constants are data from
+    runtime/axes.py and runtime/decode_plan.py (issue 9), not hand-written C++."""
+    from cubinforge.runtime import decode_plan
+    from cubinforge.runtime.axes import derived_axes, form_axes
+
+    manifests, blobs = _broken(lambda m: None)
+    header = render_cpp_bundle(manifests, blobs, tmp_path)[-1].read_text()
+    for k, src in derived_axes().items():
+        assert f'{{"{k}", "{src}"}}' in header[header.index("kDerivedAxes[] = {"):]
+    forms = header[header.index("kFormAxes[] = {"):].split("};")[0]
+    assert sorted(forms.count(f'"{k}"') for k in form_axes()) == [1] * len(form_axes())
+    assert (f"kDecodePlan = {{{float(decode_plan.FILL_FRACTION)!r}, {decode_plan.MIN_BLOCKS_PER_SPLIT}, "
+            f"{decode_plan.MAX_SPLITS}, {float(decode_plan.EFFICIENCY_SLACK)!r}, {decode_plan.DECODE_TILE_M}, "
+            f"{decode_plan.DECODE_TILE_N}}}") in header
+    assert 'kParams0[] = {  // launch parameter <- derived value\n    {"num_splits", "decode_splits"},' in header
+    src = (Path(cpp_bundle.__file__).resolve().parents[1] / "runtime" / "cpp" / "include" / "cubinforge"
+           / "select.h").read_text()
+    assert '"head_dim_v"' not in src   # no hand-coded value-head-dim rule
 
 
 def test_cli_reads_a_cubinforge_home(tmp_path: Path, capsys):

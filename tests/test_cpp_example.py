@@ -54,6 +54,13 @@ def test_example_builds_and_fails_cleanly_without_a_gpu(tmp_path: Path, stub: Pa
     proc = subprocess.run([str(exe), "--bogus", "1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage:" in proc.stderr
 
+    kv = build / "kvcache_example"   # flash_attn_with_kvcache from C++: builds, fails as cleanly
+    proc = subprocess.run([str(kv), "--batch", "1", "--out", str(tmp_path)], capture_output=True, text=True,
+                          env={"LD_LIBRARY_PATH": str(stub.parent)}, timeout=60)
+    assert proc.returncode == 1 and proc.stderr.strip() == "error: CUDA_ERROR_NO_DEVICE: cuInit failed", proc.stderr
+    proc = subprocess.run([str(kv), "--bogus", "1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "usage:" in proc.stderr
+
 
 @needs_build
 def test_configure_names_a_missing_bundle(tmp_path: Path, stub: Path):
@@ -126,9 +133,10 @@ def test_check_rejects_a_wrong_output(tmp_path: Path, capsys):
     assert _load_check().main([str(tmp_path)]) == 1
 
 
-def test_compare_script_is_importable():
-    """compare_with_python.py runs on the GPU machine; here only its syntax and CLI are checked."""
-    spec = importlib.util.spec_from_file_location("cmp", harness.EXAMPLE / "compare_with_python.py")
+@pytest.mark.parametrize("script", ["compare_with_python.py", "compare_kvcache_with_python.py"])
+def test_compare_script_is_importable(script):
+    """The compare scripts run on the GPU machine; here only their syntax and CLI are checked."""
+    spec = importlib.util.spec_from_file_location("cmp", harness.EXAMPLE / script)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     with pytest.raises(SystemExit) as e:

@@ -111,3 +111,64 @@ def test_small_pages_gather_then_attend_dense(fake_driver):
     names = [n for n, _ in fake_driver]
     assert names[0].startswith("kv-gather") and fake_driver[0][1] == (200, hkv, b)
     assert "paged" not in names[1], names
+
+
+# --------------------------------------------------------------------------- cache_batch_idx
+
+@pytest.mark.parametrize("s_cache", [4096, 4000])      # whole 128-key tiles per page, and 16-row boxes
+@pytest.mark.parametrize("append", [False, True])
+def test_cache_batch_idx_runs_the_paged_forms_over_the_dense_cache(fake_driver, monkeypatch, s_cache, append):
+    b, hq, hkv, d = 4, 16, 4, 128
+    bound = []
+    real = launcher.Kernel.plan
+
+    def spy(self, arrays, scalars, stream=0):
+        bound.append((self.variant, dict(arrays)))
+        return real(self, arrays, scalars, stream)
+
+    monkeypatch.setattr(launcher.Kernel, "plan", spy)
+    q = arr((b, 1, hq, d), "bf16")
+    k, v = arr((12, s_cache, hkv, d), "bf16"), arr((12, s_cache, hkv, d), "bf16")  # 12 cache rows, batch 4
+    idx = arr((b,), "i32")
+    new = dict(k=arr((b, 1, hkv, d), "bf16"), v=arr((b, 1, hkv, d), "bf16")) if append else {}
+    kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=arr((b,), "i32"), cache_batch_idx=idx, source=SRC, **new)
+    names = [n for n, _ in fake_driver]
+    fwd = [n for n in names if n.startswith("fa3")]
+    assert fwd and all("paged" in n for n in fwd), names
+    assert not any(n.startswith("kv-gather") for n in names), "no copy of the cache"
+    if append:
+        assert names[0].startswith("kv-append") and "paged" in names[0]
+    for variant, arrays in bound:
+        if "page_table" in arrays:
+            t = arrays["page_table"]        # cache_batch_idx itself, viewed (batch, 1)
+            assert (t.ptr, t.shape, t.dtype) == (idx.ptr, (b, 1), "i32"), variant
+        for name in ("k", "k_cache"):
+            if name in arrays and arrays[name].shape[0] == 12:
+                assert arrays[name].ptr == k.ptr and arrays[name].shape == (12, s_cache, hkv, d)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(s_cache=4001), "multiple of 16"),
+    (dict(idx=("i32", (5,))), r"int32 \(batch=4,\)"),
+    (dict(idx=("f32", (4,))), r"int32 \(batch=4,\)"),
+    (dict(page_table=True), "with a page_table"),
+])
+def test_cache_batch_idx_errors(fake_driver, kw, match):
+    b, hq, hkv, d = 4, 16, 4, 128
+    s_cache = kw.get("s_cache", 4096)
+    dt, shape = kw.get("idx", ("i32", (b,)))
+    k = arr((12, s_cache, hkv, d), "bf16")
+    with pytest.raises(kvcache.InputError, match=match):
+        kvcache.flash_attn_with_kvcache(arr((b, 1, hq, d), "bf16"), k, k, cache_seqlens=10,
+                                        cache_batch_idx=arr(shape, dt),
+                                        page_table=arr((b, 1), "i32") if kw.get("page_table") else None, source=SRC)
+    assert not fake_driver
+
+
+def test_cache_batch_idx_checked_on_the_host(fake_driver, monkeypatch):
+    monkeypatch.setattr(kvcache, "_to_host_i32", lambda a, device, handle: [0, 11, 12, -1])
+    k = arr((12, 4096, 4, 128), "bf16")
+    with pytest.raises(kvcache.InputError, match=r"outside the cache's 0..11 at \[2\] = 12, \[3\] = -1"):
+        kvcache.flash_attn_with_kvcache(arr((4, 1, 16, 128), "bf16"), k, k, cache_seqlens=10,
+                                        cache_batch_idx=arr((4,), "i32"), check=True, source=SRC)
+    assert not fake_driver

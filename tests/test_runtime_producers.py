@@ -126,3 +126,41 @@ def test_one_call_orders_its_stream_once(mock, torch_mod, source):
     assert mock.counts["cuStreamWaitEvent"] == 1
     flash_attn_func(t["q"], t["k"], t["v"], out=t["o"], lse=t["lse"], source=source, stream=0x99)
     assert torch_mod.asked == 2 and mock.counts["cuStreamWaitEvent"] == 2   # and again next call
+
+
+def test_repeated_torch_call_takes_the_field_path(mock, torch_mod, source, monkeypatch):
+    """A repeated plain call with torch tensors launches the cached entry straight from the
+    tensors' fields (attention._torch_hit, no DeviceArray made); new buffers of the layout are
+    rewritten there; the stream is still ordered once per call; anything it cannot read falls
+    back to the full path, whose checks still speak."""
+    from cubinforge.runtime import arrays, attention, last_launch
+    t = tensors()
+    flash_attn_func(t["q"], t["k"], t["v"], out=t["o"], lse=t["lse"], source=source, stream=0x99)
+    made = []
+    real = arrays.DeviceArray._trusted.__func__
+    monkeypatch.setattr(arrays.DeviceArray, "_trusted", classmethod(lambda cls, *a: made.append(a) or real(cls, *a)))
+    mock.counts.clear()
+    torch_mod.current[0] = 0x77
+    flash_attn_func(t["q"], t["k"], t["v"], out=t["o"], lse=t["lse"], source=source, stream=0x99)
+    assert not made and mock.counts["cuLaunchKernelEx"] == 1 and mock.counts["cuStreamWaitEvent"] == 1
+    assert last_launch().stream == 0x99
+    # Another q of the layout: rewritten (its descriptor), launched, and remembered.
+    q2 = FakeTorchTensor(BASE + 9 * GB, (2, 300, 8, 128), "bf16")
+    flash_attn_func(q2, t["k"], t["v"], out=t["o"], lse=t["lse"], source=source, stream=0x99)
+    (ent,) = attention._calls.values()
+    assert ent.ptrs[0] == BASE + 9 * GB and mock.counts["cuTensorMapReplaceAddress"] == 1
+    made.clear()
+    flash_attn_func(q2, t["k"], t["v"], out=t["o"], lse=t["lse"], source=source, stream=0x99)
+    assert not made and mock.counts["cuLaunchKernelEx"] == 3
+    # A tensor that requires grad is not read by attribute: the full path says what is wrong.
+    g = FakeTorchTensor(BASE, (2, 300, 8, 128), "bf16", requires_grad=True)
+    with pytest.raises(RuntimeError, match="gradient"):     # torch's own DLPack refusal
+        flash_attn_func(g, t["k"], t["v"], out=t["o"], lse=t["lse"], source=source, stream=0x99)
+    # A misaligned new buffer is refused by the full path, not launched.
+    bad = FakeTorchTensor(BASE + 9 * GB + 2, (2, 300, 8, 128), "bf16")
+    n = mock.counts["cuLaunchKernelEx"]
+    try:
+        flash_attn_func(bad, t["k"], t["v"], out=t["o"], lse=t["lse"], source=source, stream=0x99)
+    except InputError:
+        pass
+    assert last_launch().copies == ("q",) or mock.counts["cuLaunchKernelEx"] == n

@@ -47,7 +47,7 @@ def run(args) -> int:
         print(f"cubinforge explain: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({"variant": choice.best.variant, "reasons": list(choice.reasons),
+        print(json.dumps({"variant": choice.best.variant, "params": dict(choice.params), "reasons": list(choice.reasons),
                           "ranked": [{"variant": r.name, "preferences_met": list(r.satisfied)} for r in choice.ranked]},
                          indent=2))
         return 0

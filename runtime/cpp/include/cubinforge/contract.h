@@ -200,6 +200,28 @@ struct Preference {
   const PrefAxis* prefer;
   int num_prefer;
   const char* why;
+  // Launch parameters the chosen variant takes when it meets this rule: {parameter, the
+  // derived value it is set to} (dispatch.Preference.params; e.g. {"num_splits", "decode_splits"}).
+  const PrefAxis* params = nullptr;
+  int num_params = 0;
+};
+
+// An axis whose default is another axis's value (runtime/axes.py Axis.default_from: head_dim_v
+// follows head_dim), generated.
+struct DerivedAxis {
+  const char* key;
+  const char* source;
+};
+
+// The decode plan's constants (runtime/decode_plan.py), generated: the split heuristic and the
+// decode forms' tiles the dispatcher's `decode_splits` value plans with.
+struct DecodePlanConstants {
+  double fill_fraction;
+  int min_blocks_per_split;
+  int max_splits;
+  double efficiency_slack;
+  int tile_m;
+  int tile_n;
 };
 
 struct Bundle {
@@ -211,6 +233,13 @@ struct Bundle {
   // DEFAULT_AXES, generated): select() assumes them unless the query says otherwise.
   const Axis* default_axes = nullptr;
   int num_default_axes = 0;
+  const DerivedAxis* derived_axes = nullptr;  // axes.derived_axes(): a query that leaves one out means its source's value
+  int num_derived_axes = 0;
+  // Exact axes a preference may choose when the query left them out (axes.Axis.form:
+  // split_kv, pack_gqa change how a kernel computes, not what).
+  const char* const* form_axes = nullptr;
+  int num_form_axes = 0;
+  const DecodePlanConstants* decode_plan = nullptr;
 };
 
 // Lookups by name over the tables (linear: contracts have a handful of entries).

@@ -13,3 +13,5 @@
 #include "cubinforge/select.h"     // pick a variant by axes, or say what is missing
 #include "cubinforge/module.h"     // load a cubin, raise the dynamic smem limit
 #include "cubinforge/launch.h"     // cuLaunchKernelEx on the caller's stream
+#include "cubinforge/decode.h"     // the decode plan: split count, pack-GQA
+#include "cubinforge/kvcache.h"    // flash_attn_with_kvcache: split-KV + combine, paged

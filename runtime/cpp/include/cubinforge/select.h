@@ -2,8 +2,12 @@
 // (runtime/dispatch.py `rank`): the family, then every requested axis equal, with
 // varlen/paged_kv/pack_gqa/split_kv false unless asked; among several matches the bundle's
 // preferences (generated from dispatch.PREFERENCES) for the problem's sizes rank them, then
-// the name (the bundle is sorted by name). A miss says which requested value no variant has
-// and which variants are nearest, so a caller sees at once what to build.
+// the name (the bundle is sorted by name). As there, an active preference may choose a form
+// axis (Bundle::form_axes: split_kv, pack_gqa) the query left out, and hands out launch
+// parameters (num_splits) from a value derived from the sizes (decode_splits, decode.h); a
+// derived axis left out (head_dim_v) means its source's value (Bundle::derived_axes). A miss
+// says which requested value no variant has and which variants are nearest, so a caller sees
+// at once what to build.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +16,7 @@
 #include <vector>
 
 #include "cubinforge/contract.h"
+#include "cubinforge/decode.h"
 #include "cubinforge/status.h"
 
 namespace cubinforge {
@@ -48,7 +53,7 @@ class Query {
 };
 
 // The usual attention query: the device's arch, dtype, head_dim, causal, V as wide as Q and K
-// (set "head_dim_v", "softcap", "local", "learnable_sink" on it for the model variants).
+// (set head_dim_v, softcap, local, learnable_sink on it for the model variants).
 inline Query attention_query(const std::string& arch, const std::string& dtype, int head_dim, bool causal) {
   Query q;
   q.set("arch", arch).set("dtype", dtype).set("head_dim", head_dim).set("causal", causal);
@@ -57,25 +62,15 @@ inline Query attention_query(const std::string& arch, const std::string& dtype, 
 
 namespace detail {
 
+inline bool asks(const Query& q, const std::string& key) {
+  for (const auto& kv : q.items())
+    if (kv.first == key) return true;
+  return false;
+}
+
 inline bool axis_matches(const Variant& v, const std::string& key, const std::string& value) {
   const char* have = axis_value(v, key.c_str());
   return have != nullptr && value == have;
-}
-
-// A query that leaves head_dim_v out asks for V as wide as Q and K (runtime/registry_source.py
-// does the same): a variant whose head_dim_v differs from its head_dim differs from it.
-inline const char* own_value_head_dim(const Variant& v, const Query& q) {
-  for (const auto& kv : q.items())
-    if (kv.first == "head_dim_v") return nullptr;
-  const char* dv = axis_value(v, "head_dim_v");
-  const char* d = axis_value(v, "head_dim");
-  return dv && d && std::string(dv) != d ? dv : nullptr;
-}
-
-inline int count_differences(const Variant& v, const Query& q) {
-  int n = 0;
-  for (const auto& kv : q.items()) n += !axis_matches(v, kv.first, kv.second);
-  return n + (own_value_head_dim(v, q) != nullptr);
 }
 
 }  // namespace detail
@@ -96,9 +91,18 @@ struct ProblemSizes {
 
 namespace detail {
 
-inline bool condition_holds(const PrefCondition& c, const Query& q, const ProblemSizes& sizes) {
+// A value derived from the sizes (dispatch.DERIVED), or false if `key` is none.
+inline bool derived_value(const Bundle& b, const std::string& key, const ProblemSizes& s, int64_t* value) {
+  if (key == "decode_splits" && b.decode_plan != nullptr) {
+    *value = decode_splits(s.batch, s.seqlen_q, s.heads_q, s.heads_kv, s.seqlen_k, s.sm_count, *b.decode_plan);
+    return true;
+  }
+  return false;
+}
+
+inline bool condition_holds(const Bundle& b, const PrefCondition& c, const Query& q, const ProblemSizes& sizes) {
   int64_t size = -1;
-  const bool is_size = sizes.get(c.key, &size);
+  const bool is_size = sizes.get(c.key, &size) || derived_value(b, c.key, sizes, &size);
   if (c.equals == nullptr)
     return is_size && size >= 0 && (!c.has_low || size >= c.low) && (!c.has_high || size <= c.high);
   if (is_size) return size >= 0 && std::to_string(size) == c.equals;
@@ -120,16 +124,27 @@ constexpr int kNearestShown = 8;
 
 // The best variant for `q` and `sizes`; `reasons`, when given, receives why (as Python's).
 // The query as select() matches it: the bundle's default axes first, then what was asked.
+// A derived axis (head_dim_v) left out takes its source's value (head_dim), as axes.with_defaults.
 inline Query with_defaults(const Bundle& bundle, const Query& asked) {
   Query q(asked.family());
   for (int i = 0; i < bundle.num_default_axes; ++i) q.set(bundle.default_axes[i].key, bundle.default_axes[i].value);
   for (const auto& kv : asked.items()) q.set(kv.first, kv.second);
+  for (int i = 0; i < bundle.num_derived_axes; ++i) {
+    const DerivedAxis& d = bundle.derived_axes[i];
+    if (detail::asks(asked, d.key)) continue;
+    for (const auto& kv : asked.items())
+      if (kv.first == d.source) q.set(d.key, kv.second);
+  }
   return q;
 }
 
+// Launch parameters the choice hands out (num_splits for a split-KV form), by name.
+using SelectedParams = std::vector<std::pair<std::string, int64_t>>;
+
 inline Status select(const Bundle& bundle, const Query& asked, const ProblemSizes& sizes, const Variant** out,
-                     std::vector<std::string>* reasons = nullptr) {
+                     std::vector<std::string>* reasons = nullptr, SelectedParams* params = nullptr) {
   *out = nullptr;
+  if (params != nullptr) params->clear();
   const Query q = with_defaults(bundle, asked);
   std::vector<const Variant*> family;
   for (int i = 0; i < bundle.count; ++i)
@@ -138,9 +153,30 @@ inline Status select(const Bundle& bundle, const Query& asked, const ProblemSize
   for (int i = 0; i < bundle.num_preferences; ++i) {
     const Preference& p = bundle.preferences[i];
     bool all = true;
-    for (int j = 0; j < p.num_when && all; ++j) all = detail::condition_holds(p.when[j], q, sizes);
+    for (int j = 0; j < p.num_when && all; ++j) all = detail::condition_holds(bundle, p.when[j], q, sizes);
     if (all) active.push_back(&p);
   }
+  // Form axes the query left out that an active preference prefers: either value fits.
+  std::vector<std::pair<std::string, std::string>> freed;
+  for (const Preference* p : active)
+    for (int i = 0; i < p->num_prefer; ++i)
+      for (int f = 0; f < bundle.num_form_axes; ++f)
+        if (p->prefer[i].key == std::string(bundle.form_axes[f]) && !detail::asks(asked, p->prefer[i].key))
+          freed.emplace_back(p->prefer[i].key, p->prefer[i].value);
+  auto is_freed = [&](const std::string& key) {
+    for (const auto& f : freed)
+      if (f.first == key) return true;
+    return false;
+  };
+  auto fits_query = [&](const Variant& v) {
+    for (const auto& kv : q.items()) {
+      if (detail::axis_matches(v, kv.first, kv.second)) continue;
+      bool ok = false;
+      for (const auto& f : freed) ok = ok || (f.first == kv.first && detail::axis_matches(v, f.first, f.second));
+      if (!ok) return false;
+    }
+    return true;
+  };
   // Lexicographic on the active preferences in order: a met earlier one outweighs any later.
   auto misses = [&](const Variant& v) {
     std::vector<bool> m;
@@ -148,24 +184,78 @@ inline Status select(const Bundle& bundle, const Query& asked, const ProblemSize
     return m;
   };
   int fits = 0;
+  std::vector<const Variant*> fitting;
   for (const Variant* v : family) {
-    if (detail::count_differences(*v, q) != 0) continue;
+    if (!fits_query(*v)) continue;
     ++fits;
+    fitting.push_back(v);
     if (*out == nullptr || misses(*v) < misses(**out)) *out = v;
   }
   if (*out != nullptr) {
     if (reasons != nullptr) {
-      reasons->push_back("matches " + q.to_string());
+      std::string matched;
+      for (const auto& kv : q.items())
+        if (!is_freed(kv.first)) matched += (matched.empty() ? "" : ", ") + kv.first + "=" + kv.second;
+      reasons->push_back("matches " + matched);
       if (fits > 1) reasons->push_back(std::to_string(fits) + " variants fit");
-      for (const Preference* p : active)
-        reasons->push_back(std::string(p->name) + ": " + p->why +
-                           (detail::meets(**out, *p) ? "" : " - no fitting variant has it"));
+      for (const Preference* p : active) {
+        const char* note = "";
+        if (!detail::meets(**out, *p)) {
+          note = " - no fitting variant has it";
+          for (const Variant* v : fitting)
+            if (detail::meets(*v, *p)) note = " - outweighed by an earlier rule";
+        }
+        reasons->push_back(std::string(p->name) + ": " + p->why + note);
+      }
       if (active.empty() && fits > 1) reasons->push_back("no preference applies to this problem; the first by name is taken");
+      if (!freed.empty()) reasons->push_back("form axes not asked for: the rules above choose them");
+    }
+    for (const Preference* p : active) {
+      if (!detail::meets(**out, *p)) continue;
+      for (int i = 0; i < p->num_params; ++i) {
+        int64_t value = -1;
+        detail::derived_value(bundle, p->params[i].value, sizes, &value);
+        if (params != nullptr) params->emplace_back(p->params[i].key, value);
+        if (reasons != nullptr)
+          reasons->push_back(std::string(p->name) + ": launch with " + p->params[i].key + "=" + std::to_string(value) +
+                             " (" + p->params[i].value + ")");
+      }
     }
     return Status::Ok();
   }
 
-  std::string msg = "no " + q.family() + " variant with " + q.to_string() + " in this bundle.";
+  std::string msg;
+  // A derived axis nobody asked for (head_dim_v) is said once, beside its source (head_dim),
+  // unless a variant's own value departs from its source's (as registry_source.choose).
+  auto unasked_derived = [&](const std::string& key, const char** source) {
+    for (int i = 0; i < bundle.num_derived_axes; ++i)
+      if (key == bundle.derived_axes[i].key && !detail::asks(asked, key)) {
+        *source = bundle.derived_axes[i].source;
+        return true;
+      }
+    return false;
+  };
+  auto differs = [&](const Variant& v, const std::string& key, const std::string& value) {
+    if (detail::axis_matches(v, key, value)) return false;
+    const char* source = nullptr;
+    if (unasked_derived(key, &source)) {
+      const char* own = axis_value(v, key.c_str());
+      const char* src = axis_value(v, source);
+      return !(own && src && std::string(own) == src);
+    }
+    return true;
+  };
+  auto num_differences = [&](const Variant& v) {
+    int n = 0;
+    for (const auto& kv : q.items()) n += differs(v, kv.first, kv.second);
+    return n;
+  };
+  std::string wanted;
+  for (const auto& kv : q.items()) {
+    const char* source = nullptr;
+    if (!unasked_derived(kv.first, &source)) wanted += (wanted.empty() ? "" : ", ") + kv.first + "=" + kv.second;
+  }
+  msg = "no " + q.family() + " variant with " + wanted + " in this bundle.";
   if (family.empty()) {
     msg += " The bundle holds no " + q.family() + " variants at all (" + std::to_string(bundle.count) +
            " variants of other families).";
@@ -173,6 +263,8 @@ inline Status select(const Bundle& bundle, const Query& asked, const ProblemSize
   }
   // What is missing: a requested value that no variant has, with the values there are.
   for (const auto& kv : q.items()) {
+    const char* source = nullptr;
+    if (unasked_derived(kv.first, &source)) continue;
     std::vector<std::string> have;
     bool found = false;
     for (const Variant* v : family) {
@@ -189,20 +281,19 @@ inline Status select(const Bundle& bundle, const Query& asked, const ProblemSize
   }
   // The nearest: the variants with the fewest differing axes, each with what differs.
   std::stable_sort(family.begin(), family.end(), [&](const Variant* a, const Variant* b) {
-    return detail::count_differences(*a, q) < detail::count_differences(*b, q);
+    return num_differences(*a) < num_differences(*b);
   });
-  const int best = detail::count_differences(*family.front(), q);
+  const int best = num_differences(*family.front());
   msg += " Nearest:";
   for (size_t n = 0; n < family.size() && n < static_cast<size_t>(kNearestShown); ++n) {
     const Variant& v = *family[n];
-    if (detail::count_differences(v, q) != best) break;
+    if (num_differences(v) != best) break;
     std::string diff;
     for (const auto& kv : q.items()) {
-      if (detail::axis_matches(v, kv.first, kv.second)) continue;
+      if (!differs(v, kv.first, kv.second)) continue;
       const char* have = axis_value(v, kv.first.c_str());
       diff += (diff.empty() ? "" : ", ") + kv.first + "=" + (have ? have : "(none)");
     }
-    if (const char* dv = detail::own_value_head_dim(v, q)) diff += (diff.empty() ? "" : ", ") + std::string("head_dim_v=") + dv;
     msg += std::string(n ? ";" : "") + " " + v.name + " (differs in " + diff + ")";
   }
   return Status(CUDA_ERROR_NOT_FOUND, msg);

@@ -1,0 +1,41 @@
+// Prints, for each problem on stdin, what the C++ loader chooses: the kvcache forms and split
+// count (choose_kvcache), and the dispatcher's choice for flash_attn (select with sizes and
+// its num_splits parameter). tests/test_cpp_kvcache.py compares every line with Python's.
+// Input lines: batch seqlen_q seqlen_k heads_q heads_kv head_dim causal paged sm_count num_splits pack_gqa dtype
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cubinforge/cubinforge.h"
+#include "cubinforge_bundle.h"
+
+namespace cf = cubinforge;
+
+int main() {
+  const cf::Bundle& bundle = cubinforge_bundle::kBundle;
+  long long b, sq, sk, hq, hkv, d, sms;
+  int causal, paged, splits, pack;
+  std::string dtype;
+  while (std::cin >> b >> sq >> sk >> hq >> hkv >> d >> causal >> paged >> sms >> splits >> pack >> dtype) {
+    cf::KVCacheChoice c;
+    cf::Status st = cf::choose_kvcache(bundle, "sm_90a", dtype.c_str(), static_cast<int>(d), causal != 0, paged != 0,
+                                       b, sq, hq, hkv, sk, sms, splits, pack, &c);
+    std::string kv = st.ok() ? std::string(c.forward->name) + " " + (c.combine ? c.combine->name : "-") + " " +
+                                   std::to_string(c.plan.num_splits) + " " + (c.plan.pack_gqa ? "1" : "0")
+                             : std::string("error");
+    cf::ProblemSizes sizes;
+    sizes.batch = b, sizes.seqlen_q = sq, sizes.seqlen_k = sk, sizes.heads_q = hq, sizes.heads_kv = hkv;
+    sizes.sm_count = sms;
+    const cf::Variant* v = nullptr;
+    cf::SelectedParams params;
+    std::vector<std::string> reasons;
+    st = cf::select(bundle, cf::attention_query("sm_90a", dtype, static_cast<int>(d), causal != 0), sizes, &v,
+                    &reasons, &params);
+    long long ns = 0;
+    for (const auto& p : params)
+      if (p.first == "num_splits") ns = p.second;
+    const long long ds = cf::decode_splits(b, sq, hq, hkv, sk, sms, *bundle.decode_plan);
+    std::printf("%s | %s %lld | %lld\n", kv.c_str(), st.ok() ? v->name : "error", ns, ds);
+  }
+  return 0;
+}

@@ -1,0 +1,99 @@
+"""The C++ loader's kvcache and decode choices equal the Python runtime's, problem by problem:
+runtime/cpp/tests/kvcache_choice.cpp, compiled against a bundle rendered from the local
+registry (the default set's decode forms), prints what `choose_kvcache` (forms, split count,
+pack-GQA) and `select` with sizes (the dispatcher's variant and its num_splits) pick; the
+Python side asks kvcache._pick and registry_source.choose. Also checks the C++ port of the
+decode plan against runtime/decode_plan.py. No GPU: the stub libcuda is linked."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime" / "cpp" / "tests"))
+import harness  # noqa: E402
+
+from cubinforge.runtime import kvcache  # noqa: E402
+from cubinforge.runtime.decode_plan import decode_splits  # noqa: E402
+from cubinforge.runtime.dispatch import Problem  # noqa: E402
+from cubinforge.runtime.errors import InputError, VariantNotFound  # noqa: E402
+from cubinforge.runtime.registry_source import LocalSource, choose, manifests  # noqa: E402
+
+SRC = LocalSource()
+_forms = [m for m in manifests(SRC, "fa3_fwd")[0] if m.axes.get("split_kv")]
+pytestmark = [
+    pytest.mark.skipif(harness.missing_tools("g++") is not None, reason=f"needs {harness.missing_tools('g++')}"),
+    pytest.mark.skipif(not _forms, reason=f"no split-KV forms in {SRC.home} (make kernels ARCH=sm90)"),
+]
+
+# batch seqlen_q seqlen_k(capacity) heads_q heads_kv head_dim causal paged sm_count num_splits pack_gqa dtype
+PROBLEMS = [
+    (4, 1, 32768, 16, 16, 128, 1, 0, 132, 0, -1, "bf16"),    # the bench's --decode cells at 32k
+    (4, 16, 32768, 16, 16, 128, 0, 0, 132, 0, -1, "bf16"),
+    (4, 64, 32768, 16, 16, 128, 1, 0, 132, 0, -1, "bf16"),
+    (16, 1, 8192, 16, 16, 128, 1, 0, 132, 0, -1, "bf16"),    # fills the SMs: no split
+    (8, 1, 32768, 32, 8, 128, 1, 0, 132, 0, -1, "bf16"),     # dense decode, inference bench
+    (8, 1, 32768, 32, 8, 128, 1, 1, 132, 0, -1, "bf16"),     # paged, page 256 capacity 32k
+    (64, 1, 4096, 32, 8, 128, 1, 1, 132, 0, -1, "bf16"),
+    (32, 4, 8192, 32, 8, 128, 1, 0, 132, 0, -1, "bf16"),     # speculative
+    (32, 1, 8192, 64, 8, 128, 1, 0, 132, 0, -1, "bf16"),     # GQA 8
+    (2, 3, 5000, 8, 2, 128, 0, 0, 132, 0, -1, "bf16"),
+    (2, 3, 5000, 8, 2, 128, 1, 0, 132, 5, -1, "bf16"),       # explicit splits
+    (2, 1, 5000, 8, 2, 128, 1, 1, 132, 1, -1, "bf16"),       # never split
+    (2, 1, 5000, 8, 2, 128, 1, 0, 132, 0, 0, "bf16"),        # unpacked: not in the default set
+    (2, 1, 5000, 8, 2, 128, 1, 0, 78, 0, -1, "bf16"),        # another SM count
+    (4, 1, 32768, 16, 16, 128, 1, 0, 132, 0, -1, "fp16"),    # no fp16 decode forms: plain / error
+    (4, 1, 32768, 16, 16, 64, 1, 0, 132, 0, -1, "bf16"),     # no hd64 forms
+    (1, 512, 512, 16, 16, 128, 1, 0, 132, 0, -1, "bf16"),    # prefill
+    (1, 4096, 4096, 16, 16, 192, 1, 0, 132, 0, -1, "bf16"),  # head_dim_v left out: V as wide as Q, not dv128
+]
+
+
+def python_line(b, sq, sk, hq, hkv, d, causal, paged, sms, splits, pack, dtype) -> str:
+    try:
+        plan, fwd = kvcache._pick("sm_90a", dtype, d, bool(causal), sq, None if pack < 0 else bool(pack), bool(paged),
+                                  splits, sms, b, hq, hkv, sk, SRC)
+        comb = kvcache._combine_kernel("sm_90a", dtype, d, SRC).variant if fwd.manifest.axes.get("split_kv") else "-"
+        kv = f"{fwd.variant} {comb} {plan.num_splits} {int(plan.pack_gqa)}"
+    except (VariantNotFound, InputError):
+        kv = "error"
+    try:
+        choice = choose(Problem("fa3_fwd", {"arch": "sm_90a", "dtype": dtype, "head_dim": d, "causal": bool(causal)},
+                                batch=b, seqlen_q=sq, seqlen_k=sk, heads_q=hq, heads_kv=hkv, sm_count=sms), SRC)
+        dense = f"{choice.best.variant} {choice.params.get('num_splits', 0)}"
+    except VariantNotFound:
+        dense = "error 0"
+    return f"{kv} | {dense} | {decode_splits(b, sq, hq, hkv, sk, sms)}"
+
+
+@pytest.fixture(scope="module")
+def exe(tmp_path_factory) -> Path:
+    from cubinforge.generator.cpp_bundle import load_home, render_cpp_bundle
+
+    tmp = tmp_path_factory.mktemp("kvcache")
+    stub = harness.build_stub(tmp / "stub")
+    ms, blobs = load_home(SRC.home)
+    render_cpp_bundle(ms, blobs, tmp / "bundle")
+    out = tmp / "kvcache_choice"
+    harness.run([shutil.which("g++"), "-std=c++17", "-O1", "-Wall", "-Wextra", "-pedantic", "-Werror",
+                 f"-I{harness.INCLUDE}", f"-I{tmp / 'bundle'}", f"-I{harness.cuda_include()}",
+                 harness.CPP / "tests" / "kvcache_choice.cpp", "-o", out, f"-L{stub.parent}", "-lcuda",
+                 f"-Wl,-rpath,{stub.parent}"])
+    return out
+
+
+def test_cpp_chooses_what_python_chooses(exe: Path):
+    import subprocess
+    lines = "\n".join(" ".join(map(str, p)) for p in PROBLEMS) + "\n"
+    got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True).stdout.splitlines()
+    want = [python_line(*p) for p in PROBLEMS]
+    assert len(got) == len(want)
+    bad = [f"{p}:\n  C++    {g}\n  Python {w}" for p, g, w in zip(PROBLEMS, got, want) if g.strip() != w]
+    assert not bad, "\n".join(bad)
+    # The cases mean something: the 32k decode cells route to the split forms in both.
+    assert "splitkv" in got[0].split("|")[1] and got[0].split("|")[1].split()[1] == "2"
+    assert "splitkv" not in got[3].split("|")[1]
+    assert "hd192-causal" in got[-1] and "dv128" not in got[-1]
