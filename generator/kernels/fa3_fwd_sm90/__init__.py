@@ -26,7 +26,8 @@ def compile_variant(cfg: FwdConfig):
     swizzle = {t: swizzle_bytes(cfg.elem_bytes, cfg.head_dim if t in "qk" else cfg.head_dim_v) for t in "qkvo"}
     if cfg.fp8:
         # V column-major: its rows are keys (tile_n bytes); O is bf16.
-        swizzle["v"] = swizzle_bytes(cfg.elem_bytes, cfg.tile_n)
+        if cfg.v_layout == "colmajor":
+            swizzle["v"] = swizzle_bytes(cfg.elem_bytes, cfg.tile_n)
         swizzle["o"] = swizzle_bytes(cfg.out_elem_bytes, cfg.head_dim_v)
     return KernelBuild(
         cubin=bytes(compiled.__cubin__),

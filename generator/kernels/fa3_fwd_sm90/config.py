@@ -160,8 +160,6 @@ class FwdConfig:
         if self.fp8:
             if self.head_dim not in E4M3_HEAD_DIMS:
                 raise ValueError(f"e4m3 builds head_dim {E4M3_HEAD_DIMS} so far, not {self.head_dim}")
-            if self.v_layout != "colmajor":
-                raise ValueError("e4m3 needs v_layout='colmajor' (the transpose of V in shared memory is not built)")
             if self.model_variant or self.inference:
                 on = [n for n in ("softcap", "local", "learnable_sink", "split_kv", "pack_gqa", "paged_kv")
                       if getattr(self, n)]
@@ -246,6 +244,8 @@ class FwdConfig:
         q = self.tile_m * self.head_dim * self.elem_bytes
         q = self.tile_m * self.head_dim * self.elem_bytes
         kv = stages * self.tile_n * (self.head_dim + self.head_dim_v) * self.elem_bytes
+        if self.v_transpose:
+            kv += stages * self.tile_n * self.head_dim_v * self.elem_bytes  # sVt
         o = self.tile_m * self.head_dim_v * self.out_elem_bytes
         return q + kv + (o if self.separate_o_smem else 0)
 
@@ -280,6 +280,11 @@ class FwdConfig:
     @property
     def fp8(self) -> bool:
         return self.dtype == "e4m3"
+
+    @property
+    def v_transpose(self) -> bool:
+        """e4m3 with V row-major: V is transposed in shared memory (v_transpose.py)."""
+        return self.fp8 and self.v_layout == "rowmajor"
 
     @property
     def out_dtype(self) -> str:
