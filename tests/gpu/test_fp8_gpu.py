@@ -299,8 +299,9 @@ ROWMAJOR = [m for m in FP8_FWD if m.axes.get("v_layout", "rowmajor") == "rowmajo
 @pytest.mark.parametrize("shape", [(1, 1000, 2050, 2, 1), (3, 67, 131, 6, 3)], ids=["long-mqa", "odd-gqa"])
 def test_e4m3_rowmajor_v_matches_colmajor_and_reference(m, shape):
     """V row-major (transposed in smem) against the float64 reference and, where a column-major
-    variant of the same tile exists, against it bit for bit: both feed the PV GEMM the same
-    K-major bytes, so any transpose error shows as a difference. Long-mqa cycles the K/V
+    variant of the same tile exists, against it: the same P and V products, summed in another
+    key order where sVt's keys follow the accumulator (fp8_local_p), so O agrees to fp32/bf16
+    rounding and LSE (from S alone) bit for bit; a transpose error gives O(1) differences. Long-mqa cycles the K/V
     stages and the persistent tiles many times (phase bookkeeping of the sVt pipeline)."""
     from cubinforge.bench.fp8_reference import attention, e4m3_encode
     from cubinforge.runtime import flash_attn_func
@@ -331,8 +332,9 @@ def test_e4m3_rowmajor_v_matches_colmajor_and_reference(m, shape):
     if len(col) == 1 and all(col[0].axes.get(a) == m.axes.get(a) for a in ("tile_m", "tile_n", "scheduler")):
         _keep, v8c = _colmajor_v(bits["v"])
         o_col, lse_col = run(v8c, "colmajor")
-        same = o_col == o_bits
-        assert same.all(), f"{int((~same).sum())} of {same.size} O elements differ from the colmajor variant"
+        oc = _bf16_bits_to_f64(o_col)
+        diff = np.linalg.norm(o - oc) / np.linalg.norm(oc)
+        assert diff < 2e-3, f"O differs from the colmajor variant's by {diff:.2e} (relative)"
         np.testing.assert_array_equal(lse_row, lse_col)
 
 

@@ -47,6 +47,7 @@ def compile_variant(cfg: FwdConfig):
             "mask_bits": cfg.mask_bits, "chunked_p_convert": cfg.chunked_p_convert,
             **({"split_kv": cfg.split_kv, "pack_gqa": cfg.pack_gqa, "paged_kv": cfg.paged_kv} if cfg.inference else {}),
             **({"v_layout": cfg.v_layout, "out_dtype": cfg.out_dtype} if cfg.fp8 else {}),
+            **({"fp8_local_p": cfg.fp8_local_p} if cfg.v_transpose else {}),
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

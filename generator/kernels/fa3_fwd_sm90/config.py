@@ -120,6 +120,11 @@ class FwdConfig:
     # "colmajor" (batch, heads_kv, head_dim, seqlen_k): WGMMA reads an 8-bit B operand
     # K-major only, which a column-major V already is.
     v_layout: str = "rowmajor"
+    # e4m3, V row-major: the transposing warps lay sVt's keys out in the order the S
+    # accumulator holds them (fp8_p.local_key), so P goes to the PV GEMM without shuffles
+    # (hd128 main loop 566 -> 468 instructions per key block, SHFL 36 -> 4). None: on
+    # wherever V is transposed; False keeps the column-major path's shuffled P (bench.ab).
+    fp8_local_p: bool | None = None
     # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
     # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers
     # (inference.py). split_kv: the key range of a tile is cut into num_splits parts (grid
@@ -169,6 +174,11 @@ class FwdConfig:
                                  f"(got {', '.join(on)}); build e4m3 with none of them, or use bf16/fp16")
         elif self.v_layout != "rowmajor":
             raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
+        if self.fp8_local_p is None:
+            object.__setattr__(self, "fp8_local_p", self.v_transpose)
+        if self.fp8_local_p and not self.v_transpose:
+            raise ValueError("fp8_local_p permutes the keys of V as the kernel transposes it: "
+                             "it needs dtype e4m3 with v_layout='rowmajor'")
         tm, tn = default_tile(self.head_dim, self.causal, self.head_dim_v)
         if not self.tile_m:
             object.__setattr__(self, "tile_m", tm)

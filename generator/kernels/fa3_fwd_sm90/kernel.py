@@ -26,7 +26,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
 from .barriers import Barrier
 from .config import FwdConfig
-from .fp8_p import check_layouts, convert_p_fp8
+from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local
 from .layouts import (
     acc_as_operand_a,
     acc_as_rows_cols,
@@ -194,6 +194,8 @@ class FlashFwdSm90:
             grid = (num_m, cute.size(mQ.shape[2]), cute.size(mQ.shape[3]))
         if const_expr(self.fp8):
             check_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
+        if const_expr(self.cfg.fp8_local_p):
+            check_local_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
         self.kernel(
             tQ, tK, tV, tO, mLSE,
             tma_q, tma_k, tma_v, tma_o,
@@ -412,7 +414,7 @@ class FlashFwdSm90:
             n_blocks = n_block_max - n_block_min
         gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
         gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
-        if const_expr(self.fp8):
+        if const_expr(self.fp8 and not self.v_transpose):
             # Column-major V: a block is (head_dim_v, tile_n keys), blocks along the key mode.
             gV = cute.local_tile(mV[None, None, head_kv, batch], (self.hdim_v, self.tile_n), (0, None))
         else:
@@ -519,7 +521,9 @@ class FlashFwdSm90:
                        self.tile_m, self.tile_n, causal)
 
         def to_p(acc_S):
-            if const_expr(self.fp8):
+            if const_expr(self.cfg.fp8_local_p):
+                convert_p_fp8_local(acc_S, tOrP)  # sVt's keys are in the accumulator's order
+            elif const_expr(self.fp8):
                 convert_p_fp8(acc_S, tOrP, tidx % 32)
             elif const_expr(self.cfg.chunked_p_convert):
                 # Only valid when the A-operand view keeps the registers where they are.

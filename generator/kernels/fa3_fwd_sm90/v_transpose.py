@@ -93,15 +93,21 @@ def _prmt(a: Int32, b: Int32, sel: int, *, loc=None, ip=None) -> Int32:
 def transpose_stage(
     v_base: Int32, vt_base: Int32, sV_layout: cute.ComposedLayout, sVt_layout: cute.ComposedLayout,
     stage, warp, lane, tile_n: cutlass.Constexpr[int], head_dim_v: cutlass.Constexpr[int],
+    local_p: cutlass.Constexpr[bool] = False,
 ):
-    """sVt[:, :, stage] <- sV[:, :, stage]^T, this warp's share of the units."""
+    """sVt[:, :, stage] <- sV[:, :, stage]^T, this warp's share of the units. local_p: matrices
+    0/2 take keys n0..n0+7 and 1/3 keys n0+8..15 in order, so lane t's word holds keys
+    2q, 2q+1, 8+2q, 9+2q: sVt column c holds key fp8_p.local_key(c)."""
     units_n = tile_n // UNIT_KEYS
     units = units_n * (head_dim_v // UNIT_DIMS)
     k, i = lane // 8, lane % 8
     ld_n = 4 * (i // 2) + i % 2 + 2 * (k % 2)
+    if const_expr(local_p):
+        ld_n = i + 8 * (k % 2)
     ld_d = 16 * (k // 2)
     st_d = 16 * (k // 2) + 2 * i + k % 2
-    for s in cutlass.range_constexpr((units + WARPS - 1) // WARPS):
+    # A loop, not unrolled: the producer has 24 registers (an unrolled 16-unit stage spills).
+    for s in cutlass.range((units + WARPS - 1) // WARPS, unroll=1):
         u = s * WARPS + warp
         if u < units:
             n0 = UNIT_KEYS * (u % units_n)
@@ -116,11 +122,12 @@ def transpose_stage(
 
 @cute.jit
 def transpose_block(pipe_v, pipe_vt, v_state, vt_state, v_base, vt_base, sV_layout, sVt_layout,
-                    warp, lane, tile_n: cutlass.Constexpr[int], head_dim_v: cutlass.Constexpr[int]):
+                    warp, lane, tile_n: cutlass.Constexpr[int], head_dim_v: cutlass.Constexpr[int],
+                    local_p: cutlass.Constexpr[bool] = False):
     """One key block: wait for V's TMA, wait for sVt's slot, transpose, publish, free sV."""
     pipe_v.consumer_wait(v_state)
     pipe_vt.producer_acquire(vt_state)
-    transpose_stage(v_base, vt_base, sV_layout, sVt_layout, v_state.index, warp, lane, tile_n, head_dim_v)
+    transpose_stage(v_base, vt_base, sV_layout, sVt_layout, v_state.index, warp, lane, tile_n, head_dim_v, local_p)
     # The PV WGMMA reads sVt through the async proxy: make these generic-proxy writes visible.
     cute.arch.fence_view_async_shared()
     pipe_vt.producer_commit(vt_state)
@@ -153,7 +160,7 @@ def transposer(self, mQ, mK, pipe_v, pipe_vt, v_base, vt_base, sV_layout, sVt_la
         for _ in cutlass.range(n_blocks, unroll=1):
             v_state, vt_state = transpose_block(
                 pipe_v, pipe_vt, v_state, vt_state, v_base, vt_base, sV_layout, sVt_layout,
-                warp, lane, self.tile_n, self.hdim_v,
+                warp, lane, self.tile_n, self.hdim_v, self.cfg.fp8_local_p,
             )
         t += 1
         tile = next_tile(t, tile, cta, ctas, zigzag)
