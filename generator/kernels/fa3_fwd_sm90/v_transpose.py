@@ -47,6 +47,14 @@ def check_units(sV_layout, sVt_layout, tile_n: int, head_dim_v: int) -> None:
     if tile_n % UNIT_KEYS or head_dim_v % UNIT_DIMS:
         raise ValueError(f"V transpose works in {UNIT_KEYS} x {UNIT_DIMS} units; "
                          f"tile_n {tile_n} / head_dim_v {head_dim_v} do not divide")
+    step = key_step(sV_layout)
+    for n in range(UNIT_KEYS):
+        for d in range(0, head_dim_v, 16):
+            base = sV_layout((n, d, 0))
+            for nb in range(1, tile_n // UNIT_KEYS):
+                if sV_layout((n + UNIT_KEYS * nb, d, 0)) != base + nb * step:
+                    raise ValueError(f"V transpose: sV key {n + UNIT_KEYS * nb}, byte {d} is not {nb} key steps "
+                                     f"from key {n}")
     for layout, rows, cols in ((sV_layout, tile_n, head_dim_v), (sVt_layout, head_dim_v, tile_n)):
         for r in range(min(rows, 16)):
             for c in range(0, cols, 16):
@@ -99,25 +107,31 @@ def transpose_stage(
     0/2 take keys n0..n0+7 and 1/3 keys n0+8..15 in order, so lane t's word holds keys
     2q, 2q+1, 8+2q, 9+2q: sVt column c holds key fp8_p.local_key(c)."""
     units_n = tile_n // UNIT_KEYS
-    units = units_n * (head_dim_v // UNIT_DIMS)
     k, i = lane // 8, lane % 8
     ld_n = 4 * (i // 2) + i % 2 + 2 * (k % 2)
     if const_expr(local_p):
         ld_n = i + 8 * (k % 2)
     ld_d = 16 * (k // 2)
     st_d = 16 * (k // 2) + 2 * i + k % 2
-    # A loop, not unrolled: the producer has 24 registers (an unrolled 16-unit stage spills).
-    for s in cutlass.range((units + WARPS - 1) // WARPS, unroll=1):
-        u = s * WARPS + warp
-        if u < units:
-            n0 = UNIT_KEYS * (u % units_n)
-            d0 = UNIT_DIMS * (u // units_n)
-            r = _ldsm_x4_trans(v_base + sV_layout((n0 + ld_n, d0 + ld_d, stage)))
+    # Warp w takes the 32-byte head-dim slices w, w + 3, ...; the key blocks of a slice are
+    # unrolled. A load address moves by a constant per 16 keys (rows 16 apart share the
+    # swizzle phase; check_units verifies it), so it is one evaluation per slice.
+    ld_step = key_step(sV_layout)
+    for db in cutlass.range(warp, head_dim_v // UNIT_DIMS, WARPS, unroll=1):
+        d0 = UNIT_DIMS * db
+        ld_base = v_base + sV_layout((ld_n, d0 + ld_d, stage))
+        for nb in cutlass.range_constexpr(units_n):
+            r = _ldsm_x4_trans(ld_base + nb * ld_step)
             _stsm_x4(
-                vt_base + sVt_layout((d0 + st_d, n0, stage)),
+                vt_base + sVt_layout((d0 + st_d, UNIT_KEYS * nb, stage)),
                 _prmt(r[0], r[1], 0x6420), _prmt(r[0], r[1], 0x7531),
                 _prmt(r[2], r[3], 0x6420), _prmt(r[2], r[3], 0x7531),
             )
+
+
+def key_step(sV_layout) -> int:
+    """sV's offset between keys n and n + 16 (the same for every n, d: checked at trace time)."""
+    return sV_layout((UNIT_KEYS, 0, 0)) - sV_layout((0, 0, 0))
 
 
 @cute.jit
