@@ -52,7 +52,7 @@ def _serve(args) -> int:
 def _db_upgrade(args) -> int:
     _home(args)
     from cubinforge.service.config import Settings, redact_db_url
-    from cubinforge.service.migrate import current, upgrade
+    from cubinforge.registry.migrate import current, upgrade
     settings = Settings.from_env()
     upgrade(settings.database_url, args.revision)
     print(f"database {redact_db_url(settings.database_url)}: at revision {current(settings.database_url)}")
@@ -85,8 +85,8 @@ def _token(args) -> int:
     _home(args)
     from cubinforge.service.auth import SCOPE_HELP, create_token, list_tokens, parse_scopes, revoke_token
     from cubinforge.service.config import Settings
-    from cubinforge.service.db import Database
-    from cubinforge.service.migrate import upgrade
+    from cubinforge.registry.db import Database
+    from cubinforge.registry.migrate import upgrade
     if args.action != "list" and not args.name:
         raise ValueError(f"`token {args.action}` needs a NAME")
     if args.action == "add":
@@ -119,7 +119,7 @@ def _token(args) -> int:
 def _db_audit(args) -> int:
     _home(args)
     from cubinforge.service.config import Settings
-    from cubinforge.service.db import Database
+    from cubinforge.registry.db import Database
     from cubinforge.service.store import audit_log
     db = Database(Settings.from_env().database_url, pool_size=1)
     try:

@@ -1,15 +1,20 @@
-"""The local registry: SQLite rows (SQLAlchemy 2) + content-addressed blobs + manifests.
+"""The registry store: database rows (SQLAlchemy 2) + content-addressed blobs + manifests.
 
     reg = Registry()                       # $CUBINFORGE_HOME, or ./.cubinforge
     reg.put_artifact(ArtifactInput(...))   # blobs, row, history, manifest
     reg.get("fa3-fwd-sm_90a-bf16-hd128-causal"); reg.list({"dtype": "bf16"}, limit=50)
     reg.blob_path(sha); reg.open_blob(sha); reg.yank(name)
 
-Records are plain dicts (JSON-ready), so a FastAPI service can return them as they are.
+The local registry and the service are one store: the service publishes with `published_row`
+and reads with `find`, `page` and `record`, in its own sessions, over the same tables, blobs
+(registry/blobstore.py) and manifests. A record is a plain dict (JSON-ready), `record(row)`:
+the one record type of both.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import platform
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,15 +22,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Mapping
 
-from sqlalchemy import create_engine, event, func, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from cubinforge.runtime.axes import axis_value
 
 from . import settings, verification
 from .blobstore import BlobStore
+from .db import Database
+from .generation import Generation
 from .manifest import make_manifest, read_manifest, remove_manifest, write_manifest
-from .models import AXIS_COLUMNS, Artifact, ArtifactBuild, Base
+from .models import AXIS_COLUMNS, Artifact, ArtifactBuild
 
 FILTERABLE = ("name", "family", *AXIS_COLUMNS, "cubin_sha256", "content_key", "yanked")
+# Filters answered from a record rather than a column: `verified` (its cubin passed a GPU
+# check), and any axis without a column of its own (read with the axis table's default).
+def _computed(rec: dict, key: str):
+    if key == "verified":
+        return ((rec["provenance"] or {}).get("verification") or {}).get("status") == "verified"
+    return axis_value(rec["axes"], key)
 
 
 @dataclass
@@ -58,20 +73,21 @@ def _iso(dt: datetime | None) -> str | None:
 
 
 class Registry:
-    def __init__(self, home: str | Path | None = None, database_url: str | None = None, echo: bool = False):
+    def __init__(self, home: str | Path | None = None, database_url: str | None = None, echo: bool = False,
+                 pool_size: int = 5):
+        from .migrate import ensure_schema  # alembic: only when a registry is opened
+
         self.home = Path(home).absolute() if home is not None else settings.home()
         self.home.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(self.home / "blobs")
         self.manifests_dir = self.home / "manifests"
+        self.generation = Generation(self.home)
         url = database_url or settings.database_url(self.home)
-        kwargs: dict[str, Any] = {"echo": echo}
-        if url.startswith("sqlite"):
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
-        self.engine = create_engine(url, **kwargs)
-        if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-        Base.metadata.create_all(self.engine)
-        self.session_factory = sessionmaker(self.engine, expire_on_commit=False)
+        self.db = Database(url, pool_size)
+        self.engine = self.db.engine
+        self.engine.echo = echo
+        ensure_schema(self.engine, url)
+        self.session_factory = self.db.sessions
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -119,12 +135,14 @@ class Registry:
             row.dsl_version, row.ptxas_version = a.dsl_version, a.ptxas_version
             row.compile_options, row.content_key = a.compile_options, a.content_key
             row.built_at, row.build_seconds = a.built_at, a.build_seconds
-            row.yanked = False
+            row.yanked, row.yank_reason = False, None
+            row.manifest_json, row.signed_by, row.publisher = None, "", None  # a local build, not a publish
             s.flush()
             s.add(ArtifactBuild(artifact_id=row.id, name=a.name, cubin_sha256=cubin_sha, source_sha256=source_sha,
                                 content_key=a.content_key, manifest=manifest))
             record = _record(row)
         write_manifest(self.manifests_dir, manifest)
+        self.generation.bump()
         return record
 
     def yank(self, name: str, yanked: bool = True) -> dict:
@@ -133,10 +151,8 @@ class Registry:
             row = self._row(s, name)
             row.yanked = yanked
             record = _record(row)
-        if yanked:
-            remove_manifest(self.manifests_dir, name)
-        else:
-            write_manifest(self.manifests_dir, record_manifest(record))
+        sync_manifest(self.manifests_dir, record)
+        self.generation.bump()
         return record
 
     def import_verification(self, path: str | Path) -> list[dict]:
@@ -160,13 +176,15 @@ class Registry:
                     changed.append(_record(row))
         for record in changed:
             write_manifest(self.manifests_dir, record_manifest(record))
+        if changed:
+            self.generation.bump()
         return [{"variant": r["name"], **r["provenance"]["verification"]} for r in changed]
 
     # ------------------------------------------------------------ reading
 
     def get(self, name: str) -> dict | None:
         with self.session() as s:
-            row = s.scalar(select(Artifact).where(Artifact.name == name))
+            row = find(s, name)
             return _record(row) if row is not None else None
 
     def list(self, filters: Mapping[str, Any] | None = None, limit: int | None = None, offset: int = 0,
@@ -210,7 +228,7 @@ class Registry:
 
     @staticmethod
     def _row(s: Session, name: str) -> Artifact:
-        row = s.scalar(select(Artifact).where(Artifact.name == name))
+        row = find(s, name)
         if row is None:
             raise KeyError(f"no variant {name!r} in the registry")
         return row
@@ -230,8 +248,80 @@ class Registry:
         return q
 
 
+def find(s: Session, name: str) -> Artifact | None:
+    return s.scalar(select(Artifact).where(Artifact.name == name))
+
+
+def page(s: Session, filters: Mapping[str, Any], include_yanked: bool, limit: int, offset: int
+         ) -> tuple[list[dict], int]:
+    """One page of records, ordered by name, and how many match in all. Filters on a column run
+    in SQL; the others (`verified`, axes without a column) on the records."""
+    sql = {k: v for k, v in filters.items() if v is not None and k in FILTERABLE}
+    rest = {k: v for k, v in filters.items() if v is not None and k not in FILTERABLE}
+    q = Registry._filtered(select(Artifact), sql, include_yanked)
+    if not rest:
+        total = s.scalar(select(func.count()).select_from(q.subquery()))
+        rows = s.scalars(q.order_by(Artifact.name).limit(limit).offset(offset)).all()
+        return [_record(r) for r in rows], int(total or 0)
+    recs = [_record(r) for r in s.scalars(q.order_by(Artifact.name)).all()]
+    recs = [r for r in recs if all(_computed(r, k) == v for k, v in rest.items())]
+    return recs[offset:offset + limit], len(recs)
+
+
+def _text(v, n: int, default=""):
+    """A manifest value as a bounded string column (the manifest itself keeps the value)."""
+    return v if isinstance(v, str) and len(v) <= n else default
+
+
+def published_row(manifest: dict, manifest_json: str, signed_by: list[str], publisher: str | None) -> Artifact:
+    """The row of a manifest published through the service: its columns are index copies of
+    the manifest (out-of-range provenance values are left out of them, kept in the manifest)."""
+    axes, meta, prov = manifest["axes"], manifest.get("metadata") or {}, manifest.get("provenance") or {}
+    now = datetime.now(timezone.utc)
+    try:
+        built = datetime.fromisoformat(prov.get("built_at"))
+        built = built if built.tzinfo else built.replace(tzinfo=timezone.utc)
+    except (TypeError, ValueError):
+        built = now
+    secs, regs = prov.get("build_seconds"), meta.get("registers")
+    row = Artifact(
+        name=manifest["variant"], family=manifest["family"], axes=axes,
+        cubin_sha256=manifest["cubin"]["sha256"], cubin_size=manifest["cubin"]["size"],
+        entry=str(meta.get("entry") or manifest["contract"].get("entry") or "")[:512],
+        registers=regs if isinstance(regs, int) and 0 <= regs < 2**31 else None,
+        meta=meta, contract=manifest["contract"], provenance=prov,
+        source_sha256=_text(prov.get("rendered_source_sha256"), 64), template=_text(prov.get("template"), 256),
+        dsl_version=_text(prov.get("dsl_version"), 32), ptxas_version=_text(prov.get("ptxas_version"), 64, None),
+        compile_options=_text(prov.get("compile_options"), 1 << 20), content_key=_text(prov.get("content_key"), 64),
+        built_at=built, build_seconds=float(secs) if isinstance(secs, (int, float)) and math.isfinite(secs) else 0.0,
+        yanked=False, manifest_json=manifest_json, signed_by=",".join(signed_by), publisher=publisher,
+        created_at=now, updated_at=now)
+    for col in AXIS_COLUMNS:
+        setattr(row, col, axes.get(col))
+    return row
+
+
+def build_entry(row: Artifact, manifest: dict) -> ArtifactBuild:
+    """The history entry of a row just stored (flushed, so it has its id)."""
+    return ArtifactBuild(artifact_id=row.id, name=row.name, cubin_sha256=row.cubin_sha256,
+                         source_sha256=row.source_sha256, content_key=row.content_key, manifest=manifest)
+
+
+def sync_manifest(manifests_dir: Path, record: dict) -> None:
+    """`manifests/<name>.json` follows the record: written while selectable, removed once yanked."""
+    if record["yanked"]:
+        remove_manifest(manifests_dir, record["name"])
+    else:
+        write_manifest(manifests_dir, record["manifest"])
+
+
+def record(row: Artifact) -> dict:
+    """The one record type: a registry row as a JSON-ready dict."""
+    return _record(row)
+
+
 def _record(row: Artifact) -> dict:
-    return {
+    rec = {
         "name": row.name,
         "family": row.family,
         "axes": row.axes,
@@ -243,9 +333,16 @@ def _record(row: Artifact) -> dict:
         "provenance": row.provenance,
         "content_key": row.content_key,
         "yanked": bool(row.yanked),
+        "yank_reason": row.yank_reason,
+        # Verified signer key ids (publish through the service); empty for a local build.
+        "signed_by": [k for k in (row.signed_by or "").split(",") if k],
+        "publisher": row.publisher,
         "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at),
     }
+    # The manifest: as published (the bytes its signatures cover), or made from the columns.
+    rec["manifest"] = json.loads(row.manifest_json) if row.manifest_json else record_manifest(rec)
+    return rec
 
 
 def record_manifest(record: dict) -> dict:
@@ -256,9 +353,3 @@ def record_manifest(record: dict) -> dict:
         contract=record["contract"], metadata=record["metadata"], provenance=record["provenance"],
     )
 
-
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
-    cur = dbapi_connection.cursor()
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.close()

@@ -9,15 +9,15 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from cubinforge import __version__
+from cubinforge.registry.blobstore import BlobStore
+from cubinforge.registry.db import Database
 from cubinforge.runtime import signing
 
 from . import errors
 from .blobcache import BlobCache
-from .blobs import BlobStore
 from .config import Settings
-from .db import Database
 from .fastpath import FastPath
-from .metrics import BodyLimitMiddleware, MetricsMiddleware
+from .metrics import BLOBS_CORRUPT_FOUND, BodyLimitMiddleware, MetricsMiddleware
 from .readcache import ReadCache
 from .routers import artifacts, blobs, health, jobs, select, variants
 from .store import Store
@@ -39,9 +39,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         if settings.migrate_on_start:
-            from .migrate import upgrade
+            from cubinforge.registry.migrate import upgrade
             upgrade(settings.database_url)
-        app.state.blobs.root.mkdir(parents=True, exist_ok=True)
+        (app.state.blobs.root / "sha256").mkdir(parents=True, exist_ok=True)
         # At most pool_size threads use the database at once, so the pool never runs dry (db.py).
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size
         app.state.db_threads = settings.db_pool_size
@@ -61,7 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   telemetry={"tracing": otel, "metrics": otel, "logs": otel})
     app.state.settings = settings
     app.state.db = Database(settings.database_url, settings.db_pool_size)
-    app.state.blobs = BlobStore(settings.home)
+    app.state.blobs = BlobStore(settings.home / "blobs", on_corrupt=lambda _sha: BLOBS_CORRUPT_FOUND.inc())
     app.state.store = Store(app.state.blobs)
     app.state.generation = app.state.store.generation
     app.state.read_cache = ReadCache()

@@ -13,8 +13,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from cubinforge.registry.models import ApiToken
+
 from .errors import APIError
-from .models import ApiToken
 from .schemas import FAMILY_PATTERN
 
 bearer = HTTPBearer(auto_error=False, description="a token from `cubinforge token add NAME`")

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
+from cubinforge.runtime.axes import AXES
 from cubinforge.runtime.cache import atomic_write
 from cubinforge.runtime.compile_on_miss import command
 
@@ -37,11 +38,15 @@ from .config import Settings
 
 log = logging.getLogger("cubinforge.service")
 
-EXACT = ("arch", "dtype", "head_dim", "causal", "varlen", "paged_kv")  # what a select fixes (selection.py)
 FAILED_HOLD_S = 300
 BUILD_TIMEOUT_S = 3600
 _ID = re.compile(r"^[0-9a-f]{32}$")
 _ADDRESS = re.compile(r"^(local:[1-9][0-9]*|(tcp|tls|ucx|ws|wss)://.+)$")
+
+
+def _exact(problem: dict) -> dict:
+    """The exact axes a select asked for (runtime/axes.py): what the build must fix."""
+    return {a: v for a, v in problem.items() if a in AXES and AXES[a].exact and v is not None}
 
 
 def _now() -> str:
@@ -83,7 +88,7 @@ class BuildJobs:
 
     def _build(self, problem: dict, *extra: str, timeout: float) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if k != "CUBINFORGE_DATABASE_URL"}  # never the server's DB
-        cmd = command(self.build_home, problem["family"], {a: problem[a] for a in EXACT}) + list(extra)
+        cmd = command(self.build_home, problem["family"], _exact(problem)) + list(extra)
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
                               stdin=subprocess.DEVNULL)
 

@@ -7,13 +7,13 @@ import logging
 
 from pydantic import ValidationError
 
+from cubinforge.registry.blobstore import BlobStore
+from cubinforge.registry.db import Database
+from cubinforge.registry.migrate import upgrade
 from cubinforge.runtime import signing
 
-from .blobs import BlobStore
 from .config import Settings
-from .db import Database
 from .errors import APIError
-from .migrate import upgrade
 from .publish import check_artifact, check_signatures
 from .schemas import Manifest
 from .store import Store
@@ -26,7 +26,7 @@ def import_artifacts(settings: Settings, items, *, trusted: dict | None = None, 
     """Publish each (manifest, cubin); returns (name, "created"|"unchanged"|"refused: why") per item."""
     upgrade(settings.database_url)
     db = Database(settings.database_url)
-    store = Store(BlobStore(settings.home))
+    store = Store(BlobStore(settings.home / "blobs"))
     results = []
     try:
         for manifest, cubin in items:

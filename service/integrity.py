@@ -14,10 +14,11 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from .blobs import BlobStore
+from cubinforge.registry.blobstore import BlobStore
+from cubinforge.registry.db import Database
+from cubinforge.registry.models import Artifact
+
 from .config import Settings
-from .db import Database
-from .models import PublishedVariant
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Problem:
 
 def _blobs_in_use(db: Database) -> dict[str, list[str]]:
     with db.sessions() as s:
-        rows = s.execute(select(PublishedVariant.sha256, PublishedVariant.name)).all()
+        rows = s.execute(select(Artifact.cubin_sha256, Artifact.name)).all()
     used: dict[str, list[str]] = {}
     for sha, name in rows:
         used.setdefault(sha, []).append(name)
@@ -38,7 +39,7 @@ def _blobs_in_use(db: Database) -> dict[str, list[str]]:
 
 
 def check(settings: Settings) -> list[Problem]:
-    blobs, db = BlobStore(settings.home), Database(settings.database_url)
+    blobs, db = BlobStore(settings.home / "blobs"), Database(settings.database_url)
     try:
         used = _blobs_in_use(db)
     finally:
@@ -60,7 +61,7 @@ def check(settings: Settings) -> list[Problem]:
 def repair(settings: Settings, sources: list[Path]) -> list[Problem]:
     """Fix what check() finds from good copies under `sources`; returns every problem, each with
     `fixed_from` set where it was fixed."""
-    blobs = BlobStore(settings.home)
+    blobs = BlobStore(settings.home / "blobs")
     problems = check(settings)
     for p in problems:
         for src in sources:

@@ -1,7 +1,7 @@
 """Cached answers of the read API (list, detail, select), keyed on the registry's generation.
 
 Those answers change only when a variant is published, re-signed, yanked or unyanked; each
-of those bumps a generation counter kept in <home>/generation (store.py, after its commit).
+of those bumps the registry's generation counter, <home>/generation (registry/generation.py).
 Every worker reads the counter per request (one small file read: no thread, no database
 connection) and serves an answer computed under the same generation from memory. The file
 is in the home folder because every worker and host of one registry shares that folder
@@ -11,31 +11,9 @@ by all of them on their next request.
 
 from __future__ import annotations
 
-import os
-import secrets
-import tempfile
 from collections import OrderedDict
-from pathlib import Path
 
-
-class Generation:
-    def __init__(self, home: Path):
-        self.path = Path(home) / "generation"
-
-    def read(self) -> bytes:
-        try:
-            with open(self.path, "rb") as f:
-                return f.read(64)
-        except FileNotFoundError:
-            return b"0"
-
-    def bump(self) -> None:
-        """A new, unique value, written atomically (readers see the old value or the new one)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".generation-", dir=self.path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_hex(16).encode())
-        os.replace(tmp, self.path)
+from cubinforge.registry.generation import Generation  # noqa: F401  (re-exported)
 
 
 class ReadCache:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from cubinforge.runtime.axes import AXES, Axis
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$"
 FAMILY_PATTERN = r"^[a-z0-9][a-z0-9_]{0,63}$"
@@ -14,24 +16,49 @@ SHA256_PATTERN = r"^[0-9a-f]{64}$"
 KEY_ID_PATTERN = r"^[0-9a-f]{16}$"
 # Archs the launch contract defines (docs/launch-contract.md); publish refuses others.
 PUBLISHABLE_ARCHES = ("sm_90a", "sm_100a")
-DTYPES = ("bf16", "fp16", "e4m3", "e5m2", "f32")
+AXIS_TEXT_PATTERN = r"^[a-z0-9_]{1,32}$"  # a text axis value (dtype, scheduler, v_layout, ...)
 MAX_INT = 2**31 - 1
 
 
-class Axes(BaseModel):
-    """The variant's axes; the names are the ones `POST /v1/select` takes."""
-    model_config = ConfigDict(extra="allow", strict=True)
-    arch: str = Field(pattern=ARCH_PATTERN, examples=["sm_90a"])
-    dtype: Literal["bf16", "fp16", "e4m3", "e5m2", "f32"]
-    head_dim: int = Field(ge=8, le=1024)
-    causal: bool
-    varlen: bool = False
-    paged_kv: bool = False
-    pack_gqa: bool = False
-    split_kv: bool = False
-    scheduler: str | None = Field(default=None, max_length=64)
-    tile_m: int | None = Field(default=None, ge=1, le=4096)
-    tile_n: int | None = Field(default=None, ge=1, le=4096)
+def _axis_type(axis: Axis):
+    """The JSON type of an axis's values (the table's values are of one kind: bool, int or str)."""
+    kinds = {type(v) for v in axis.values}
+    if kinds == {bool}:
+        return bool, {}
+    if kinds == {int}:
+        return int, {"ge": 1, "le": 4096}
+    return str, {"pattern": AXIS_TEXT_PATTERN}
+
+
+def _axis_field(axis: Axis, *, required: bool, default: Any = None, what: str = "", nullable: bool = False):
+    kind, limits = _axis_type(axis)
+    known = ", ".join(repr(v) for v in axis.values)
+    desc = f"{what}known values: {known}" + (f"; left out: {axis.default!r}" if axis.default is not None else "") + (
+        f"; left out: as {axis.default_from}" if axis.default_from else "")
+    ann = kind | None if nullable else kind
+    return ann, Field(... if required else default, description=desc, examples=[axis.values[-1]], **limits)
+
+
+def axis_query_params() -> dict[str, tuple[type, dict]]:
+    """GET /v1/variants's axis filters: every axis of the table, its type and limits."""
+    return {name: _axis_type(a) for name, a in AXES.items()}
+
+
+def _is_required(axis: Axis) -> bool:
+    # An exact axis with no default of its own must be named by every manifest.
+    return axis.exact and axis.default is None and axis.default_from is None
+
+
+def _manifest_axes_model() -> type[BaseModel]:
+    """The manifest's axes, one field per axis of runtime/axes.py (extra axes are kept as sent)."""
+    fields = {name: _axis_field(a, required=_is_required(a)) for name, a in AXES.items()}
+    fields["arch"] = (str, Field(pattern=ARCH_PATTERN, examples=["sm_90a"]))
+    return create_model("Axes", __config__=ConfigDict(extra="allow", strict=True),
+                        __doc__="The variant's axes (runtime/axes.py); the names are the ones `POST /v1/select` "
+                                "takes.", **fields)
+
+
+Axes = _manifest_axes_model()
 
 
 class CubinRef(BaseModel):
@@ -116,32 +143,42 @@ class YankResponse(BaseModel):
     reason: str | None = None
 
 
-class SelectRequest(BaseModel):
-    """A problem to run; axis names are the manifests' (`arch`, `dtype`, `head_dim`, `causal`...)."""
-    model_config = ConfigDict(extra="forbid", strict=True)
-    arch: str = Field(pattern=ARCH_PATTERN, examples=["sm_90a"])
-    dtype: str = Field(pattern=r"^[a-z0-9]{1,16}$", examples=["bf16"])
-    head_dim: int = Field(ge=1, le=4096, examples=[128])
-    causal: bool = False
-    family: str = Field(default="fa3_fwd", pattern=FAMILY_PATTERN)
-    batch: int = Field(default=1, ge=1, le=MAX_INT)
-    seqlen_q: int = Field(ge=1, le=MAX_INT, examples=[4096])
-    seqlen_k: int | None = Field(default=None, ge=1, le=MAX_INT, description="defaults to seqlen_q")
-    heads_q: int = Field(ge=1, le=65536, examples=[32])
-    heads_kv: int | None = Field(default=None, ge=1, le=65536, description="defaults to heads_q")
-    varlen: bool = False
-    paged_kv: bool = False
-    # The model variants (docs/kernels.md): exact axes like causal.
-    head_dim_v: int | None = Field(default=None, ge=1, le=4096, description="defaults to head_dim")
-    softcap: bool = False
-    local: bool = False
-    learnable_sink: bool = False
+def _select_request_model() -> type[BaseModel]:
+    """A problem to run: the exact axes of runtime/axes.py (the dispatcher's), and the sizes
+    its rules read. An exact axis left out (null) is the plain kernel's value (the dispatcher's
+    defaults); a flag the table gives no default is off when left out."""
+    fields: dict[str, Any] = {"family": (str, Field(default="fa3_fwd", pattern=FAMILY_PATTERN))}
+    for name, a in AXES.items():
+        if not a.exact:
+            continue  # free axes (scheduler, tiles) are the dispatcher's to choose
+        if _axis_type(a)[0] is bool and a.default is None and a.default_from is None:
+            fields[name] = _axis_field(a, required=False, default=False, what="left out: False; ")
+        else:
+            fields[name] = _axis_field(a, required=_is_required(a), what="exact: must match; ", nullable=True)
+    fields["arch"] = (str, Field(pattern=ARCH_PATTERN, examples=["sm_90a"]))
+    fields.update(
+        batch=(int, Field(default=1, ge=1, le=MAX_INT)),
+        seqlen_q=(int, Field(ge=1, le=MAX_INT, examples=[4096])),
+        seqlen_k=(int | None, Field(default=None, ge=1, le=MAX_INT, description="defaults to seqlen_q")),
+        heads_q=(int, Field(ge=1, le=65536, examples=[32])),
+        heads_kv=(int | None, Field(default=None, ge=1, le=65536, description="defaults to heads_q")),
+        sm_count=(int | None, Field(default=None, ge=1, le=4096, description="the device's SM count, for the rules "
+                                    "that judge whether a grid fills the GPU (e.g. split-KV for decode)")),
+    )
+    return create_model("SelectRequest", __config__=ConfigDict(extra="forbid", strict=True),
+                        __doc__="A problem to run; axis names are the manifests' (runtime/axes.py).", **fields)
+
+
+SelectRequest = _select_request_model()
 
 
 class SelectResponse(BaseModel):
     variant: str
-    reasons: list[str] = Field(description="why this variant: which axes matched and how ties were broken")
+    reasons: list[str] = Field(description="why this variant and these launch parameters: which axes matched, "
+                                           "which dispatcher rules (runtime/dispatch.py PREFERENCES) applied")
     candidates: int = Field(description="how many published, unyanked variants fit the problem")
+    launch: dict[str, Any] = Field(default_factory=dict, description="launch parameters of the choice: its "
+                                   "scheduler, tiles, pack_gqa, split_kv, and any a rule sets (num_splits)")
     summary: VariantSummary
 
 

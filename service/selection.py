@@ -1,94 +1,89 @@
-"""Choosing the variant for a problem, and explaining the choice (or why there is none).
+"""POST /v1/select's answer, from the one dispatcher (runtime/dispatch.py).
 
-Exact axes must match (a cubin compiled for one head_dim cannot run another); the
-performance axes (pack_gqa, split_kv, tiles) are preferences scored from the problem's
-shape, with every decision written into `reasons`.
+The request becomes a dispatch `Problem` (the exact axes asked, and the sizes); `rank` over
+the published, unyanked records of the family chooses, with the PREFERENCES rules, exactly as
+the runtime's `registry_source.select` does over a local registry. What the answer adds is
+the launch parameters of the choice (the variant's free and form axes, and any parameter a
+rule sets, such as num_splits) and, for a miss, which asked values no variant has.
 """
 
 from __future__ import annotations
 
-from .store import Record
+from typing import Any
 
-EXACT_AXES = ("family", "arch", "dtype", "head_dim", "head_dim_v", "causal", "varlen", "paged_kv",
-              "softcap", "local", "learnable_sink")
-# Exact axes a record or a problem may leave out: they mean False (plain attention).
-_FALSE_UNLESS_GIVEN = ("varlen", "paged_kv", "softcap", "local", "learnable_sink")
-SM_COUNT = {"sm_90a": 132, "sm_100a": 148}  # H100/H200 SXM, B200: enough to judge "fills the GPU"
+from cubinforge.runtime.axes import AXES, axis_value, derived_axes
+from cubinforge.runtime.dispatch import SIZES, Choice, Problem, fmt_axes, matches, rank, same_value
 
-
-def _axis(rec: Record, axis: str):
-    if axis == "family":
-        return rec.family
-    if axis == "head_dim_v":                    # None: V as wide as Q and K (left out or equal)
-        dv = rec.axes.get(axis, rec.axes.get("head_dim"))
-        return None if dv == rec.axes.get("head_dim") else dv
-    return rec.axes.get(axis, False if axis in _FALSE_UNLESS_GIVEN else None)
+from .errors import APIError
 
 
-def _given(problem: dict, axis: str):
-    if axis == "head_dim_v":                    # as _axis: None unless V has a head dim of its own
-        dv = problem.get(axis) or problem["head_dim"]
-        return None if dv == problem["head_dim"] else dv
-    return problem.get(axis, False) if axis in _FALSE_UNLESS_GIVEN else problem[axis]
+def problem_of(request: dict) -> Problem:
+    """A validated SelectRequest as the dispatcher's Problem; axes left out (None) are the
+    plain kernel's (the dispatcher fills them), seqlen_k and heads_kv default to the query's."""
+    sizes = {k: request.get(k) for k in SIZES}
+    sizes["seqlen_k"] = sizes["seqlen_k"] or sizes["seqlen_q"]
+    sizes["heads_kv"] = sizes["heads_kv"] or sizes["heads_q"]
+    if sizes["heads_q"] % sizes["heads_kv"]:
+        raise APIError(422, "invalid_request", f"heads_q ({sizes['heads_q']}) must be a multiple of heads_kv "
+                       f"({sizes['heads_kv']}) for grouped-query attention")
+    axes = {k: v for k, v in request.items() if k in AXES and v is not None}
+    return Problem(request["family"], axes, **sizes)
 
 
-def exact_values(problem: dict) -> dict:
-    return {a: _given(problem, a) for a in EXACT_AXES}
+def choose(problem: Problem, records: list[dict]) -> Choice | None:
+    return rank(problem, [r for r in records if r["family"] == problem.family],
+                axes_of=lambda r: r["axes"], name_of=lambda r: r["name"])
 
 
-def choose(problem: dict, records: list[Record]) -> tuple[Record | None, list[str], int]:
-    want = exact_values(problem)
-    fits = [r for r in records if all(_axis(r, a) == v for a, v in want.items())]
-    if not fits:
-        return None, [], 0
-    reasons = ["matches " + ", ".join(f"{a}={v}" for a, v in want.items())]
-    hq, hkv = problem["heads_q"], problem["heads_kv"]
-    gqa = hq != hkv
-    sms = SM_COUNT.get(problem["arch"], 132)
-
-    def score(r: Record):
-        tile_m = r.axes.get("tile_m") or 128
-        blocks = problem["batch"] * (hkv if r.axes.get("pack_gqa") else hq) * -(-problem["seqlen_q"] // tile_m)
-        want_split = blocks < sms and problem["seqlen_k"] >= 8 * (r.axes.get("tile_n") or 128)
-        return (
-            bool(r.axes.get("pack_gqa", False)) != gqa,          # pack GQA heads iff heads_q != heads_kv
-            bool(r.axes.get("split_kv", False)) != want_split,   # split K/V only when the grid underfills
-            abs(tile_m - min(problem["seqlen_q"], 128)),          # no big tiles for tiny queries
-            r.name,                                              # deterministic tie-break
-        ), want_split, blocks
-
-    scored = sorted(((score(r), r) for r in fits), key=lambda t: t[0][0])
-    (key, want_split, blocks), best = scored[0]
-    if len(fits) > 1:
-        reasons.append(f"{len(fits)} variants fit; ranked by pack_gqa, split_kv and tile size")
-    reasons.append(f"pack_gqa={best.axes.get('pack_gqa', False)}: heads_q={hq}, heads_kv={hkv} "
-                   f"({'grouped-query' if gqa else 'one K/V head per query head'})")
-    reasons.append(f"split_kv={best.axes.get('split_kv', False)}: {blocks} thread blocks for {sms} SMs, "
-                   f"seqlen_k={problem['seqlen_k']} ({'split wanted' if want_split else 'no split wanted'})")
-    return best, reasons, len(fits)
+def launch_of(choice: Choice) -> tuple[dict, list[str]]:
+    """The launch parameters of the chosen variant, and a reason for each one the rules did not
+    set: the axes the caller did not fix are the variant's (compiled into its cubin)."""
+    axes = choice.best["axes"]
+    launch = {k: axis_value(axes, k) for k, a in AXES.items() if not a.exact or k in ("pack_gqa", "split_kv")}
+    launch = {k: v for k, v in launch.items() if v is not None}
+    params = dict(getattr(choice, "params", None) or {})  # rule-set parameters (num_splits), where rules set them
+    launch.update(params)
+    fixed = {k: v for k, v in launch.items() if k not in params}
+    reasons = [f"launch parameters {fmt_axes(fixed)}: compiled into {choice.best['name']} (its axes)"] if fixed else []
+    return launch, reasons
 
 
-def explain_missing(problem: dict, records: list[Record], limit: int = 5) -> dict:
-    """For a 404: which requested axis values no variant has, and the nearest variants."""
-    want = exact_values(problem)
-    pool = [r for r in records if r.family == problem["family"]] or records
-    missing, available = {}, {}
-    for a, v in want.items():
-        values = {_axis(r, a) for r in (records if a == "family" else pool)}
-        if v not in values:
-            missing[a] = v
-            available[a] = sorted(values, key=lambda x: (str(type(x)), x))
-    ranked = sorted(pool, key=lambda r: (sum(_axis(r, a) != v for a, v in want.items()), r.name))
-    nearest = [{"variant": r.name, "differs": {a: _axis(r, a) for a, v in want.items() if _axis(r, a) != v}}
-               for r in ranked[:limit]]
-    asked = ", ".join(f"{a}={v}" for a, v in want.items() if not (a == "head_dim_v" and v is None))
+def answer(problem: Problem, choice: Choice) -> dict:
+    launch, why = launch_of(choice)
+    return {"variant": choice.best["name"], "reasons": list(choice.reasons) + why, "candidates": len(choice.ranked),
+            "launch": launch}
+
+
+def explain_missing(problem: Problem, records: list[dict], limit: int = 5) -> dict:
+    """For a 404: which asked axis values no variant has, what exists, and the nearest variants.
+    A derived axis the caller did not ask for (head_dim_v) is left out, as the runtime does."""
+    derived = derived_axes()
+    want = {k: v for k, v in problem.exact().items() if k not in derived or k in problem.axes}
+    pool = [r for r in records if r["family"] == problem.family]
+    missing: dict[str, Any] = {}
+    available: dict[str, list] = {}
+    if not pool:
+        families = sorted({r["family"] for r in records})
+        if families:
+            missing["family"], available["family"] = problem.family, families
+    for k, v in want.items():
+        values = {axis_value(r["axes"], k) for r in pool}
+        if pool and not any(same_value(x, v) for x in values):
+            missing[k] = v
+            available[k] = sorted(values, key=lambda x: (str(type(x)), str(x)))
+
+    def differs(r: dict) -> dict:
+        return {k: axis_value(r["axes"], k) for k in matches(problem, r["axes"]) if k in want}
+
+    ranked = sorted(pool, key=lambda r: (len(differs(r)), r["name"]))
+    nearest = [{"variant": r["name"], "differs": differs(r)} for r in ranked[:limit]]
+    asked = fmt_axes({"family": problem.family, **want})
     if not records:
         msg = "no variants are published on this server yet"
     elif missing:
         msg = (f"no variant for {asked}: no published variant has "
-               + ", ".join(f"{a}={v} (available: {available[a]})" for a, v in missing.items()))
+               + ", ".join(f"{k}={v!r} (available: {available[k]})" for k, v in missing.items()))
     else:
         msg = (f"no variant for {asked}: each value exists, but not in this combination; "
                f"nearest: {[n['variant'] for n in nearest[:3]]}")
-    return {"error": "no_variant", "message": msg, "missing": missing, "available": available,
-            "nearest": nearest}
+    return {"error": "no_variant", "message": msg, "missing": missing, "available": available, "nearest": nearest}

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .config import Settings
-    from .migrate import upgrade
+    from cubinforge.registry.migrate import upgrade
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.from_env()
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
         upgrade(settings.database_url)
     (settings.home / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
     # No worker runs yet, so every temp file left is from a publish that was killed: remove them all.
-    from .blobs import BlobStore
-    n = BlobStore(settings.home).clean_temp()
+    from cubinforge.registry.blobstore import BlobStore
+    n = BlobStore(settings.home / "blobs").clean_temp()
     # A publish killed between its commit and its bump would leave answers cached elsewhere stale.
     from .readcache import Generation
     Generation(settings.home).bump()

@@ -156,8 +156,8 @@ def backend_url(kind: str, tmp: Path) -> str:
 
 def seed_token(url: str, name: str = "ci", scopes=("admin",)) -> str:
     from .auth import create_token
-    from .db import Database
-    from .migrate import upgrade
+    from cubinforge.registry.db import Database
+    from cubinforge.registry.migrate import upgrade
 
     upgrade(url)
     db = Database(url)
@@ -166,3 +166,54 @@ def seed_token(url: str, name: str = "ci", scopes=("admin",)) -> str:
             return create_token(s, name, scopes)
     finally:
         db.dispose()
+
+
+# ------------------------------------------------------------------ the tests' server and helpers
+TEST_MAX_CUBIN = 64 * 1024  # the test servers' publish limit (small, so 413 is cheap to reach)
+
+
+def server_fixture(prefix: str):
+    """A module-scoped pytest fixture `server`, once per backend: a live server on a fresh
+    database with an admin token, as an httpx client with `.token`, `.auth_headers`, `.home`,
+    `.db_url` and `.tmp`. A test module takes it with `server = server_fixture("svc")`."""
+    import httpx
+    import pytest
+
+    @pytest.fixture(scope="module", params=backends())
+    def server(request, tmp_path_factory):
+        tmp = tmp_path_factory.mktemp(f"{prefix}-{request.param}")
+        url = backend_url(request.param, tmp)
+        token = seed_token(url)
+        env = {"CUBINFORGE_HOME": str(tmp / "home"), "CUBINFORGE_DATABASE_URL": url,
+               "CUBINFORGE_MAX_CUBIN_BYTES": str(TEST_MAX_CUBIN)}
+        with live_server(env, log=tmp / "server.log") as base:
+            with httpx.Client(base_url=base, timeout=30) as client:
+                client.token, client.auth_headers = token, {"Authorization": f"Bearer {token}"}
+                client.home, client.db_url, client.tmp = tmp / "home", url, tmp
+                yield client
+
+    return server
+
+
+def artifact(name: str, entry: str = "kernel_test", arch: str = "sm_90a", payload: bytes = b"",
+             family: str = "misc", **axes) -> tuple[dict, bytes]:
+    """A (manifest, cubin) pair; family "misc" keeps it out of the fa3_fwd catalogue selects use."""
+    cubin = make_cubin(entry, arch, payload or name.encode())
+    return make_manifest(name, cubin, arch=arch, entry=entry, family=family, **axes), cubin
+
+
+def publish(client, manifest: dict, cubin: bytes, headers: dict | None = None):
+    import base64
+
+    body = {"manifest": manifest, "cubin_b64": base64.b64encode(cubin).decode()}
+    return client.post("/v1/artifacts", json=body, headers=client.auth_headers if headers is None else headers)
+
+
+def assert_error(r, status: int, code: str | None = None) -> dict:
+    """The response is the JSON error the API promises: this status, a message, this code."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert isinstance(body.get("message"), str) and body["message"], body
+    if code:
+        assert body["error"] == code, body
+    return body

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from starlette.requests import ClientDisconnect, Request
 
-from .blobs import TEMP_PREFIX
+from cubinforge.registry.blobstore import TEMP_PREFIX
 from .errors import APIError
 
 

@@ -68,9 +68,9 @@ def test_ab_table_has_a_column_per_anchor_and_flags_failures():
 
 
 def test_fp8_experiments_are_e4m3_and_named_by_layout():
-    from cubinforge.bench.ab import EXPERIMENTS, experiment_config, experiment_name
+    from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
 
-    names = [experiment_name(experiment_config(o), label) for label, o in EXPERIMENTS["fp8-hd128"]]
+    names = [ab_name(experiment_config(o), label) for label, o in EXPERIMENTS["fp8-hd128"]]
     assert len(set(names)) == len(names)
     assert "fa3-fwd-sm_90a-e4m3-hd128-noncausal-colmajor+default" in names
     assert "fa3-fwd-sm_90a-e4m3-hd128-noncausal+v-rowmajor" in names
@@ -80,3 +80,31 @@ def test_fp8_experiments_are_e4m3_and_named_by_layout():
                         v_layout="colmajor")
     label, overrides = EXPERIMENTS["fp8-hd128"][0]
     assert label == "default" and experiment_config(overrides) == shipped
+
+
+def test_model_variant_candidates_are_named_apart_and_have_a_case():
+    """Each model-variant candidate gets its own registry name (the build skips a repeated
+    one) and a case bench/model_variants.py --ab-home times it on."""
+    import importlib.util
+    from pathlib import Path
+
+    from cubinforge.bench.ab import MODEL_VARIANTS, ab_name, experiment_config
+
+    spec = importlib.util.spec_from_file_location(
+        "model_variants", Path(__file__).resolve().parent.parent / "bench" / "model_variants.py")
+    mv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mv)
+    names = [ab_name(experiment_config(o), label) for label, o in MODEL_VARIANTS]
+    assert len(set(names)) == len(names), names
+    kinds = set()
+    for label, o in MODEL_VARIANTS:
+        cfg = experiment_config(o)
+        kind = ("local" if cfg.local else "learnable_sink" if cfg.learnable_sink
+                else "head_dim_v" if cfg.head_dim_v != cfg.head_dim else None)
+        assert kind in mv.AB_CASES, label
+        kinds.add(kind)
+    assert kinds == set(mv.AB_CASES)
+    # The shipped configurations of 2026-12-01 are among them, as the baselines.
+    assert "fa3-fwd-sm_90a-bf16-hd128-noncausal-local+persistent" in names
+    assert {"fa3-fwd-sm_90a-bf16-hd192-dv128-causal+default",  # spec's token order: dv before the mask
+            "fa3-fwd-sm_90a-bf16-hd128-causal-sink+lpt+mask-bits"} <= set(names)

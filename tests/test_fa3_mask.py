@@ -39,3 +39,26 @@ def test_keep_count_matches_per_column_compare(keep_count_rule, tile_n):
 def test_other_fragment_shapes_get_no_rule(keep_count_rule):
     assert keep_count_rule([0, 1, 2, 3]) is None
     assert keep_count_rule(wgmma_offsets(34)) is None  # more columns than bits
+
+
+@pytest.mark.parametrize("tile_n", [64, 128])
+def test_window_bits_match_per_column_compare(keep_count_rule, tile_n):
+    """apply_window_mask_bits: the kept run [n_lo, n_hi) of window_keep_range, as the
+    difference of two prefix masks, is exactly the columns with col_start <= col < col_limit."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90.mask import window_keep_range
+
+    ncols = tile_n // 4
+    offsets = wgmma_offsets(ncols)
+    rule = keep_count_rule(offsets)
+
+    def prefix(n):
+        return 0xFFFFFFFF if n >= 32 else (1 << min(n, 31)) - 1
+
+    span = range(-tile_n - 3, 2 * tile_n + 3)
+    for first_col in (0, 6):
+        for start in span:
+            for limit in span[::3]:
+                n_lo, n_hi = window_keep_range(rule, start, limit, first_col)
+                bits = prefix(n_hi) & (prefix(n_lo) ^ 0xFFFFFFFF)
+                kept = [start <= first_col + off < limit for off in offsets]
+                assert [bool((bits >> c) & 1) for c in range(ncols)] == kept, (first_col, start, limit)

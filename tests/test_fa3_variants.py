@@ -46,15 +46,16 @@ def test_local_and_causal_are_exclusive():
         make_variant("fa3_fwd", arch="sm90", dtype="bf16", head_dim=128, causal=True, local=True)
     with pytest.raises(ValueError, match="exclusive"):
         FwdConfig("sm_90a", "bf16", 128, True, local=True)
-    with pytest.raises(ValueError, match="mask_bits"):
-        FwdConfig("sm_90a", "bf16", 128, False, local=True, mask_bits=True)
+    # A window's bit mask is the difference of two prefixes (mask.apply_window_mask_bits).
+    assert FwdConfig("sm_90a", "bf16", 128, False, local=True, mask_bits=True).mask_bits
 
 
-def test_default_set_keeps_its_plain_variants_and_adds_three():
+def test_default_set_keeps_its_plain_variants_and_adds_four():
     names = {v.name for v in expand_set("default")}
     assert "fa3-fwd-sm_90a-bf16-hd128-causal-lpt" in names
-    assert {"fa3-fwd-sm_90a-bf16-hd128-causal-softcap", "fa3-fwd-sm_90a-bf16-hd192-dv128-causal",
-            "fa3-fwd-sm_90a-bf16-hd128-noncausal-local-persistent"} <= names
+    assert {"fa3-fwd-sm_90a-bf16-hd128-causal-softcap", "fa3-fwd-sm_90a-bf16-hd192-dv128-causal-lpt",
+            "fa3-fwd-sm_90a-bf16-hd128-noncausal-local-persistent",
+            "fa3-fwd-sm_90a-bf16-hd128-causal-sink-lpt"} <= names
     variants = expand_set("variants")
     assert all(v["softcap"] or v["local"] or v["learnable_sink"] or v["head_dim_v"] != v["head_dim"]
                for v in variants)
@@ -225,3 +226,29 @@ def test_head_dim_v_selection(tmp_path):
     with pytest.raises(VariantNotFound, match=r"Nearest: .*fa3-fwd-sm_90a-bf16-hd192-dv128-causal "
                                               r"\(differs in head_dim_v=128\)"):
         select_attention_variant("bf16", 192, True, source=src, arch="sm_90a")
+
+
+def test_model_variants_take_only_the_switches_tuned_variants_names():
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import TUNED_VARIANTS, SWITCHES
+
+    def on(cfg):
+        return {s for s in SWITCHES if getattr(cfg, s)}
+
+    # The entries: a window takes non-causal's epilogue and row sum, a sink and (192, 128)
+    # hd128 causal lpt's bit mask.
+    assert on(FwdConfig("sm_90a", "bf16", 128, False, local=True, scheduler="persistent")) == \
+        {"separate_o_smem", "in_order_row_sum", "mask_bits"}
+    assert on(FwdConfig("sm_90a", "bf16", 128, True, learnable_sink=True, scheduler="lpt")) == {"mask_bits"}
+    assert on(FwdConfig("sm_90a", "bf16", 192, True, head_dim_v=128, scheduler="lpt")) == {"mask_bits"}
+    # Anything else stays all off: another scheduler, two model axes, softcap, fp16 too (the
+    # key has no dtype, so fp16 local hd128 follows bf16's).
+    for cfg in (FwdConfig("sm_90a", "bf16", 128, True, learnable_sink=True),
+                FwdConfig("sm_90a", "bf16", 192, True, head_dim_v=128),
+                FwdConfig("sm_90a", "bf16", 128, False, local=True, softcap=True, scheduler="persistent"),
+                FwdConfig("sm_90a", "bf16", 128, True, softcap=True),
+                FwdConfig("sm_90a", "bf16", 64, False, local=True, scheduler="persistent", tile_m=128, tile_n=128)):
+        assert on(cfg) == set(), cfg
+    # An explicit switch still wins over the table (bench.ab's all-off baselines).
+    assert on(FwdConfig("sm_90a", "bf16", 128, False, local=True, scheduler="persistent",
+                        **{s: False for s in SWITCHES})) == set()
+    assert all(tok in ("local", "sink") or tok.startswith("dv") for tok, *_ in TUNED_VARIANTS)

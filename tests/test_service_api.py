@@ -8,47 +8,12 @@ import concurrent.futures as cf
 import hashlib
 import json
 
-import httpx
 import pytest
 
-from cubinforge.service.testing import backend_url, backends, live_server, make_cubin, make_manifest, seed_token
+from cubinforge.service.testing import (TEST_MAX_CUBIN as MAX_CUBIN, artifact, assert_error, make_cubin, make_manifest,
+                                        publish, server_fixture)
 
-MAX_CUBIN = 64 * 1024
-
-
-@pytest.fixture(scope="module", params=backends())
-def server(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"svc-{request.param}")
-    url = backend_url(request.param, tmp)
-    token = seed_token(url)
-    env = {"CUBINFORGE_HOME": str(tmp / "home"), "CUBINFORGE_DATABASE_URL": url,
-           "CUBINFORGE_MAX_CUBIN_BYTES": str(MAX_CUBIN)}
-    with live_server(env, log=tmp / "server.log") as base:
-        with httpx.Client(base_url=base, timeout=30) as client:
-            client.token = token
-            client.auth_headers = {"Authorization": f"Bearer {token}"}
-            client.home = tmp / "home"
-            yield client
-
-
-def artifact(name, entry="kernel_test", arch="sm_90a", payload=b"", family="misc", **axes):
-    # Family "misc" keeps these out of the fa3_fwd catalogue that the select tests rely on.
-    cubin = make_cubin(entry, arch, payload or name.encode())
-    return make_manifest(name, cubin, arch=arch, entry=entry, family=family, **axes), cubin
-
-
-def publish(client, manifest, cubin, headers=None):
-    body = {"manifest": manifest, "cubin_b64": base64.b64encode(cubin).decode()}
-    return client.post("/v1/artifacts", json=body, headers=client.auth_headers if headers is None else headers)
-
-
-def assert_error(r, status, code=None):
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert isinstance(body.get("message"), str) and body["message"], body
-    if code:
-        assert body["error"] == code, body
-    return body
+server = server_fixture("svc")
 
 
 @pytest.fixture(scope="module")
@@ -172,10 +137,15 @@ def test_select_picks_and_explains(server, seeded):
     r = server.post("/v1/select", json=PROBLEM)
     assert r.status_code == 200, r.text
     d = r.json()
-    assert d["variant"] == "fa3_fwd-sm_90a-bf16-hd128-causal" and d["candidates"] == 2
+    assert d["variant"] == "fa3_fwd-sm_90a-bf16-hd128-causal" and d["candidates"] == 1  # packgqa is not asked
     assert any("head_dim=128" in x for x in d["reasons"])
-    gqa = server.post("/v1/select", json={**PROBLEM, "heads_kv": 8}).json()
-    assert gqa["variant"] == "fa3_fwd-sm_90a-bf16-hd128-causal-packgqa"
+    assert d["launch"]["tile_m"] == 128 and d["launch"]["scheduler"] == "single"
+    assert any("launch parameters" in x for x in d["reasons"])
+    # pack_gqa is an exact axis of the dispatcher (runtime/dispatch.py): asked for, it is chosen;
+    # left out, the plain kernel is, grouped heads or not (as the runtime's select does).
+    gqa = server.post("/v1/select", json={**PROBLEM, "heads_kv": 8, "pack_gqa": True}).json()
+    assert gqa["variant"] == "fa3_fwd-sm_90a-bf16-hd128-causal-packgqa" and gqa["launch"]["pack_gqa"] is True
+    assert server.post("/v1/select", json={**PROBLEM, "heads_kv": 8}).json()["variant"] == d["variant"]
 
 
 def test_select_none_fits_names_missing_axes(server, seeded):

@@ -5,7 +5,6 @@ PostgreSQL when CUBINFORGE_TEST_PG_URL is set)."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 
@@ -13,48 +12,16 @@ import httpx
 import pytest
 
 from cubinforge.service.publisher import Signer, keygen
-from cubinforge.service.testing import backend_url, backends, live_server, make_cubin, make_manifest, seed_token
+from cubinforge.service.testing import (artifact, assert_error, backend_url, live_server, publish, seed_token,
+                                        server_fixture)
 
-MAX_CUBIN = 64 * 1024
-
-
-@pytest.fixture(scope="module", params=backends())
-def server(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"hard-{request.param}")
-    url = backend_url(request.param, tmp)
-    token = seed_token(url)
-    env = {"CUBINFORGE_HOME": str(tmp / "home"), "CUBINFORGE_DATABASE_URL": url,
-           "CUBINFORGE_MAX_CUBIN_BYTES": str(MAX_CUBIN)}
-    with live_server(env, log=tmp / "server.log") as base:
-        with httpx.Client(base_url=base, timeout=30) as client:
-            client.auth_headers = {"Authorization": f"Bearer {token}"}
-            client.home, client.db_url, client.tmp = tmp / "home", url, tmp
-            yield client
+server = server_fixture("hard")
 
 
 @pytest.fixture(scope="module")
 def signer(tmp_path_factory):
     key, _, _ = keygen(tmp_path_factory.mktemp("keys") / "ci")
     return Signer(key)
-
-
-def artifact(name, payload=b"", family="misc", **axes):
-    cubin = make_cubin("kernel_test", "sm_90a", payload or name.encode())
-    return make_manifest(name, cubin, family=family, **axes), cubin
-
-
-def publish(client, manifest, cubin, headers=None):
-    body = {"manifest": manifest, "cubin_b64": base64.b64encode(cubin).decode()}
-    return client.post("/v1/artifacts", json=body, headers=client.auth_headers if headers is None else headers)
-
-
-def assert_error(r, status, code=None):
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert isinstance(body.get("message"), str) and body["message"], body
-    if code:
-        assert body["error"] == code, body
-    return body
 
 
 def blob_path(client, sha):

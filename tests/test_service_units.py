@@ -11,7 +11,7 @@ import pytest
 
 from cubinforge.runtime import signing
 from cubinforge.service.elfcheck import CubinError, arch_from_flags, inspect_cubin
-from cubinforge.service.testing import backend_url, backends, make_cubin, make_manifest
+from cubinforge.service.testing import backend_url, backends, make_cubin, make_manifest, seed_token
 
 
 # ------------------------------------------------------------------ cubins
@@ -127,21 +127,80 @@ def test_pure_python_verify_agrees_with_cryptography(tmp_path):
 
 # ------------------------------------------------------------------ selection
 def _rec(name, **axes):
-    from cubinforge.service.store import Record
     ax = {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": True, "varlen": False, "paged_kv": False,
           "pack_gqa": False, "split_kv": False, "tile_m": 128, "tile_n": 128, **axes}
-    return Record(name, "fa3_fwd", ax, "0" * 64, 1, {}, [], False, None, None)
+    return {"name": name, "family": "fa3_fwd", "axes": ax, "cubin": {"sha256": "0" * 64, "size": 1}}
 
 
-def test_select_prefers_split_kv_for_small_grids():
-    from cubinforge.service.selection import choose
-    recs = [_rec("plain"), _rec("split", split_kv=True)]
-    p = {"family": "fa3_fwd", "arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": True, "varlen": False,
-         "paged_kv": False, "batch": 1, "heads_q": 8, "heads_kv": 8}
-    best, reasons, n = choose({**p, "seqlen_q": 1, "seqlen_k": 32768}, recs)
-    assert best.name == "split" and n == 2 and any("split wanted" in r for r in reasons)
-    best, _, _ = choose({**p, "batch": 16, "seqlen_q": 8192, "seqlen_k": 8192}, recs)
-    assert best.name == "plain"
+SIZE_PROBLEMS = [
+    # (exact axes, sizes): the dispatcher's size-dependent rules pick different variants here.
+    ({"head_dim": 128, "causal": True}, {"seqlen_q": 512, "heads_q": 16, "batch": 4}),     # hd128-causal-short
+    ({"head_dim": 128, "causal": True}, {"seqlen_q": 8192, "heads_q": 16, "batch": 1}),    # hd128-causal
+    ({"head_dim": 64, "causal": True}, {"seqlen_q": 1024, "heads_q": 16, "batch": 2}),     # hd64-causal-short
+    ({"head_dim": 64, "causal": True}, {"seqlen_q": 4096, "heads_q": 16, "batch": 2}),     # hd64-causal
+    ({"head_dim": 128, "causal": False}, {"seqlen_q": 2048, "heads_q": 32, "heads_kv": 8}),  # no rule: by name
+    ({"head_dim": 128, "causal": True, "pack_gqa": True}, {"seqlen_q": 2048, "heads_q": 32, "heads_kv": 8}),
+    ({"head_dim": 128, "causal": True, "head_dim_v": 64}, {"seqlen_q": 2048, "heads_q": 8}),  # a derived axis
+]
+
+
+def test_http_select_is_the_runtime_dispatcher(tmp_path, monkeypatch):
+    """POST /v1/select and registry_source.select choose the same variant for the same problem,
+    through the same rules, and the answer says why (reasons) and with what (launch)."""
+    from fastapi.testclient import TestClient
+
+    from cubinforge.runtime.registry_source import select
+    from cubinforge.service.app import create_app
+    from cubinforge.service.config import Settings
+
+    catalogue = [dict(head_dim=128, causal=True, scheduler=s) for s in ("single", "persistent", "lpt")]
+    catalogue += [dict(head_dim=64, causal=True, tile_m=t) for t in (128, 192)]
+    catalogue += [dict(head_dim=128, causal=False, scheduler=s) for s in ("lpt", "single")]
+    catalogue += [dict(head_dim=128, causal=True, pack_gqa=True), dict(head_dim=128, causal=True, head_dim_v=64)]
+    manifests = {}
+    for i, ax in enumerate(catalogue):
+        name = f"fa3_fwd-v{i}"
+        cubin = make_cubin(payload=name.encode())
+        manifests[name] = (make_manifest(name, cubin, **ax), cubin)
+
+    class Src:
+        def list(self):
+            return list(manifests)
+
+        def get(self, name):
+            return manifests[name][0]
+
+        def blob(self, sha):
+            raise AssertionError
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    token = seed_token(url)
+    app = create_app(Settings(home=tmp_path, database_url=url))
+    with TestClient(app) as c:
+        for m, cubin in manifests.values():
+            body = {"manifest": m, "cubin_b64": base64.b64encode(cubin).decode()}
+            assert c.post("/v1/artifacts", json=body, headers={"Authorization": f"Bearer {token}"}).status_code == 201
+        chosen = set()
+        for axes, sizes in SIZE_PROBLEMS:
+            want = {"arch": "sm_90a", "dtype": "bf16", **axes}
+            runtime = select("fa3_fwd", want, source=Src(), sizes={"seqlen_k": sizes["seqlen_q"], **sizes})
+            r = c.post("/v1/select", json={**want, **sizes})
+            assert r.status_code == 200, r.text
+            d = r.json()
+            assert d["variant"] == runtime.variant, (axes, sizes, d["reasons"])
+            assert d["launch"]["scheduler"] == runtime.axes["scheduler"]
+            assert d["launch"]["tile_m"] == runtime.axes["tile_m"]
+            assert d["reasons"][0].startswith("matches ") and any("launch parameters" in x for x in d["reasons"])
+            chosen.add(d["variant"])
+        # The size rules are what chose: each names itself in the reasons where it applied.
+        d = c.post("/v1/select", json={"arch": "sm_90a", "dtype": "bf16", **SIZE_PROBLEMS[0][0],
+                                       **SIZE_PROBLEMS[0][1]}).json()
+        assert d["launch"]["scheduler"] == "persistent" and any(x.startswith("hd128-causal-short:")
+                                                                 for x in d["reasons"])
+        d = c.post("/v1/select", json={"arch": "sm_90a", "dtype": "bf16", **SIZE_PROBLEMS[3][0],
+                                       **SIZE_PROBLEMS[3][1]}).json()
+        assert d["launch"]["tile_m"] == 192 and any(x.startswith("hd64-causal:") for x in d["reasons"])
+    assert len(chosen) == len(SIZE_PROBLEMS)  # every problem chose a different variant
 
 
 # ------------------------------------------------------------------ migrations and the publish transaction
@@ -151,29 +210,28 @@ def test_migrations_match_the_models(kind, tmp_path):
     from alembic.migration import MigrationContext
     from sqlalchemy import create_engine
 
-    from cubinforge.service.migrate import current, upgrade
-    from cubinforge.registry.models import Base as RegistryBase
-    from cubinforge.service.models import Base
+    from cubinforge.registry.migrate import current, upgrade
+    from cubinforge.registry.models import Base
     url = backend_url(kind, tmp_path)
     upgrade(url)
     upgrade(url)  # idempotent
     assert current(url) is not None
     eng = create_engine(url)
     with eng.connect() as c:
-        diff = compare_metadata(MigrationContext.configure(c), [Base.metadata, RegistryBase.metadata])
+        diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
     diff = [d for d in diff if not (d[0] == "remove_table" and d[1].name == "alembic_version")]
     eng.dispose()
     assert diff == [], f"models changed without a migration: {diff}"
 
 
 def test_failed_commit_leaves_no_blob(tmp_path, monkeypatch):
-    from cubinforge.service.blobs import BlobStore
-    from cubinforge.service.db import Database
-    from cubinforge.service.migrate import upgrade
+    from cubinforge.registry.blobstore import BlobStore
+    from cubinforge.registry.db import Database
+    from cubinforge.registry.migrate import upgrade
     from cubinforge.service.store import Store
     url = f"sqlite:///{tmp_path / 'r.db'}"
     upgrade(url)
-    db, blobs = Database(url), BlobStore(tmp_path)
+    db, blobs = Database(url), BlobStore(tmp_path / "blobs")
     store = Store(blobs)
     cubin = make_cubin(payload=b"atomic")
     m = make_manifest("atomic", cubin)

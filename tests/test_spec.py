@@ -11,10 +11,10 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
     # dense: 2 dtypes x (5 non-causal + 7 causal, short-causal ones included); decode
-    # (issue 11): 8 bf16 hd128 forms, 2 combines, 2 appends, 1 gather; three model variants
-    # (hd128 softcap causal, hd128 local, hd192/dv128 causal); e4m3 x 3 head dims x
-    # causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims)
-    assert len(select("default")) == 2 * (5 + 7) + 8 + 2 + 2 + 1 + 3 + 3 * 2 + 2 * 3
+    # (issue 11): 8 bf16 hd128 forms, 2 combines, 2 appends, 1 gather; four model variants
+    # (hd128 softcap causal, hd128 local, hd192/dv128 causal, hd128 causal sink); e4m3 x 3
+    # head dims x causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims)
+    assert len(select("default")) == 2 * (5 + 7) + 8 + 2 + 2 + 1 + 4 + 3 * 2 + 2 * 3
     assert len(select("demo")) == 4
     # test/demo families stay out of `all`
     assert {v.family for v in select("all")} == {"fa3_fwd", "fa4_fwd", "attn_combine", "kv_append", "kv_gather",
@@ -64,7 +64,8 @@ def test_non_default_axes_append_tokens():
 
 
 def test_filters_accept_comma_lists_and_cli_spellings():
-    vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90", "pack_gqa": "0", "softcap": "0"},
+    vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90", "pack_gqa": "0", "softcap": "0",
+                                  "learnable_sink": "0"},
                 families=["fa3_fwd"])
     assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent-m128n128",
                                     "fa3-fwd-sm_90a-bf16-hd64-causal-persistent",

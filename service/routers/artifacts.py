@@ -48,7 +48,7 @@ async def publish(request: Request, response: Response, who: Writer = Depends(re
     PUBLISHES.labels("created" if created else "unchanged").inc()
     if not created:
         response.status_code = 200
-    return {"variant": rec.name, "sha256": rec.sha256, "created": created, "yanked": rec.yanked}
+    return {"variant": rec["name"], "sha256": rec["cubin"]["sha256"], "created": created, "yanked": rec["yanked"]}
 
 
 def _publish_file(st, path, who: Writer):

@@ -12,7 +12,8 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ..blobs import CorruptBlob
+from cubinforge.registry.blobstore import CorruptBlob
+
 from ..errors import APIError
 from ..metrics import BLOB_BYTES
 from ..schemas import SHA256_PATTERN, ErrorResponse

@@ -1,4 +1,4 @@
-"""POST /v1/select: which variant to run for a problem, and why."""
+"""POST /v1/select: which variant to run for a problem, with what launch parameters, and why."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from fastapi import APIRouter, Request
 
 from ..errors import APIError
 from ..schemas import ErrorResponse, NoVariantError, SelectRequest, SelectResponse
-from ..selection import choose, explain_missing
+from ..selection import answer, choose, explain_missing, problem_of
+from ..store import summary
 from .jobs import JobAccepted, build_on_miss
 
 router = APIRouter(prefix="/v1", tags=["select"])
@@ -19,20 +20,18 @@ router = APIRouter(prefix="/v1", tags=["select"])
                                                                       "are missing and what is nearest"},
                         422: {"model": ErrorResponse}})
 def select_variant(req: SelectRequest, request: Request):
-    problem = req.model_dump()
-    problem["seqlen_k"] = problem["seqlen_k"] or problem["seqlen_q"]
-    problem["heads_kv"] = problem["heads_kv"] or problem["heads_q"]
-    if problem["heads_q"] % problem["heads_kv"]:
-        raise APIError(422, "invalid_request", f"heads_q ({problem['heads_q']}) must be a multiple of heads_kv "
-                       f"({problem['heads_kv']}) for grouped-query attention")
+    body = req.model_dump()
+    problem = problem_of(body)
     st = request.app.state
     with st.db.sessions() as s:
         records = st.store.candidates(s)
-    best, reasons, n = choose(problem, records)
-    if best is None:
-        body = explain_missing(problem, records)
-        started = build_on_miss(request, problem, body)  # 202 and a job, with a build backend configured
+    choice = choose(problem, records)
+    if choice is None:
+        missing = explain_missing(problem, records)
+        # The build backend gets the problem as asked, with the sizes filled in (service/build_jobs.py).
+        asked = {**body, "seqlen_k": problem.seqlen_k, "heads_kv": problem.heads_kv}
+        started = build_on_miss(request, asked, missing)  # 202 and a job, with a build backend configured
         if started is not None:
             return started
-        raise APIError(404, body.pop("error"), body.pop("message"), **body)
-    return {"variant": best.name, "reasons": reasons, "candidates": n, "summary": best.summary()}
+        raise APIError(404, missing.pop("error"), missing.pop("message"), **missing)
+    return {**answer(problem, choice), "summary": summary(choice.best)}

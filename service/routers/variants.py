@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
 from ..auth import Writer, require_writer
 from ..errors import APIError
-from ..schemas import (ARCH_PATTERN, FAMILY_PATTERN, NAME_PATTERN, ErrorResponse, VariantDetail, VariantPage,
-                       YankRequest, YankResponse)
+from ..schemas import (FAMILY_PATTERN, NAME_PATTERN, ErrorResponse, VariantDetail, VariantPage, YankRequest,
+                       YankResponse, axis_query_params)
+from ..store import summary
 
 router = APIRouter(prefix="/v1/variants", tags=["variants"])
 NameParam = Path(pattern=NAME_PATTERN, max_length=128, description="the variant's canonical name")
@@ -20,31 +22,35 @@ def _not_found(name: str) -> APIError:
     return APIError(404, "variant_not_found", f"no variant named {name!r}; list them with GET /v1/variants")
 
 
+def _axis_filters():
+    """A dependency whose query parameters are the axes of runtime/axes.py, one each (so a new
+    axis is a filter, in the OpenAPI schema too, with no edit here)."""
+    def collect(**given):
+        return {k: v for k, v in given.items() if v is not None}
+    params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind | None,
+                                default=Query(None, **limits))
+              for name, (kind, limits) in axis_query_params().items()]
+    collect.__signature__ = inspect.Signature(params)
+    return collect
+
+
 @router.get("", response_model=VariantPage, summary="List variants, filtered by axes, paged")
 def list_variants(
     request: Request,
+    axes: dict = Depends(_axis_filters()),
     family: str | None = Query(None, pattern=FAMILY_PATTERN),
-    arch: str | None = Query(None, pattern=ARCH_PATTERN),
-    dtype: str | None = Query(None, pattern=r"^[a-z0-9]{1,16}$"),
-    head_dim: int | None = Query(None, ge=1, le=4096),
-    causal: bool | None = None,
-    varlen: bool | None = None,
-    paged_kv: bool | None = None,
-    pack_gqa: bool | None = None,
-    split_kv: bool | None = None,
     verified: bool | None = Query(None, description="true: only variants whose cubin passed a GPU check; "
                                   "false: only unverified ones (provenance.verification.status)"),
     include_yanked: bool = Query(False, description="also list yanked variants"),
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0, le=2**31 - 1),
 ):
-    filters = dict(family=family, arch=arch, dtype=dtype, head_dim=head_dim, causal=causal, varlen=varlen,
-                   paged_kv=paged_kv, pack_gqa=pack_gqa, split_kv=split_kv, verified=verified)
+    filters = {**axes, "family": family, "verified": verified}
     st = request.app.state
     with st.db.sessions() as s:
         recs, total = st.store.list(s, filters, include_yanked, limit, offset)
     nxt = offset + len(recs) if offset + len(recs) < total else None
-    return {"items": [r.summary() for r in recs], "total": total, "limit": limit, "offset": offset,
+    return {"items": [summary(r) for r in recs], "total": total, "limit": limit, "offset": offset,
             "next_offset": nxt}
 
 
@@ -56,9 +62,9 @@ def get_variant(request: Request, response: Response, name: str = NameParam):
         rec = st.store.get(s, name)
     if rec is None:
         raise _not_found(name)
-    body = {"variant": rec.name, "yanked": rec.yanked, "yank_reason": rec.yank_reason,
-            "published_at": rec.published_at.isoformat() if rec.published_at else None,
-            "blob_url": f"/v1/blobs/{rec.sha256}", "manifest": rec.manifest}
+    body = {"variant": rec["name"], "yanked": rec["yanked"], "yank_reason": rec["yank_reason"],
+            "published_at": rec["created_at"], "blob_url": f"/v1/blobs/{rec['cubin']['sha256']}",
+            "manifest": rec["manifest"]}
     raw = json.dumps(body, sort_keys=True).encode()
     # Weak validator over the whole answer: it changes when the variant is yanked or re-signed.
     etag = f'W/"{hashlib.sha256(raw).hexdigest()[:32]}"'
@@ -74,14 +80,14 @@ def get_variant(request: Request, response: Response, name: str = NameParam):
 def yank_variant(request: Request, name: str = NameParam, body: YankRequest | None = Body(None),
                  who: Writer = Depends(require_writer)):
     rec = _set_yanked(request, name, who, True, body.reason if body else None)
-    return {"variant": rec.name, "yanked": True, "reason": rec.yank_reason}
+    return {"variant": rec["name"], "yanked": True, "reason": rec["yank_reason"]}
 
 
 @router.post("/{name}/unyank", response_model=YankResponse, summary="Make a yanked variant selectable again",
              responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse}})
 def unyank_variant(request: Request, name: str = NameParam, who: Writer = Depends(require_writer)):
     rec = _set_yanked(request, name, who, False, None)
-    return {"variant": rec.name, "yanked": False, "reason": None}
+    return {"variant": rec["name"], "yanked": False, "reason": None}
 
 
 def _set_yanked(request: Request, name: str, who: Writer, yanked: bool, reason: str | None):
@@ -90,5 +96,5 @@ def _set_yanked(request: Request, name: str, who: Writer, yanked: bool, reason: 
         rec = st.store.get(s, name)
         if rec is None:
             raise _not_found(name)
-        who.require(rec.family, rec.name, "yank" if yanked else "unyank")
+        who.require(rec["family"], rec["name"], "yank" if yanked else "unyank")
         return st.store.yank(s, name, reason, who.name) if yanked else st.store.unyank(s, name, who.name)

@@ -47,6 +47,20 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
     (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True},
     (64, True, "persistent", (128, 128)): {"separate_o_smem": True, "wg_epilogue": True, "mask_bits": True},
 }
+# Model variants whose main loop is a shipped variant's, keyed (axis token, head_dim, causal,
+# scheduler, tile) with the token `local`, `sink` or `dv<N>` (one model axis on, no other).
+# Not measured as such yet: each takes the switches its base loop won, found in the SASS
+# (bench/results/2026-12-01-cpu/variant-speed.md): a window's unmasked loop is the
+# non-causal persistent loop (486 vs 466 instructions, the same mix) and its two masked
+# blocks a tile take the bit mask (769 -> 613 instructions), a sink changes only the finish, and (192, 128) at 128 x 128 has hd128's S fragment, so hd128 causal's bit mask
+# applies (masked loop 655 -> 601 instructions). bench.ab's `model-variants` set times each
+# against the all-off build it replaces.
+TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
+    ("local", 128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True,
+                                                "mask_bits": True},
+    ("sink", 128, True, "lpt", None): {"mask_bits": True},
+    ("dv128", 192, True, "lpt", None): {"mask_bits": True},
+}
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum")
 # L2 section of the lpt order (FA4's); persistent causal orders all (head, batch) pairs
 # together. 24 MiB sections for persistent causal and one global order for lpt lost on
@@ -107,7 +121,8 @@ class FwdConfig:
     # at the end of a tile, so ping-pong carries on across tiles. Needs separate_o_smem.
     wg_epilogue: bool | None = None
     # Mask a row with one bit mask from its kept-column count instead of a compare per
-    # element (mask.apply_mask_bits), as FA4 does.
+    # element (mask.apply_mask_bits), as FA4 does; under a window, the difference of two
+    # such masks (mask.apply_window_mask_bits).
     mask_bits: bool | None = None
     # Convert S to P (bf16/fp16) in runs of registers instead of through the A-operand view:
     # the same values in the same registers (checked at trace time), but hd192/256 then
@@ -206,9 +221,15 @@ class FwdConfig:
             raise ValueError(f"tile_n must be a multiple of 16, got {self.tile_n}")
         # A tile nobody measured starts from all switches off.
         tile = None if (self.tile_m, self.tile_n) == (tm, tn) else (self.tile_m, self.tile_n)
-        # The inference forms and the model variants were not in that A/B: all off.
-        unmeasured = self.inference or self.model_variant
-        tuned = {} if unmeasured else TUNED.get((self.head_dim, self.causal, self.scheduler, tile), {})
+        # The inference forms were not in that A/B: all off; model variants only as
+        # TUNED_VARIANTS names them (all off otherwise, so their cubins stay as built).
+        key = (self.head_dim, self.causal, self.scheduler, tile)
+        if self.inference:
+            tuned = {}
+        elif self.model_variant:
+            tuned = TUNED_VARIANTS.get((self.variant_token, *key), {}) if self.variant_token else {}
+        else:
+            tuned = TUNED.get(key, {})
         if self.fp8:
             # Nothing measured for e4m3 yet. O (bf16) cannot go out through Q's (e4m3) buffer,
             # and P is converted through its own register permutation (fp8_p.py).
@@ -224,8 +245,6 @@ class FwdConfig:
             raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
         if self.local and self.causal:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
-        if self.local and self.mask_bits:
-            raise ValueError("mask_bits counts a prefix of kept columns; a window's kept columns are not one")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.inference and self.scheduler != "single":
@@ -268,6 +287,13 @@ class FwdConfig:
     def model_variant(self) -> bool:
         """Whether a model-variant axis is on (softcap, window, sink, V narrower than Q)."""
         return self.softcap or self.local or self.learnable_sink or self.head_dim_v != self.head_dim
+
+    @property
+    def variant_token(self) -> str | None:
+        """The one model axis on, as TUNED_VARIANTS names it (None for none or several)."""
+        on = [t for t, v in (("softcap", self.softcap), ("local", self.local), ("sink", self.learnable_sink),
+                             (f"dv{self.head_dim_v}", self.head_dim_v != self.head_dim)) if v]
+        return on[0] if len(on) == 1 else None
 
     @property
     def consumer_warpgroups(self) -> int:

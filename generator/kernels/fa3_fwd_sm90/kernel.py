@@ -37,7 +37,7 @@ from .layouts import (
     transpose_view,
 )
 from . import block_range, v_transpose
-from .mask import apply_mask, apply_mask_bits, apply_window_mask
+from .mask import apply_mask, apply_mask_bits, apply_window_mask, apply_window_mask_bits
 from .schedule import causal_lpt_order, next_tile, strided_tile
 from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
 
@@ -510,6 +510,10 @@ class FlashFwdSm90:
         def mask(acc_S, n_block, causal):
             if const_expr(self.local):
                 # Every block masked here is masked at both window edges and the key length.
+                if const_expr(self.cfg.mask_bits):
+                    apply_window_mask_bits(acc_S, coords_rc, offsets_rc, m_block, n_block, seqlen_q, seqlen_k,
+                                           window_left, window_right, self.tile_m, self.tile_n)
+                    return
                 apply_window_mask(acc_S, coords_rc, m_block, n_block, seqlen_q, seqlen_k,
                                   window_left, window_right, self.tile_m, self.tile_n)
                 return

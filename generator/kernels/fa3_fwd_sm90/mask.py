@@ -137,3 +137,45 @@ def apply_mask_bits(
         bits = Int32(-1) if n >= 32 else (Int32(1) << cutlass.min(n, 31)) - 1
         for c in cutlass.range_constexpr(ncols):
             s_rc[r, c] = s_rc[r, c] if ((bits >> c) & 1) != 0 else -Float32.inf
+
+
+def window_keep_range(keep_count, col_start, col_limit, first_col, mn=min, mx=max):
+    """(n_lo, n_hi): under a window a thread's kept columns of a row are the run of indices
+    n_lo <= c < n_hi (its offsets increase, so the columns before col_start are a prefix and
+    so are those before col_limit). keep_count is keep_count_rule's."""
+    return keep_count(col_start - first_col, mn, mx), keep_count(col_limit - first_col, mn, mx)
+
+
+@cute.jit
+def apply_window_mask_bits(
+    acc_S: cute.Tensor,
+    coords_rc: cute.Tensor,
+    offsets_rc: cute.Tensor,  # thread 0's partition: static coordinates
+    m_block: Int32,
+    n_block: Int32,
+    seqlen_q: Int32,
+    seqlen_k: Int32,
+    left: Int32,
+    right: Int32,
+    tile_m: cutlass.Constexpr[int],
+    tile_n: cutlass.Constexpr[int],
+):
+    """apply_window_mask with one bit mask per row: the kept columns are the difference of
+    two prefixes (window_keep_range), so a row costs two counts and a few integer ops
+    instead of two compares per column; same result (tests/test_fa3_mask.py)."""
+    s_rc = acc_as_rows_cols(acc_S)
+    ncols = cute.size(s_rc, mode=[1])
+    keep_count = keep_count_rule(column_offsets(offsets_rc))
+    if cutlass.const_expr(keep_count is None):
+        raise ValueError(f"mask_bits: no counting rule for column offsets {column_offsets(offsets_rc)}")
+    first_col = coords_rc[0, 0][1]
+    for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
+        col_start, col_limit = window_cols(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k,
+                                           tile_m, tile_n, left, right)
+        n_lo, n_hi = window_keep_range(keep_count, col_start, col_limit, first_col, cutlass.min, cutlass.max)
+        # A shift by 32 is undefined for 32-bit values: a count of 32 takes all bits instead.
+        hi_bits = Int32(-1) if n_hi >= 32 else (Int32(1) << cutlass.min(n_hi, 31)) - 1
+        lo_bits = Int32(-1) if n_lo >= 32 else (Int32(1) << cutlass.min(n_lo, 31)) - 1
+        bits = hi_bits & (lo_bits ^ Int32(-1))
+        for c in cutlass.range_constexpr(ncols):
+            s_rc[r, c] = s_rc[r, c] if ((bits >> c) & 1) != 0 else -Float32.inf

@@ -1,8 +1,8 @@
-"""Engine and session: one engine per process, a short session per unit of work.
+"""Engine and session of a registry database: one engine per process, a short session per unit of work.
 
-Pool and concurrency are sized together: every use of the database runs in a worker thread
+For the service, pool and concurrency are sized together: every use of the database runs in a worker thread
 (sync routes and dependencies, run_in_threadpool) and holds one connection while it runs, and
-app.py caps those threads at `pool_size`, so a request never waits on the pool for a
+service/app.py caps those threads at `pool_size`, so a request never waits on the pool for a
 connection that another request's thread is not using (issue 14: 40 threads on a pool of
 5+10 timed out after 30 s under load).
 """
@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 
-DEFAULT_POOL_SIZE = 32
+DEFAULT_POOL_SIZE = 32  # the service's default (CUBINFORGE_DB_POOL_SIZE)
 
 
 def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
@@ -49,6 +49,7 @@ class Database:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def session(self) -> Iterator[Session]:
+        """A session for one request (a FastAPI dependency: a generator)."""
         with self.sessions() as s:
             yield s
 

@@ -1,21 +1,18 @@
-"""Alembic environment: the URL comes from the Config object (see service/migrate.py)."""
+"""Alembic environment: the URL comes from the Config object (see registry/migrate.py)."""
 
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import create_engine, pool
 
-from cubinforge.registry.models import Base as RegistryBase
-from cubinforge.service.db import make_engine
-from cubinforge.service.models import Base
+from cubinforge.registry.db import make_engine
+from cubinforge.registry.models import Base
 
 config = context.config
-# Both the service's tables and the local registry's (see versions/0002), for autogenerate.
-target_metadata = [Base.metadata, RegistryBase.metadata]
+target_metadata = Base.metadata
 
 
 def run_migrations_online() -> None:
     url = config.get_main_option("sqlalchemy.url")
-    engine = make_engine(url) if url.startswith("sqlite") else \
-        __import__("sqlalchemy").create_engine(url, poolclass=pool.NullPool)
+    engine = make_engine(url) if url.startswith("sqlite") else create_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata,
                           render_as_batch=url.startswith("sqlite"))  # SQLite can't ALTER most things
