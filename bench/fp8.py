@@ -12,8 +12,8 @@ v N(0,1); RMSE of O against float64 attention on the *unquantised* inputs for
       inputs through float64 attention (no P rounding; the forward cannot apply per-block
       descales yet);
   (c) the bf16 kernel on plain Gaussian inputs (the issue's yardstick).
-Then TFLOPS of the e4m3 variants (batch 1, 16 heads, seqlen 16k, causal and not; hd256 is
-not built) and torch._scaled_mm e4m3 8192^3 with unit scales, in the same process. Every
+Then TFLOPS of the e4m3 variants (batch 1, 16 heads, seqlen 16k, causal and not, V column-
+major and row-major (transposed in shared memory, SET=fp8)) and torch._scaled_mm e4m3 8192^3 with unit scales, in the same process. Every
 case runs in its own try/except; the table at the end says what failed and why.
 """
 
@@ -188,29 +188,32 @@ def error_study(seqlen: int, d: int = 128, heads: int = 8, frac: float = 0.01, s
 
 # --------------------------------------------------------------------------- speed
 
-def speed(seqlen: int, heads: int = 16):
-    from cubinforge.runtime import flash_attn_func, select_attention_variant  # noqa: F401
+def speed(seqlen: int, heads: int = 16, v_layouts=("colmajor", "rowmajor")):
+    """Rows per (head dim, mask, V layout): colmajor is the default set's, rowmajor SET=fp8's
+    (V transposed in shared memory); the row names the variant that ran."""
+    from cubinforge.runtime import flash_attn_func, last_launch
     from .timing import time_cuda
     torch = _torch()
     for d in (64, 128, 256):
-        for causal in (False, True):
-            case = f"e4m3 hd{d} {'causal' if causal else 'noncausal'} b1 h{heads} s{seqlen}"
+        for causal, v_layout in ((c, vl) for c in (False, True) for vl in v_layouts):
+            case = f"e4m3 hd{d} {'causal' if causal else 'noncausal'} v-{v_layout} b1 h{heads} s{seqlen}"
 
-            def one(d=d, causal=causal, case=case):
+            def one(d=d, causal=causal, case=case, v_layout=v_layout):
                 g = torch.Generator(device="cuda").manual_seed(0)
                 # e4m3 bytes 0..55: values in [0, 0.94], so S and exp2 stay tame.
                 q = torch.randint(0, 56, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
                 k = torch.randint(0, 56, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
-                v = torch.randint(0, 56, (1, heads, d, seqlen), dtype=torch.uint8, device="cuda", generator=g)
+                v_shape = (1, heads, d, seqlen) if v_layout == "colmajor" else (1, seqlen, heads, d)
+                v = torch.randint(0, 56, v_shape, dtype=torch.uint8, device="cuda", generator=g)
                 from cubinforge.runtime import as_device_array
                 q8, k8, v8 = (as_device_array(t, dtype="e4m3") for t in (q, k, v))
                 out = torch.empty((1, seqlen, heads, d), dtype=torch.bfloat16, device="cuda")
                 lse = torch.empty((1, heads, seqlen), dtype=torch.float32, device="cuda")
                 stream = torch.cuda.current_stream()
                 fn = lambda: flash_attn_func(q8, k8, v8, causal=causal, out=out, lse=lse,  # noqa: E731
-                                             stream=stream.cuda_stream, v_layout="colmajor")
+                                             stream=stream.cuda_stream, v_layout=v_layout)
                 t = time_cuda(fn, warmup=3, min_iters=5, max_iters=20, budget_s=1.0)
-                record(case, ms=round(t.median_ms, 3),
+                record(case, variant=last_launch().variant, ms=round(t.median_ms, 3),
                        tflops=round(tflops(attention_flops(1, heads, seqlen, seqlen, d, causal), t.median_ms), 1))
 
             attempt(case, one)
@@ -258,11 +261,15 @@ def main(argv=None) -> int:
     p.add_argument("--err-seqlen", type=int, default=2048, help="error study (float64 reference on the host)")
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--skip-speed", action="store_true")
+    p.add_argument("--skip-errors", action="store_true", help="speed rows only")
+    p.add_argument("--v-layout", choices=("colmajor", "rowmajor", "both"), default="both",
+                   help="V layouts of the speed rows (rowmajor needs SET=fp8)")
     a = p.parse_args(argv)
-    attempt("error study", lambda: error_study(a.err_seqlen))
+    if not a.skip_errors:
+        attempt("error study", lambda: error_study(a.err_seqlen))
     if not a.skip_speed:
         scaled_mm_ceiling()
-        speed(a.seqlen)
+        speed(a.seqlen, v_layouts=("colmajor", "rowmajor") if a.v_layout == "both" else (a.v_layout,))
     print("\n" + table())
     if a.json:
         with open(a.json, "w") as f:

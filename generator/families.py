@@ -114,9 +114,8 @@ FA3_FWD = Family(
          "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,
          "dtype=e4m3 needs tile_n a multiple of 32 (the 8-bit PV GEMM's K step; hd256: tile_n=128)"),
-        (lambda ax: (ax["dtype"] == "e4m3") == (ax["v_layout"] == "colmajor"),
-         "dtype=e4m3 needs v_layout=colmajor (V transposed in shared memory is not built), "
-         "and colmajor is built for e4m3 only"),
+        (lambda ax: ax["dtype"] == "e4m3" or ax["v_layout"] != "colmajor",
+         "v_layout=colmajor is built for dtype=e4m3 only (bf16/fp16 read V row-major)"),
         (lambda ax: ax["dtype"] != "e4m3"
          or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]
                  or ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),

@@ -323,6 +323,21 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     ],
     # Inference (issue 11): split-KV decode, pack-GQA, paged KV, and the combine kernel.
     "inference": INFERENCE_SET,
+    # FP8 (e4m3) with V row-major, transposed in shared memory (fa3_fwd_sm90/v_transpose.py):
+    # the default set's schedulers, not timed yet. hd256 at 128 x 64: sV and sVt of 128 keys
+    # (Q 32 + K 64 + V 64 + Vt 64 + O 64 KiB) do not fit 227 KiB; at 64 keys 194 KiB.
+    "fp8": [
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64, 128], "causal": [False],
+                     "v_layout": ["rowmajor"], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [128], "causal": [True],
+                     "v_layout": ["rowmajor"], "scheduler": ["lpt"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64], "causal": [True],
+                     "v_layout": ["rowmajor"], "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [256], "causal": [False],
+                     "v_layout": ["rowmajor"], "scheduler": ["persistent"], "tile_m": [128], "tile_n": [64]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [256], "causal": [True],
+                     "v_layout": ["rowmajor"], "scheduler": ["lpt"], "tile_m": [128], "tile_n": [64]}),
+    ],
     "all": [
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all
     ],

@@ -112,6 +112,7 @@ def _given_outputs(out, shape, desc_shape, per_head: bool, handle: int):
 ATTN_FAMILY = "fa3_fwd"
 OUT_DTYPE = "bf16"  # generator fa3_fwd_sm90/config.py E4M3_OUT_DTYPE
 ONE_F32_BITS = 0x3F800000
+V_LAYOUTS = ("rowmajor", "colmajor")  # runtime/axes.py's v_layout values
 _attn: dict[tuple, tuple] = {}  # (id(source), arch, head_dim, causal, v_layout) -> (source, Kernel)
 
 
@@ -159,9 +160,10 @@ def flash_attn_fp8(q, k, v, softmax_scale=None, causal=False, out=None, lse=None
     """FP8 attention forward (flash_attn_func routes e4m3 inputs here): returns (out, lse).
 
     q (batch, seqlen_q, heads_q, head_dim) and k (batch, seqlen_k, heads_kv, head_dim) e4m3;
-    v e4m3 (batch, heads_kv, head_dim, seqlen_k) with v_layout="colmajor": seqlen_k
-    contiguous, the other strides multiples of 16 B (store seqlen_k padded to a multiple of
-    16 and pass the slice [..., :seqlen_k]). The descales are float32 (batch, heads_kv) or None (1): S = q k^T * q_descale *
+    v e4m3 like k (v_layout="rowmajor": the kernel transposes it in shared memory) or
+    (batch, heads_kv, head_dim, seqlen_k) with v_layout="colmajor": seqlen_k contiguous, the
+    other strides multiples of 16 B (store seqlen_k padded to a multiple of 16 and pass the
+    slice [..., :seqlen_k]). The descales are float32 (batch, heads_kv) or None (1): S = q k^T * q_descale *
     k_descale * softmax_scale and O = P v * v_descale, as FA3. out is bf16 like q; lse float32
     (batch, heads_q, seqlen_q)."""
     handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
@@ -174,16 +176,17 @@ def flash_attn_fp8(q, k, v, softmax_scale=None, causal=False, out=None, lse=None
             raise InputError(f"{n} must have 4 dimensions; got {a.ndim} {a.shape}")
         if a.dtype != "e4m3":
             raise InputError(f"FP8 attention takes e4m3 q, k and v; {n} is {a.dtype}")
-    if v_layout != "colmajor":
-        raise InputError("FP8 attention needs v_layout='colmajor': V as (batch, heads_kv, head_dim, seqlen_k) "
-                         "(the transpose of a row-major V in shared memory is not built yet)")
+    if v_layout not in V_LAYOUTS:
+        raise InputError(f"v_layout must be one of {V_LAYOUTS}; got {v_layout!r}")
     b, sq, hq, d = qa.shape
     sk, hkv = ka.shape[1], ka.shape[2]
     if ka.shape[0] != b or ka.shape[3] != d:
         raise InputError(f"k must be (batch={b}, seqlen_k, heads_kv, head_dim={d}); got {ka.shape}")
-    if va.shape != (b, hkv, d, sk):
-        raise InputError(f"v (colmajor) must be (batch, heads_kv, head_dim, seqlen_k) = {(b, hkv, d, sk)}; "
-                         f"got {va.shape}")
+    # rowmajor: V like k, transposed in the kernel's shared memory (no copy here).
+    v_want = (b, hkv, d, sk) if v_layout == "colmajor" else (b, sk, hkv, d)
+    if va.shape != v_want:
+        form = "(batch, heads_kv, head_dim, seqlen_k)" if v_layout == "colmajor" else "(batch, seqlen_k, heads_kv, head_dim)"
+        raise InputError(f"v ({v_layout}) must be {form} = {v_want}; got {va.shape}")
     if hkv == 0 or hq % hkv:
         raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv}) (GQA/MQA)")
     arrays = {"q": qa, "k": ka, "v": va}

@@ -46,7 +46,8 @@ def test_experiment_sets_build_valid_configs():
         for label, overrides in items:
             cfg = experiment_config(overrides)  # raises on a bad combination
             # A label names every switch that is on: nothing comes from the shipped table.
-            assert cfg.separate_o_smem == ("separate-o" in label), (name, label)
+            # (e4m3 always has O in its own buffer: its bf16 O cannot go out through Q's.)
+            assert cfg.separate_o_smem == ("separate-o" in label or cfg.fp8), (name, label)
             assert cfg.mask_bits == ("mask-bits" in label), (name, label)
 
 
@@ -64,6 +65,21 @@ def test_ab_table_has_a_column_per_anchor_and_flags_failures():
     assert lines[1].count("|") == lines[0].count("|")
     assert "| v+x | 512 | 400.0 | 500.0 | 450.0 | 0.80 |" in text
     assert lines[3].endswith("| NO |")
+
+
+def test_fp8_experiments_are_e4m3_and_named_by_layout():
+    from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
+
+    names = [ab_name(experiment_config(o), label) for label, o in EXPERIMENTS["fp8-hd128"]]
+    assert len(set(names)) == len(names)
+    assert "fa3-fwd-sm_90a-e4m3-hd128-noncausal-colmajor+default" in names
+    assert "fa3-fwd-sm_90a-e4m3-hd128-noncausal+v-rowmajor" in names
+    # The shipped e4m3 hd128 configuration is the "default" row: the same FwdConfig.
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+    shipped = FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, scheduler="persistent",
+                        v_layout="colmajor")
+    label, overrides = EXPERIMENTS["fp8-hd128"][0]
+    assert label == "default" and experiment_config(overrides) == shipped
 
 
 def test_model_variant_candidates_are_named_apart_and_have_a_case():

@@ -32,8 +32,7 @@ def test_default_set_has_the_e4m3_variants():
 @pytest.mark.parametrize("axes, message", [
     ({"dtype": "e4m3", "head_dim": 96, "v_layout": "colmajor"}, "head_dim 64, 128 and 256"),
     ({"dtype": "e4m3", "head_dim": 256, "v_layout": "colmajor"}, "multiple of 32"),
-    ({"dtype": "e4m3", "head_dim": 128}, "needs v_layout=colmajor"),
-    ({"dtype": "bf16", "head_dim": 128, "v_layout": "colmajor"}, "colmajor is built for e4m3 only"),
+    ({"dtype": "bf16", "head_dim": 128, "v_layout": "colmajor"}, "colmajor is built for dtype=e4m3 only"),
     # Not combined with the model variants or the inference forms yet (issues 11, 12).
     ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "softcap": True}, "e4m3 does not take the model"),
     ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "local": True}, "e4m3 does not take the model"),
@@ -109,8 +108,11 @@ def _fake(shape, dtype="e4m3"):
 
 def test_fp8_inputs_are_checked_before_any_launch():
     q, k = _fake((1, 64, 2, 128)), _fake((1, 64, 2, 128))
-    with pytest.raises(InputError, match="v_layout='colmajor'"):
-        flash_attn_func(q, k, _fake((1, 64, 2, 128)))
+    # Row-major V is like k; a colmajor-shaped V under the default layout is named as such.
+    with pytest.raises(InputError, match=r"v \(rowmajor\) must be \(batch, seqlen_k, heads_kv, head_dim\)"):
+        flash_attn_func(q, k, _fake((1, 2, 128, 64)))
+    with pytest.raises(InputError, match="v_layout must be one of"):
+        flash_attn_func(q, k, _fake((1, 64, 2, 128)), v_layout="transposed")
     with pytest.raises(InputError, match="head_dim, seqlen_k"):
         flash_attn_func(q, k, _fake((1, 64, 2, 128)), v_layout="colmajor")
     with pytest.raises(InputError, match="e4m3 q, k and v"):
@@ -123,3 +125,72 @@ def test_fp8_inputs_are_checked_before_any_launch():
         plan_attention(q, k, _fake((1, 2, 128, 64)))
     with pytest.raises(InputError, match="out must be bf16"):
         flash_attn_func(q, k, _fake((1, 2, 128, 64)), v_layout="colmajor", out=_fake((1, 64, 2, 128)))
+
+
+def test_fp8_set_has_the_rowmajor_variants_and_default_set_none():
+    names = {v.name for v in spec.expand_set("fp8")}
+    assert names == {
+        "fa3-fwd-sm_90a-e4m3-hd64-noncausal-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd64-causal-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd128-noncausal-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd128-causal-lpt",
+        "fa3-fwd-sm_90a-e4m3-hd256-noncausal-persistent-m128n64",
+        "fa3-fwd-sm_90a-e4m3-hd256-causal-lpt-m128n64",
+    }
+    # The default set keeps only its column-major e4m3 variants (its cubins stay as they were).
+    assert not names & {v.name for v in spec.expand_set("default")}
+
+
+def test_rowmajor_e4m3_config_counts_the_transposed_buffer():
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import FwdConfig
+    row = FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, scheduler="persistent")
+    col = FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, scheduler="persistent",
+                    v_layout="colmajor")
+    assert row.v_transpose and not col.v_transpose
+    assert row.smem_bytes - col.smem_bytes == row.stages * row.tile_n * row.head_dim  # sVt, 1 B/elem
+    with pytest.raises(ValueError, match="shared memory"):
+        FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=256, causal=False, tile_m=128, tile_n=128)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DSL, reason="needs the CuTe DSL")
+@pytest.mark.parametrize("head_dim, causal", [(128, False), (64, True)])
+def test_rowmajor_e4m3_variant_transposes_v_in_smem_without_spills(home, head_dim, causal):
+    """V row-major: TMA-loaded like k, transposed by the producer's warps 1..3 with
+    LDSM.16.MT88.4 + PRMT + STSM.16.M88.4 (v_transpose.py), QGMMA E4M3, no local memory."""
+    from cubinforge.generator.sass import cuobjdump
+    reg = Registry()
+    chosen = spec.select("fp8", {"head_dim": [head_dim], "causal": [causal]})
+    outcomes = build.build(chosen, reg, jobs=1, progress=False)
+    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
+    rec = reg.get(outcomes[0].variant)
+    m, c = rec["metadata"], rec["contract"]
+    assert m["spill_store_bytes"] == 0 == m["spill_load_bytes"] and m["stack_frame_bytes"] == 0
+    assert c["tensors"]["v"]["dims"] == ["batch", "seqlen_k", "heads_kv", "head_dim"]
+    maps = {p["name"]: p for p in c["params"] if p["kind"] == "tensormap"}
+    assert maps["tma_v"].get("dims") != [3, 2, 1, 0]  # the tensor map walks V like k
+    from cubinforge.runtime import bind, load_contract
+    b, sq, sk, hq, hkv = 2, 100, 333, 4, 2
+    arrays = {
+        "q": DeviceArray(0x10000, (b, sq, hq, head_dim), None, "e4m3", 0),
+        "k": DeviceArray(0x20000, (b, sk, hkv, head_dim), None, "e4m3", 0),
+        "v": DeviceArray(0x30000, (b, sk, hkv, head_dim), None, "e4m3", 0),
+        "o": DeviceArray(0x40000, (b, sq, hq, head_dim), None, "bf16", 0),
+        "lse": DeviceArray(0x50000, (b, hq, sq), None, "f32", 0),
+        "descale": DeviceArray(0x60000, (3, b, hkv), None, "f32", 0),
+    }
+    bind(load_contract(c), arrays, {}, {"sm_count": 132})
+    sass = cuobjdump(["-sass"], reg.read_blob(rec["cubin"]["sha256"]))
+    if sass is None:
+        pytest.skip("cuobjdump not installed")
+    assert "QGMMA" in sass and "E4M3" in sass and "HGMMA" not in sass
+    assert "LDL" not in sass and "STL" not in sass
+    # The transposer's slice loop: one LDSM.T per 16 keys, unrolled, the byte splits and one
+    # STSM each (the epilogue's stmatrix of O comes on top); and no shuffles of P
+    # (fp8_local_p, on wherever V is transposed).
+    keys = rec["metadata"]["kernel"]["tile_n"]
+    assert sass.count("LDSM.16.MT88.4") == keys // 16 and sass.count("STSM.16.M88.4") > keys // 16
+    assert "0x6420" in sass and "0x7531" in sass
+    assert rec["metadata"]["kernel"]["fp8_local_p"] is True
+    # (The shuffled P takes 32 SHFL.IDX per key block in each loop body; a broadcast or two remain.)
+    assert sass.count("SHFL.IDX") < 8

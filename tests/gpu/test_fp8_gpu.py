@@ -1,5 +1,6 @@
 """GPU tests of FP8: quantize_fp8 (fp8_quant) element by element against numpy, and the e4m3
-fa3_fwd variants against float64 attention on the dequantised inputs. Outputs are poisoned
+fa3_fwd variants (V column-major, or row-major and transposed in shared memory: SET=fp8)
+against float64 attention on the dequantised inputs. Outputs are poisoned
 first (NaN bytes / NaN floats), so an element never written fails.
 Skipped where there is no GPU or no variant; no cutlass import (the GPU machine has no DSL).
 """
@@ -247,11 +248,14 @@ def test_e4m3_forward_matches_reference(m, shape, descaled):
             bits[n] = e4m3_encode(x)
             deq[n] = e4m3_decode(bits[n])
     q8, k8 = upload(bits["q"], "e4m3"), upload(bits["k"], "e4m3")
-    _keep, v8 = _colmajor_v(bits["v"])
+    v_layout = m.axes.get("v_layout", "rowmajor")
+    # rowmajor: V like k, transposed in the kernel's shared memory.
+    _keep, v8 = _colmajor_v(bits["v"]) if v_layout == "colmajor" else (None, upload(bits["v"], "e4m3"))
     out = upload(np.full((b, sq, hq, d), 0x7FC0, np.uint16), "bf16")
     lse = upload(np.full((b, hq, sq), np.nan, np.float32), "f32")
     kw = {f"{n}_descale": desc_dev[n] for n in desc_dev}
-    flash_attn_func(q8, k8, v8, causal=causal, out=out, lse=lse, v_layout="colmajor", **kw)
+    flash_attn_func(q8, k8, v8, causal=causal, out=out, lse=lse, v_layout=v_layout, **kw)
+    _check_ran(m)
     o = _bf16_bits_to_f64(download_raw(out))
     got_lse = download_f32(lse)
     assert not np.isnan(o).any(), f"{int(np.isnan(o).sum())} O elements never written"
@@ -271,6 +275,67 @@ def test_e4m3_forward_matches_reference(m, shape, descaled):
     ref_lse = np.where(fin, mx + np.log(np.exp(s - np.where(fin, mx, 0)[..., None]).sum(-1)), -np.inf)
     assert (got_lse[~fin] == -np.inf).all()
     assert np.abs(got_lse[fin] - ref_lse[fin]).max() < ATOL_LSE_FP8
+
+
+def _same_kind(m):
+    return [x for x in FP8_FWD if all(x.axes.get(a) == m.axes.get(a) for a in ("head_dim", "causal", "v_layout"))]
+
+
+def _check_ran(m):
+    """The call ran m (where it is the only variant of its head dim, mask and V layout) and
+    copied no input: a row-major V is never transposed on the host."""
+    from cubinforge.runtime import last_launch
+    rec = last_launch()
+    assert rec.launched and rec.copies == (), rec
+    if len(_same_kind(m)) == 1:
+        assert rec.variant == m.variant
+
+
+ROWMAJOR = [m for m in FP8_FWD if m.axes.get("v_layout", "rowmajor") == "rowmajor"]
+
+
+@pytest.mark.skipif(not ROWMAJOR, reason="no e4m3 row-major-V variant in the local registry (SET=fp8)")
+@pytest.mark.parametrize("m", ROWMAJOR, ids=lambda m: m.variant)
+@pytest.mark.parametrize("shape", [(1, 1000, 2050, 2, 1), (3, 67, 131, 6, 3)], ids=["long-mqa", "odd-gqa"])
+def test_e4m3_rowmajor_v_matches_colmajor_and_reference(m, shape):
+    """V row-major (transposed in smem) against the float64 reference and, where a column-major
+    variant of the same tile exists, against it: the same P and V products, summed in another
+    key order where sVt's keys follow the accumulator (fp8_local_p), so O agrees to fp32/bf16
+    rounding and LSE (from S alone) bit for bit; a transpose error gives O(1) differences. Long-mqa cycles the K/V
+    stages and the persistent tiles many times (phase bookkeeping of the sVt pipeline)."""
+    from cubinforge.bench.fp8_reference import attention, e4m3_encode
+    from cubinforge.runtime import flash_attn_func
+
+    d, causal = m.axes["head_dim"], m.axes["causal"]
+    b, sq, sk, hq, hkv = shape
+    rng = np.random.default_rng(d + sk)
+    bits = {n: e4m3_encode(rng.standard_normal((b, s, h, d)))
+            for n, s, h in (("q", sq, hq), ("k", sk, hkv), ("v", sk, hkv))}
+    q8, k8 = upload(bits["q"], "e4m3"), upload(bits["k"], "e4m3")
+
+    def run(v8, v_layout):
+        out = upload(np.full((b, sq, hq, d), 0x7FC0, np.uint16), "bf16")
+        lse = upload(np.full((b, hq, sq), np.nan, np.float32), "f32")
+        flash_attn_func(q8, k8, v8, causal=causal, out=out, lse=lse, v_layout=v_layout)
+        return download_raw(out), download_f32(lse)
+
+    o_bits, lse_row = run(upload(bits["v"], "e4m3"), "rowmajor")
+    _check_ran(m)
+    o = _bf16_bits_to_f64(o_bits)
+    assert not np.isnan(o).any(), f"{int(np.isnan(o).sum())} O elements never written"
+    assert not np.isnan(lse_row).any()
+    ref = attention(e4m3_decode(bits["q"]), e4m3_decode(bits["k"]), e4m3_decode(bits["v"]), causal=causal)
+    rel = np.linalg.norm(o - ref) / np.linalg.norm(ref)
+    assert rel < RTOL_FP8, f"{m.variant}: O rel err {rel:.3e} (tolerance {RTOL_FP8})"
+    col = [x for x in FP8_FWD if x.axes.get("v_layout") == "colmajor" and x.axes["head_dim"] == d
+           and x.axes["causal"] == causal]
+    if len(col) == 1 and all(col[0].axes.get(a) == m.axes.get(a) for a in ("tile_m", "tile_n", "scheduler")):
+        _keep, v8c = _colmajor_v(bits["v"])
+        o_col, lse_col = run(v8c, "colmajor")
+        oc = _bf16_bits_to_f64(o_col)
+        diff = np.linalg.norm(o - oc) / np.linalg.norm(oc)
+        assert diff < 2e-3, f"O differs from the colmajor variant's by {diff:.2e} (relative)"
+        np.testing.assert_array_equal(lse_row, lse_col)
 
 
 @needs_fp8_fwd

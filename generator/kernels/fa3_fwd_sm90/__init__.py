@@ -26,7 +26,8 @@ def compile_variant(cfg: FwdConfig):
     swizzle = {t: swizzle_bytes(cfg.elem_bytes, cfg.head_dim if t in "qk" else cfg.head_dim_v) for t in "qkvo"}
     if cfg.fp8:
         # V column-major: its rows are keys (tile_n bytes); O is bf16.
-        swizzle["v"] = swizzle_bytes(cfg.elem_bytes, cfg.tile_n)
+        if cfg.v_layout == "colmajor":
+            swizzle["v"] = swizzle_bytes(cfg.elem_bytes, cfg.tile_n)
         swizzle["o"] = swizzle_bytes(cfg.out_elem_bytes, cfg.head_dim_v)
     return KernelBuild(
         cubin=bytes(compiled.__cubin__),
@@ -46,6 +47,7 @@ def compile_variant(cfg: FwdConfig):
             "mask_bits": cfg.mask_bits, "chunked_p_convert": cfg.chunked_p_convert,
             **({"split_kv": cfg.split_kv, "pack_gqa": cfg.pack_gqa, "paged_kv": cfg.paged_kv} if cfg.inference else {}),
             **({"v_layout": cfg.v_layout, "out_dtype": cfg.out_dtype} if cfg.fp8 else {}),
+            **({"fp8_local_p": cfg.fp8_local_p} if cfg.v_transpose else {}),
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

@@ -62,12 +62,14 @@ def compile_cubin(cfg: FwdConfig):
     if cfg.learnable_sink:
         extra["mSink"] = make_fake_tensor(cutlass.Float32, (heads_q,), stride=(1,), assumed_align=4)
     if cfg.fp8:
-        # O in bf16; V column-major (batch, heads_kv, head_dim_v, seqlen_k); the descales of
+        # O in bf16; V column-major (batch, heads_kv, head_dim_v, seqlen_k) or row-major like k
+        # (transposed in smem); the descales of
         # q, k and v stacked as (3, batch, heads_kv) float32.
         o = make_fake_tensor(DTYPES[cfg.out_dtype], (batch, seqlen_q, heads_q, dv),
                              stride=(sym(8), sym(8), sym(8), 1), assumed_align=16)
-        v = make_fake_tensor(dt, (batch, heads_kv, dv, seqlen_k),
-                             stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1), assumed_align=16)
+        if cfg.v_layout == "colmajor":
+            v = make_fake_tensor(dt, (batch, heads_kv, dv, seqlen_k),
+                                 stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1), assumed_align=16)
         extra["mDescale"] = make_fake_tensor(cutlass.Float32, (3, batch, heads_kv), stride=(sym(), sym(), 1),
                                              assumed_align=4)
     kernel = FlashFwdSm90(cfg)

@@ -135,6 +135,11 @@ class FwdConfig:
     # "colmajor" (batch, heads_kv, head_dim, seqlen_k): WGMMA reads an 8-bit B operand
     # K-major only, which a column-major V already is.
     v_layout: str = "rowmajor"
+    # e4m3, V row-major: the transposing warps lay sVt's keys out in the order the S
+    # accumulator holds them (fp8_p.local_key), so P goes to the PV GEMM without shuffles
+    # (hd128 main loop 566 -> 468 instructions per key block, SHFL 36 -> 4). None: on
+    # wherever V is transposed; False keeps the column-major path's shuffled P (bench.ab).
+    fp8_local_p: bool | None = None
     # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
     # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers
     # (inference.py). split_kv: the key range of a tile is cut into num_splits parts (grid
@@ -175,8 +180,6 @@ class FwdConfig:
         if self.fp8:
             if self.head_dim not in E4M3_HEAD_DIMS:
                 raise ValueError(f"e4m3 builds head_dim {E4M3_HEAD_DIMS} so far, not {self.head_dim}")
-            if self.v_layout != "colmajor":
-                raise ValueError("e4m3 needs v_layout='colmajor' (the transpose of V in shared memory is not built)")
             if self.model_variant or self.inference:
                 on = [n for n in ("softcap", "local", "learnable_sink", "split_kv", "pack_gqa", "paged_kv")
                       if getattr(self, n)]
@@ -186,6 +189,11 @@ class FwdConfig:
                                  f"(got {', '.join(on)}); build e4m3 with none of them, or use bf16/fp16")
         elif self.v_layout != "rowmajor":
             raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
+        if self.fp8_local_p is None:
+            object.__setattr__(self, "fp8_local_p", self.v_transpose)
+        if self.fp8_local_p and not self.v_transpose:
+            raise ValueError("fp8_local_p permutes the keys of V as the kernel transposes it: "
+                             "it needs dtype e4m3 with v_layout='rowmajor'")
         tm, tn = default_tile(self.head_dim, self.causal, self.head_dim_v)
         if not self.tile_m:
             object.__setattr__(self, "tile_m", tm)
@@ -265,6 +273,8 @@ class FwdConfig:
         q = self.tile_m * self.head_dim * self.elem_bytes
         q = self.tile_m * self.head_dim * self.elem_bytes
         kv = stages * self.tile_n * (self.head_dim + self.head_dim_v) * self.elem_bytes
+        if self.v_transpose:
+            kv += stages * self.tile_n * self.head_dim_v * self.elem_bytes  # sVt
         o = self.tile_m * self.head_dim_v * self.out_elem_bytes
         return q + kv + (o if self.separate_o_smem else 0)
 
@@ -306,6 +316,11 @@ class FwdConfig:
     @property
     def fp8(self) -> bool:
         return self.dtype == "e4m3"
+
+    @property
+    def v_transpose(self) -> bool:
+        """e4m3 with V row-major: V is transposed in shared memory (v_transpose.py)."""
+        return self.fp8 and self.v_layout == "rowmajor"
 
     @property
     def out_dtype(self) -> str:

@@ -26,7 +26,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
 from .barriers import Barrier
 from .config import FwdConfig
-from .fp8_p import check_layouts, convert_p_fp8
+from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local
 from .layouts import (
     acc_as_operand_a,
     acc_as_rows_cols,
@@ -36,7 +36,7 @@ from .layouts import (
     smem_store_atom,
     transpose_view,
 )
-from . import block_range
+from . import block_range, v_transpose
 from .mask import apply_mask, apply_mask_bits, apply_window_mask, apply_window_mask_bits
 from .schedule import causal_lpt_order, next_tile, strided_tile
 from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
@@ -48,11 +48,14 @@ PERSISTENT_CTAS = 132
 
 
 class FlashFwdSm90:
+    transpose_v = v_transpose.transposer  # e4m3, V row-major: the producer's transposing warps
     def __init__(self, cfg: FwdConfig):
         self.cfg = cfg
         self.dtype = DTYPES[cfg.dtype]
         # e4m3: q/k/v in FP8, O in bf16, V column-major (the PV GEMM's B is K-major).
         self.fp8 = cfg.fp8
+        # e4m3 with V row-major: the producer warpgroup transposes V in smem (v_transpose.py).
+        self.v_transpose = cfg.v_transpose
         self.o_dtype = DTYPES[cfg.out_dtype]
         self.tile_m, self.tile_n, self.hdim = cfg.tile_m, cfg.tile_n, cfg.head_dim
         self.hdim_v = cfg.head_dim_v  # V and O
@@ -114,7 +117,7 @@ class FlashFwdSm90:
             for t in (mQ, mK, mO)
         ]
         # Column-major V (batch, heads_kv, head_dim, seqlen_k) -> (head_dim, seqlen_k, heads, batch).
-        v_modes = [2, 3, 1, 0] if const_expr(self.fp8) else bshd_to_sdhb
+        v_modes = [2, 3, 1, 0] if const_expr(self.fp8 and not self.v_transpose) else bshd_to_sdhb
         mV = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=v_modes))
         mLSE = cute.make_tensor(mLSE.iterator, cute.select(mLSE.layout, mode=[2, 1, 0]))
 
@@ -122,9 +125,13 @@ class FlashFwdSm90:
         sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
         sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim_v, self.stages)
-        if const_expr(self.fp8):
+        if const_expr(self.fp8 and not self.v_transpose):
             # Column-major V: a stage is (head_dim_v, tile_n keys), K-major for the PV GEMM.
             sV_layout = smem_layout(self.dtype, self.hdim_v, self.tile_n, self.stages)
+        if const_expr(self.v_transpose):
+            # Row-major V lands in sV; its transpose, K-major for the PV GEMM, in sVt.
+            sVt_layout = v_transpose.vt_layout(self.dtype, self.hdim_v, self.tile_n, self.stages)
+            v_transpose.check_units(sV_layout, sVt_layout, self.tile_n, self.hdim_v)
         # wg_epilogue: one 64-row slab per warpgroup, each stored on its own.
         sO_layout = smem_layout(self.dtype, 64, self.hdim_v, self.num_wg) if self.wg_epilogue else sQ_layout
         if const_expr(self.hdim_v != self.hdim and not self.wg_epilogue):
@@ -149,6 +156,9 @@ class FlashFwdSm90:
         }
         if const_expr(self.separate_o):
             fields["sO"] = buffer(sO_layout, self.o_dtype)
+        if const_expr(self.v_transpose):
+            fields["mbar_vt"] = cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
+            fields["sVt"] = buffer(sVt_layout)
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
@@ -160,7 +170,7 @@ class FlashFwdSm90:
         )
         tma_v, tV = cpasync.make_tiled_tma_atom(
             load_op, mV, cute.select(sV_layout, mode=[0, 1]),
-            (self.hdim_v, self.tile_n) if const_expr(self.fp8) else (self.tile_n, self.hdim_v),
+            (self.hdim_v, self.tile_n) if const_expr(self.fp8 and not self.v_transpose) else (self.tile_n, self.hdim_v),
         )
         tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_box_layout, (self.o_rows, self.hdim_v))
         # Facts the launch contract needs and the cubin does not hold.
@@ -169,7 +179,7 @@ class FlashFwdSm90:
             name: (_inner_cols(layout), rows)
             for name, layout, rows in (
                 ("q", sQ_layout, self.tile_m), ("k", sK_layout, self.tile_n),
-                ("v", sV_layout, self.hdim_v if self.fp8 else self.tile_n), ("o", sO_layout, self.o_rows),
+                ("v", sV_layout, self.hdim_v if self.fp8 and not self.v_transpose else self.tile_n), ("o", sO_layout, self.o_rows),
             )
         }
 
@@ -184,6 +194,8 @@ class FlashFwdSm90:
             grid = (num_m, cute.size(mQ.shape[2]), cute.size(mQ.shape[3]))
         if const_expr(self.fp8):
             check_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
+        if const_expr(self.cfg.fp8_local_p):
+            check_local_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
         self.kernel(
             tQ, tK, tV, tO, mLSE,
             tma_q, tma_k, tma_v, tma_o,
@@ -244,14 +256,33 @@ class FlashFwdSm90:
         )
         pipe_v = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
-            producer_group=producer, consumer_group=consumers, tx_count=v_bytes, defer_sync=True,
+            producer_group=producer,
+            # With the transpose, the producer's transposing warps read sV, not the consumers.
+            consumer_group=(pipeline.CooperativeGroup(pipeline.Agent.Thread, v_transpose.WARPS)
+                            if const_expr(self.v_transpose) else consumers),
+            tx_count=v_bytes, defer_sync=True,
         )
+        if const_expr(self.v_transpose):
+            # sVt: written by the transposing warps' threads, read by every consumer thread.
+            pipe_vt = pipeline.PipelineAsync.create(
+                barrier_storage=storage.mbar_vt.data_ptr(), num_stages=self.stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32 * v_transpose.WARPS),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads),
+                defer_sync=True,
+            )
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        # The V the PV GEMM reads and the pipeline that hands it over.
+        sV_mma, pipe_v_mma = sV, pipe_v
+        if const_expr(self.v_transpose):
+            # Static, so rebuilt here rather than passed in (the plain kernels' signature stays).
+            sVt_layout = v_transpose.vt_layout(self.dtype, self.hdim_v, self.tile_n, self.stages)
+            sV_mma = storage.sVt.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)
+            pipe_v_mma = pipe_vt
         if const_expr(self.separate_o):
             sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
         else:
@@ -293,6 +324,13 @@ class FlashFwdSm90:
                     tile = next_tile(k, tile, cta, ctas, zigzag)
                 # Keep the CTA alive until the consumers released every slot we filled.
                 pipe_v.producer_tail(kv_state)
+            if const_expr(self.v_transpose):
+                if warp_idx >= v_transpose.FIRST_WARP:
+                    self.transpose_v(
+                        mQ, mK, pipe_v, pipe_vt, storage.sV.data_ptr().toint(),
+                        storage.sVt.data_ptr().toint(), sV_layout, sVt_layout, warp_idx, tidx % 32,
+                        cta, ctas, zigzag, num_m, num_tiles, window_left, window_right,
+                    )
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             ctidx = tidx - 128
@@ -315,8 +353,8 @@ class FlashFwdSm90:
                     scale_log2 = softmax_scale_log2 * mDescale[0, batch, head_kv] * mDescale[1, batch, head_kv]
                     v_descale = mDescale[2, batch, head_kv]
                 q_state, kv_state = self.consume(
-                    mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
-                    pipe_q, pipe_k, pipe_v, q_state, kv_state, scale_log2,
+                    mO, mLSE, sQ, sK, sV_mma, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
+                    pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
                     ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
                     n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
                 )
@@ -376,7 +414,7 @@ class FlashFwdSm90:
             n_blocks = n_block_max - n_block_min
         gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
         gK = cute.local_tile(mK[None, None, head_kv, batch], (self.tile_n, self.hdim), (None, 0))
-        if const_expr(self.fp8):
+        if const_expr(self.fp8 and not self.v_transpose):
             # Column-major V: a block is (head_dim_v, tile_n keys), blocks along the key mode.
             gV = cute.local_tile(mV[None, None, head_kv, batch], (self.hdim_v, self.tile_n), (0, None))
         else:
@@ -487,7 +525,9 @@ class FlashFwdSm90:
                        self.tile_m, self.tile_n, causal)
 
         def to_p(acc_S):
-            if const_expr(self.fp8):
+            if const_expr(self.cfg.fp8_local_p):
+                convert_p_fp8_local(acc_S, tOrP)  # sVt's keys are in the accumulator's order
+            elif const_expr(self.fp8):
                 convert_p_fp8(acc_S, tOrP, tidx % 32)
             elif const_expr(self.cfg.chunked_p_convert):
                 # Only valid when the A-operand view keeps the registers where they are.
