@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A checking run on the H200 after new kernel forms land, in two calls on one warm machine
+# (each under the device's 10-minute limit; FA4 is staged across them as
+# ../shared/device-notes.md says, since one call cannot carry all its wheels):
+#   PART=tests: copy FA4's first wheel part to /root/stage, then every GPU test;
+#   PART=bench: install FA4, then the benches of the new forms beside FA4 in the same process:
+#               inference (decode, varlen, chunked prefill), model variants and their A/B
+#               candidates, FP8 speed per V layout and its A/B candidates, host cost per call,
+#               the C++ loaders against Python, and the main bench's decode cells.
+# Usage (repo root; .cubinforge built by `make kernels ARCH=sm90` plus SET=fp8 and SET=inference,
+# .cubinforge-ab / .cubinforge-ab-fp8 by `python -m cubinforge.bench.ab build`):
+#   PART=tests OUT=<dir> bash bench/h200_check.sh   # carry .cubinforge* and .stage_fa4a
+#   PART=bench OUT=<dir> bash bench/h200_check.sh   # carry .stage_fa4b
+set -uo pipefail
+OUT=${OUT:-bench/results/$(date +%F)-h200/check}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+export CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown}
+FA=/tmp/site/nvidia_cutlass_dsl/dsl_packages:/tmp/site
+step() {  # step NAME SECONDS CMD...: run under a time limit, log to $OUT/NAME.log, show its tail
+    local name=$1 limit=$2; shift 2
+    echo "== $name ($(date +%T))"
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "rc=$?" >> "$OUT/$name.log"
+    tail -${TAIL:-25} "$OUT/$name.log"
+}
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"; echo "commit $CUBINFORGE_COMMIT"; } > "$OUT/env-$PART.txt" 2>&1
+if [ "${PART:-tests}" = tests ]; then
+    mkdir -p /root/stage && cp .stage_fa4a/part_aa /root/stage/ 2>/dev/null
+    TAIL=40 step gpu-tests ${GPU_TESTS_S:-330} python3 -m pytest -q -ra -m gpu -p no:cacheprovider \
+        --continue-on-collection-errors ${GPU_TESTS:-tests}
+    step fp8 90 python3 -m bench.fp8 --skip-errors --json "$OUT/fp8.json"
+    [ -d .cubinforge-ab-fp8 ] && step fp8-ab 150 python3 -m bench.ab run --home .cubinforge-ab-fp8 \
+        --seqlens ${FP8_AB_SEQLENS:-8192,16384} --out "$OUT/fp8-ab"
+else
+    if [ ! -d /tmp/site/flash_attn ]; then
+        whl=/tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+        cat /root/stage/part_aa .stage_fa4b/part_ab > "$whl" \
+          && python3 -m pip install -q --no-index --no-deps --target /tmp/site "$whl" .stage_fa4b/*.whl \
+             > "$OUT/fa4-install.log" 2>&1 || echo "FA4 install failed (see fa4-install.log)"
+    fi
+    export PYTHONPATH=$PWD:$FA
+    step inference 150 python3 -m cubinforge.bench.inference --json "$OUT/inference.json"
+    step model-variants 90 python3 bench/model_variants.py --out "$OUT/model_variants.json"
+    [ -d .cubinforge-ab ] && step model-variants-ab 180 python3 bench/model_variants.py \
+        --ab-home .cubinforge-ab --out "$OUT/model_variants_ab.json"
+    step host-overhead 70 python3 -m cubinforge.bench.host_overhead --iters 2000 --repeats 5 \
+        --out "$OUT/host_overhead.json"
+    cpp() {
+        rm -rf /tmp/cfb /tmp/cfbuild /tmp/cfruns
+        python3 -c "from cubinforge.generator.cpp_bundle import main; raise SystemExit(main(['--home', '.cubinforge', '--out', '/tmp/cfb']))" \
+          && cmake -S examples/cpp -B /tmp/cfbuild -DCUBINFORGE_BUNDLE_DIR=/tmp/cfb > /dev/null \
+          && cmake --build /tmp/cfbuild -j 16 > /dev/null \
+          && python3 examples/cpp/compare_with_python.py --exe /tmp/cfbuild/flash_attn_example --matrix --out /tmp/cfruns \
+          && python3 examples/cpp/compare_kvcache_with_python.py --exe /tmp/cfbuild/kvcache_example --matrix
+    }
+    export -f cpp; step cpp 100 bash -c cpp
+fi
