@@ -329,3 +329,45 @@ def test_varlen_variants_cross_compile_and_match_the_cubin(home):
     names = [p["name"] for p in rec["contract"]["params"]]
     assert names[-7:-2] == ["cu_seqlens_q", "cu_seqlens_k", "seqused_q", "has_seqused_q", "has_seqused_k"]
     assert "flash_attn_varlen_func" in str(rec["metadata"]) and "paged chunked prefill" in str(rec["metadata"])
+
+
+def _warp_varlen_tile(t, tiles):
+    """inference.FlashFwdSm90Inference.varlen_tile line by line, a warp as 32 lanes of lists
+    (redux = sum/max over lanes, ballot + popc = rank among the lanes that vote)."""
+    nb = len(tiles)
+    chunks = (nb + 31) // 32
+
+    def lane_tiles(c):
+        return [tiles[c * 32 + l] if c * 32 + l < nb else 0 for l in range(32)]
+
+    n0 = lane_tiles(0)
+    total, top = sum(n0), max(n0)
+    for c in range(1, chunks):
+        n = lane_tiles(c)
+        total, top = total + sum(n), max(top, max(n))
+    lo, hi, a_hi = 0, top, 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        a = sum(max(x - mid, 0) for x in n0)
+        for c in range(1, chunks):
+            a += sum(max(x - mid, 0) for x in lane_tiles(c))
+        if a > t:
+            lo = mid
+        else:
+            hi, a_hi = mid, a
+    k, batch, seen = t - a_hi, 0, 0
+    for c in range(chunks):
+        n = n0 if c == 0 else lane_tiles(c)
+        votes = [x > lo for x in n]
+        mine = [c * 32 + l if votes[l] and seen + sum(votes[:l]) == k else 0 for l in range(32)]
+        batch = max(batch, max(mine))
+        seen += sum(votes)
+    return batch, lo, int(t < total)
+
+
+@pytest.mark.parametrize("tiles", [list(c) for c in _cases()] + [[3] * 33 + [0, 9] + [1] * 40])
+def test_the_kernels_warp_mapping_is_the_reference_order(tiles):
+    for t in range(sum(tiles) + 3):
+        want = varlen_tile(t, tiles)
+        got = _warp_varlen_tile(t, tiles)
+        assert (got[:2] if got[2] else None) == want, (t, got, want)
