@@ -2,7 +2,9 @@
 
     PYTHONPATH=. python3 -m cubinforge.bench.inference [--json out.json]
 
-Cases are issue 11's decode cells (bf16, hd128). Each runs in its own try/except, so one
+Cases are issue 11's decode cells (bf16, hd128), and its varlen prefill and paged chunked
+prefill cells as TFLOPS (ours: flash_attn_varlen_func, prepared; FA4: its
+flash_attn_varlen_func with the same cu_seqlens / seqused_k / page_table). Each runs in its own try/except, so one
 failure leaves the rest of the table. Times are the median of CUDA-event timings after
 warm-up (bench.timing.time_cuda); ours is timed as a prepared call (the checked launches
 only, as a serving loop runs them). The HBM copy rate of a 1 GiB clone (read + write) is
@@ -29,6 +31,110 @@ CASES = [
     ("spec_decode_b32_q4_k8192_h32_8", 32, 4, 8192, 32, 8, None, True),
     ("paged_spec_decode_b32_q4_k8192_p256", 32, 4, 8192, 32, 8, 256, True),
 ]
+
+
+# Varlen cells, as shared/measurements/2026-12-01-h200/anchor_inference.py and
+# anchor_features.py time FA4: 16 sequences of 1-4096 tokens (17,850), 16/16 heads; and paged
+# chunked prefill, 8 requests x 2048 new tokens whose last keys are theirs, 8192 keys in all
+# (seqused_k), page 256, 32/8 heads, causal.
+VARLEN_LENS = [512, 3000, 17, 1024, 2048, 777, 4096, 100, 1500, 64, 900, 333, 2222, 1, 256, 1000]
+VARLEN_CASES = [
+    # (name, kind, causal)
+    ("varlen_prefill_16seq_17850tok_h16", "varlen", False),
+    ("varlen_prefill_16seq_17850tok_h16_causal", "varlen", True),
+    ("paged_chunked_prefill_r8_new2048_ctx8192_p256", "chunked", True),
+]
+CHUNKED = dict(requests=8, new=2048, ctx=8192, page=256, hq=32, hkv=8)
+
+
+def varlen_case(torch, kind):
+    """(q, k, v, cu_q, cu_k, seqused_k, page_table, max_q, max_k, flops non-causal, flops causal)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    if kind == "varlen":
+        lens, h = VARLEN_LENS, 16
+        total = sum(lens)
+        q = torch.randn(total, h, D, generator=g, **bf)
+        k, v = torch.randn(total, h, D, generator=g, **bf), torch.randn(total, h, D, generator=g, **bf)
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+        full = sum(4 * n * n * h * D for n in lens)
+        return q, k, v, cu, cu, None, None, max(lens), max(lens), full, full / 2
+    c = CHUNKED
+    pages = c["ctx"] // c["page"]
+    k = torch.randn(c["requests"] * pages, c["page"], c["hkv"], D, generator=g, **bf)
+    v = torch.randn_like(k)
+    table = torch.randperm(c["requests"] * pages, device="cuda", generator=g).to(torch.int32).view(c["requests"], pages)
+    q = torch.randn(c["requests"] * c["new"], c["hq"], D, generator=g, **bf)
+    cu_q = torch.arange(0, c["requests"] * c["new"] + 1, c["new"], dtype=torch.int32, device="cuda")
+    used = torch.full((c["requests"],), c["ctx"], dtype=torch.int32, device="cuda")
+    pairs = c["requests"] * sum(c["ctx"] - c["new"] + i + 1 for i in range(c["new"]))
+    return q, k, v, cu_q, None, used, table, c["new"], c["ctx"], None, 4 * c["hq"] * D * pairs
+
+
+def run_varlen_cases(torch, timing, want) -> list:
+    from cubinforge.runtime import prepare_varlen
+    rows = []
+    for name, kind, causal in VARLEN_CASES:
+        if want and name not in want:
+            continue
+        r = {"kind": kind, "causal": causal}
+        try:
+            q, k, v, cu_q, cu_k, used, table, mq, mk, fl_full, fl_causal = varlen_case(torch, kind)
+        except Exception as e:
+            r["error"] = first_line(e)
+            rows.append((name, r))
+            continue
+        flops = fl_causal if causal else fl_full
+        r["flops"] = flops
+        stream = torch.cuda.current_stream().cuda_stream
+        try:
+            out = torch.empty_like(q)
+            lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device="cuda")
+            p = prepare_varlen(q, k, v, cu_q, cu_k, mq, mk, seqused_k=used, page_table=table, causal=causal,
+                               out=out, lse=lse, stream=stream)
+            t = timing.time_cuda(lambda: p.run(stream))
+            r["ours"] = {"ms": t.median_ms, "tflops": flops / (t.median_ms * 1e-3) / 1e12, "kernels": p.kernels}
+        except Exception as e:
+            r["ours"] = {"error": first_line(e)}
+            traceback.print_exc(limit=2, file=sys.stderr)
+        try:
+            from flash_attn.cute import flash_attn_varlen_func
+            kw = dict(cu_seqlens_q=cu_q, max_seqlen_q=mq, causal=causal)
+            kw.update(dict(seqused_k=used, page_table=table) if table is not None
+                      else dict(cu_seqlens_k=cu_k, max_seqlen_k=mk))
+            t = timing.time_cuda(lambda: flash_attn_varlen_func(q, k, v, **kw))
+            r["fa4"] = {"ms": t.median_ms, "tflops": flops / (t.median_ms * 1e-3) / 1e12}
+            try:  # ours against FA4's output, every element (both bf16)
+                ref = flash_attn_varlen_func(q, k, v, **kw)
+                ref = ref[0] if isinstance(ref, tuple) else ref
+                if "ms" in r.get("ours", {}):
+                    p.run(stream)
+                    torch.cuda.synchronize()
+                    r["ours_rel_err_vs_fa4"] = float((out.float() - ref.float()).norm() / ref.float().norm())
+            except Exception as e:
+                r["check_error"] = first_line(e)
+        except Exception as e:
+            r["fa4"] = {"error": first_line(e)}
+        rows.append((name, r))
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
+
+
+def print_varlen(rows) -> None:
+    print(f"{'varlen case':48s} {'ours TF':>8s} {'FA4 TF':>8s} {'ours/FA4':>8s}")
+    for name, r in rows:
+        a, f = r.get("ours", {}), r.get("fa4", {})
+        cell = lambda x: f"{x['tflops']:.0f}" if "tflops" in x else ("err" if "error" in x else "-")
+        ratio = f"{a['tflops'] / f['tflops']:.2f}" if "tflops" in a and "tflops" in f else "-"
+        print(f"{name:48s} {cell(a):>8s} {cell(f):>8s} {ratio:>8s}")
+        for key in ("ours", "fa4"):
+            if "error" in r.get(key, {}):
+                print(f"    {key}: {r[key]['error']}")
+        if "error" in r:
+            print(f"    setup: {r['error']}")
+        if "ours_rel_err_vs_fa4" in r:
+            print(f"    ours rel err vs FA4: {r['ours_rel_err_vs_fa4']:.2e}")
 
 
 def first_line(e: BaseException) -> str:
@@ -157,6 +263,10 @@ def main(argv=None) -> int:
         if "ours_rel_err_row0" in r:
             print(f"    ours rel err vs SDPA (batch row 0): {r['ours_rel_err_row0']:.2e}")
     rec["cases"] = dict(rows)
+    vrows = run_varlen_cases(torch, timing, want)
+    if vrows:
+        print_varlen(vrows)
+    rec["varlen_cases"] = dict(vrows)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rec, f, indent=1)

@@ -81,7 +81,8 @@ FA3_FWD = Family(
         "head_dim": (64, 96, 128, 192, 256),
         "head_dim_v": (64, 96, 128, 192, 256),  # = head_dim, or a pair of HEAD_DIM_V_TILES
         "causal": (False, True),
-        "varlen": (False,),
+        # Packed q/k/v with cu_seqlens (inference.py, varlen): one tile per CTA on a 1-D grid.
+        "varlen": (False, True),
         # Inference axes (kernels/fa3_fwd_sm90/inference.py): one tile per CTA.
         "paged_kv": (False, True),
         "pack_gqa": (False, True),
@@ -110,6 +111,11 @@ FA3_FWD = Family(
          or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]),
          "the inference forms (split_kv, pack_gqa, paged_kv) do not take softcap, local, learnable_sink or "
          "head_dim_v != head_dim yet"),
+        (lambda ax: not ax["varlen"] or (
+            ax["scheduler"] == "single" and not (ax["split_kv"] or ax["pack_gqa"]) and ax["dtype"] != "e4m3"
+            and not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"])),
+         "varlen runs one tile per CTA (scheduler=single), alone or with paged_kv: not with split_kv, pack_gqa, "
+         "e4m3 or the model variants yet"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128, 256),
          "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,
@@ -125,7 +131,6 @@ FA3_FWD = Family(
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={
         ("arch", "sm_100a"): "the fa3_fwd kernel is SM90 (wgmma) only; sm_100a is built by fa4_fwd",
-        ("varlen", True): "varlen is not built yet",
     },
 )
 

@@ -224,7 +224,9 @@ INFERENCE_SET = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
                  "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **({"tile_m": [64]} if p else {})})
     for s, p, g in _INFERENCE_FORMS
-] + [("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]}),
+] + [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
+                 "varlen": [True], "paged_kv": [False, True]}),
+      ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]}),
       ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]}),
       ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
 DECODE_DEFAULT = [
@@ -233,6 +235,13 @@ DECODE_DEFAULT = [
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
     ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),
     ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128]}),
+]
+# Varlen prefill (flash_attn_varlen_func): packed q/k/v, and paged chunked prefill at hd128.
+VARLEN_DEFAULT = [
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
+                 "varlen": [True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
+                 "varlen": [True], "paged_kv": [True]}),
 ]
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # Each (head dim, mask) ships the scheduler that won the H200 A/B of 2026-12-01 (the
@@ -275,6 +284,7 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("fp8_quant", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL}),
         # Decode: pack-GQA, with and without split-KV, dense or paged, and the combine.
         *DECODE_DEFAULT,
+        *VARLEN_DEFAULT,
         # The commonest model variants (the rest are SET=variants): Gemma-2's softcap, a window.
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True],
                      "softcap": [True]}),

@@ -19,11 +19,13 @@ from .fp8 import quantize_fp8
 from .kvcache import flash_attn_combine, flash_attn_with_kvcache, prepare_kvcache
 from .launcher import Kernel, LaunchRecord, last_launch, launch_count
 from .plan import AttentionPlan
+from .varlen import flash_attn_varlen_func, prepare_varlen
 from .registry_source import LocalSource, Manifest, Source, load_manifest, select
 
 __all__ = [
     "flash_attn_func", "select_attention_variant", "last_launch", "clear_cache", "quantize_fp8",
     "flash_attn_with_kvcache", "flash_attn_combine", "prepare_kvcache",
+    "flash_attn_varlen_func", "prepare_varlen",
     "plan_attention", "AttentionPlan", "launch_count",
     "Kernel", "LaunchRecord", "DeviceArray", "OwnedDeviceArray", "as_device_array",
     "Contract", "load_contract", "bind", "evaluate",

@@ -58,7 +58,9 @@ _kernels: dict[tuple, tuple] = {}
 
 def _forms(source: Source | None) -> list[Manifest]:
     found, _ = manifests(source or default_source(), FAMILY)
-    return [m for m in found if any(m.axes.get(a) for a in ("split_kv", "pack_gqa", "paged_kv"))]
+    # varlen forms (paged or not) serve flash_attn_varlen_func only (runtime/varlen.py).
+    return [m for m in found if any(m.axes.get(a) for a in ("split_kv", "pack_gqa", "paged_kv"))
+            and not m.axes.get("varlen")]
 
 
 def select_kvcache_variant(arch: str, dtype: str, head_dim: int, causal: bool, *, split_kv: bool, pack_gqa: bool,

@@ -40,7 +40,7 @@ def test_build_ls_show(tmp_path):
 def test_list_and_errors(tmp_path, capsys):
     home = tmp_path / "home"
     assert main(["--home", str(home), "build", "--set", "default", "--family", "fa3_fwd", "--pack-gqa", "0", "--softcap", "0",
-                 "--learnable-sink", "0", "--head-dim", "128", "--causal", "1", "--list"]) == 0
+                 "--learnable-sink", "0", "--varlen", "0", "--head-dim", "128", "--causal", "1", "--list"]) == 0
     assert capsys.readouterr().out.split() == ["fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt",
                                            "fa3-fwd-sm_90a-fp16-hd128-causal-persistent", "fa3-fwd-sm_90a-fp16-hd128-causal-lpt",
                                            "fa3-fwd-sm_90a-e4m3-hd128-causal-colmajor-lpt"]

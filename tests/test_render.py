@@ -34,7 +34,7 @@ def test_every_default_variant_renders_valid_python_with_its_config():
         fam = families.get_family(v.family)
         want = {a: v.axes[a] for a in fam.config_axes}
         for axis in ("scheduler", "v_layout", "softcap", "local", "learnable_sink", "head_dim_v",
-                     "split_kv", "pack_gqa", "paged_kv"):  # non-default axes too
+                     "split_kv", "pack_gqa", "paged_kv", "varlen"):  # non-default axes too
             if axis in v.axes and v.axes[axis] != spec.axis_default(axis, v.axes):
                 want[axis] = v.axes[axis]
         assert kwargs == want

@@ -13,8 +13,9 @@ def test_set_sizes():
     # dense: 2 dtypes x (5 non-causal + 7 causal, short-causal ones included); decode
     # (issue 11): 8 bf16 hd128 forms, 2 combines, 2 appends, 1 gather; four model variants
     # (hd128 softcap causal, hd128 local, hd192/dv128 causal, hd128 causal sink); e4m3 x 3
-    # head dims x causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims)
-    assert len(select("default")) == 2 * (5 + 7) + 8 + 2 + 2 + 1 + 4 + 3 * 2 + 2 * 3
+    # head dims x causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims); varlen: bf16/fp16
+    # x hd64/128 x causal/non-causal packed, and bf16 hd128 paged causal/non-causal
+    assert len(select("default")) == 2 * (5 + 7) + 8 + 2 + 2 + 1 + 4 + 3 * 2 + 2 * 3 + 2 * 2 * 2 + 2
     assert len(select("demo")) == 4
     # test/demo families stay out of `all`
     assert {v.family for v in select("all")} == {"fa3_fwd", "fa4_fwd", "attn_combine", "kv_append", "kv_gather",
@@ -65,13 +66,13 @@ def test_non_default_axes_append_tokens():
 
 def test_filters_accept_comma_lists_and_cli_spellings():
     vs = select("default", {"dtype": "bf16", "head_dim": "64,128", "causal": "1", "arch": "sm90", "pack_gqa": "0", "softcap": "0",
-                                  "learnable_sink": "0"},
+                                  "learnable_sink": "0", "varlen": "0"},
                 families=["fa3_fwd"])
     assert [v.name for v in vs] == ["fa3-fwd-sm_90a-bf16-hd64-causal-persistent-m128n128",
                                     "fa3-fwd-sm_90a-bf16-hd64-causal-persistent",
                                     "fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt"]
     # bf16/fp16 x 5 head dims, and e4m3 x 3
-    assert len(select("default", {"causal": ["0"], "pack_gqa": ["0"], "local": ["0"]}, families=["fa3_fwd"])) == 10 + 3
+    assert len(select("default", {"causal": ["0"], "pack_gqa": ["0"], "local": ["0"], "varlen": ["0"]}, families=["fa3_fwd"])) == 10 + 3
 
 
 @pytest.mark.parametrize("text,arch", [("sm90", "sm_90a"), ("sm_90a", "sm_90a"), ("90", "sm_90a"), ("sm100", "sm_100a")])
@@ -86,7 +87,7 @@ def test_arch_spellings(text, arch):
         ({"arch": "sm_100a"}, "SM90 (wgmma) only"),
         ({"head_dim": 80}, "unknown head_dim 80"),
         ({"dtype": "bf17"}, "unknown dtype bf17"),
-        ({"varlen": True}, "varlen is not built yet"),
+        ({"varlen": True, "split_kv": True}, "varlen runs one tile per CTA"),
         ({"flavour": "x"}, "has no axis flavour"),
     ],
 )

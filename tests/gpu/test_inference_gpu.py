@@ -43,7 +43,7 @@ def _variants():
         return []
     found, _ = manifests(SRC, "fa3_fwd")
     return [m for m in found if m.contract.arch == ARCH
-            and any(m.axes.get(a) for a in ("split_kv", "pack_gqa", "paged_kv"))]
+            and any(m.axes.get(a) for a in ("split_kv", "pack_gqa", "paged_kv")) and not m.axes.get("varlen")]
 
 
 VARIANTS = _variants()

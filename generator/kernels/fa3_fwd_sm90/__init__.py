@@ -15,7 +15,7 @@ def compile_variant(cfg: FwdConfig):
     from cubinforge.generator.kernel_build import KernelBuild
 
     from .compile import compile_cubin
-    from .contract import family_contract, inference_contract
+    from .contract import family_contract, inference_contract, varlen_contract
     from .layouts import swizzle_bytes
 
     compiled, kernel, seconds = compile_cubin(cfg)
@@ -35,7 +35,8 @@ def compile_variant(cfg: FwdConfig):
         block=(cfg.threads, 1, 1),
         cluster=(1, 1, 1),
         dynamic_smem_bytes=int(kernel.dynamic_smem_bytes),
-        contract=(inference_contract if cfg.inference else family_contract)(cfg, kernel.tma_boxes, swizzle),
+        contract=(varlen_contract if cfg.varlen else inference_contract if cfg.inference else family_contract)(
+            cfg, kernel.tma_boxes, swizzle),
         compile_options=f"--gpu-arch {cfg.arch} --keep-cubin",
         extra={
             "tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages,
@@ -46,8 +47,18 @@ def compile_variant(cfg: FwdConfig):
             "in_order_row_sum": cfg.in_order_row_sum, "wg_epilogue": cfg.wg_epilogue,
             "mask_bits": cfg.mask_bits, "chunked_p_convert": cfg.chunked_p_convert,
             **({"split_kv": cfg.split_kv, "pack_gqa": cfg.pack_gqa, "paged_kv": cfg.paged_kv} if cfg.inference else {}),
+            **({"varlen": True, "serves": _varlen_serves(cfg)} if cfg.varlen else {}),
             **({"v_layout": cfg.v_layout, "out_dtype": cfg.out_dtype} if cfg.fp8 else {}),
             **({"fp8_local_p": cfg.fp8_local_p} if cfg.v_transpose else {}),
             "dsl_compile_seconds": round(seconds, 3),
         },
     )
+
+
+def _varlen_serves(cfg: FwdConfig) -> str:
+    """What a varlen variant is for, in the words of the call that reaches it."""
+    kv = ("k/v a paged cache (num_pages, page_size % 16 == 0, heads_kv, d) with page_table and seqused_k: "
+          "paged chunked prefill" if cfg.paged_kv else "packed k/v (total_k, heads_kv, d)")
+    return (f"flash_attn_varlen_func {cfg.dtype} hd{cfg.head_dim} {'causal (bottom-right per sequence)' if cfg.causal else 'non-causal'}: "
+            f"packed q (total_q, heads_q, d) with cu_seqlens_q/k and optional seqused_q/k, {kv}; "
+            f"GQA/MQA; lse (heads_q, total_q)")

@@ -87,6 +87,8 @@ def _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, h
     from .inference import FlashFwdSm90Inference
 
     d = cfg.head_dim
+    if cfg.varlen:
+        return _compile_varlen(cfg, dt, sym, heads_q, heads_kv, scale, options)
     q = bshd(seqlen_q, heads_q)
     if cfg.paged_kv:
         num_pages, page_size = cute.sym_int(), cute.sym_int()
@@ -112,4 +114,41 @@ def _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, h
     kernel = FlashFwdSm90Inference(cfg)
     t0 = time.perf_counter()
     compiled = cute.compile(kernel, q, k, v, o, lse, scale, seqused_k, *extra, options=options)
+    return compiled, kernel, time.perf_counter() - t0
+
+
+def _compile_varlen(cfg, dt, sym, heads_q, heads_kv, scale, options):
+    """The varlen form: packed q/o (total_q, heads_q, d), lse (heads_q, total_q), k/v packed
+    (total_k, heads_kv, d) or the paged cache; cu_seqlens_q/k (batch + 1,), seqused_q/k
+    (batch,), the two has_seqused flags."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    from .inference import FlashFwdSm90Inference
+
+    d = cfg.head_dim
+    batch, batch1, total_q, total_k = cute.sym_int(), cute.sym_int(), cute.sym_int(), cute.sym_int()
+
+    def thd(rows, heads):
+        return make_fake_tensor(dt, (rows, heads, d), stride=(sym(8), sym(8), 1), assumed_align=16)
+
+    def i32(*shape):
+        stride = (1,) if len(shape) == 1 else (sym(), 1)
+        return make_fake_tensor(cutlass.Int32, shape, stride=stride, assumed_align=4)
+
+    q, o = thd(total_q, heads_q), thd(total_q, heads_q)
+    if cfg.paged_kv:
+        num_pages, page_size = cute.sym_int(), cute.sym_int()
+        k, v = [make_fake_tensor(dt, (num_pages, page_size, heads_kv, d), stride=(sym(8), sym(8), sym(8), 1),
+                                 assumed_align=16) for _ in range(2)]
+        page_table = i32(batch, cute.sym_int())
+    else:
+        k, v = thd(total_k, heads_kv), thd(total_k, heads_kv)
+        page_table = None
+    lse = make_fake_tensor(cutlass.Float32, (heads_q, total_q), stride=(sym(), 1), assumed_align=4)
+    kernel = FlashFwdSm90Inference(cfg)
+    t0 = time.perf_counter()
+    compiled = cute.compile(kernel, q, k, v, o, lse, scale, i32(batch), page_table, i32(batch1), i32(batch1),
+                            i32(batch), cutlass.Int32(0), cutlass.Int32(0), options=options)
     return compiled, kernel, time.perf_counter() - t0

@@ -152,6 +152,10 @@ class FwdConfig:
     # page_table (batch, max_pages); the producer picks a whole-tile TMA box where a page
     # holds whole tiles, else boxes of PAGE_CHUNK rows.
     paged_kv: bool = False
+    # varlen: packed q/k/v (total_tokens, heads, d) with cu_seqlens_q/k (batch + 1) and optional
+    # seqused_q/k; a 1-D grid of (tile, head) over the ragged batch (inference.py varlen_tile).
+    # With paged_kv, K/V stay the paged cache and only q/o/lse are packed.
+    varlen: bool = False
     # What models ship with (runtime values are the contract's scalars and tensors):
     # scores become c * tanh(s * scale / c) before the softmax; c is the scalar `softcap`.
     softcap: bool = False
@@ -181,7 +185,7 @@ class FwdConfig:
             if self.head_dim not in E4M3_HEAD_DIMS:
                 raise ValueError(f"e4m3 builds head_dim {E4M3_HEAD_DIMS} so far, not {self.head_dim}")
             if self.model_variant or self.inference:
-                on = [n for n in ("softcap", "local", "learnable_sink", "split_kv", "pack_gqa", "paged_kv")
+                on = [n for n in ("softcap", "local", "learnable_sink", "split_kv", "pack_gqa", "paged_kv", "varlen")
                       if getattr(self, n)]
                 if self.head_dim_v != self.head_dim:
                     on.append(f"head_dim_v={self.head_dim_v}")
@@ -248,9 +252,11 @@ class FwdConfig:
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.inference and self.scheduler != "single":
-            raise ValueError("split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler 'single'")
+            raise ValueError("split_kv, pack_gqa, paged_kv and varlen run one tile per CTA: use scheduler 'single'")
         if self.inference and (self.separate_o_smem or self.wg_epilogue):
             raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
+        if self.varlen and (self.split_kv or self.pack_gqa):
+            raise ValueError("varlen is built without split_kv and pack_gqa so far: use varlen alone or with paged_kv")
         if self.paged_kv and self.tile_n % PAGE_CHUNK:
             raise ValueError(f"paged_kv loads pages in boxes of {PAGE_CHUNK} rows: tile_n must be a multiple")
         if self.smem_bytes > SMEM_LIMIT:
@@ -281,7 +287,7 @@ class FwdConfig:
     @property
     def inference(self) -> bool:
         """Whether any inference axis is on (the seqused_k / register-epilogue kernel form)."""
-        return self.split_kv or self.pack_gqa or self.paged_kv
+        return self.split_kv or self.pack_gqa or self.paged_kv or self.varlen
 
     @property
     def model_variant(self) -> bool:

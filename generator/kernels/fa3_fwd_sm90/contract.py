@@ -289,3 +289,119 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
         "checks": checks,
         "params": _lay_out(params),
     }
+
+
+def _tensormap_3d(name: str, tensor: str, dtype: str, box: tuple[int, int], swizzle: int) -> dict:
+    """A tensor map over a packed (total, heads, d) tensor: the kernel's (total, d, heads) view,
+    d innermost, a box of (one swizzle atom of columns, rows, one head)."""
+    p = _tensormap(name, 0, tensor, dtype, box, swizzle)
+    p["dims"], p["box"], p["element_strides"] = [2, 0, 1], [box[0], box[1], 1], [1, 1, 1]
+    return p
+
+
+def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
+    """The contract of a varlen variant (inference.FlashFwdSm90Inference with varlen=True).
+
+    Tensors: q and o packed (total_q, heads_q, d); k and v packed (total_k, heads_kv, d), or the
+    paged cache (num_pages, page_size, heads_kv, d) with page_table (batch, max_pages); lse
+    (heads_q, total_q); cu_seqlens_q / cu_seqlens_k int32 (batch + 1,); seqused_q / seqused_k
+    int32 (batch,), read only where the scalars has_seqused_q / has_seqused_k are 1 (the
+    runtime binds a view of cu_seqlens otherwise). Grid: schedule.varlen_tile_bound tiles
+    times heads_q, 1-D.
+    """
+    swz = swizzle if isinstance(swizzle, dict) else {t: swizzle for t in "qkvo"}
+    d = cfg.head_dim
+    params: list[dict] = []
+
+    def add(p):
+        p["ordinal"] = len(params)
+        params.append(p)
+
+    if cfg.paged_kv:
+        kv_coords = ["page_size", "heads_kv", "num_pages"]
+        kv_dims = ["num_pages", "page_size", "heads_kv", "head_dim"]
+    else:
+        kv_coords = ["total_k", "heads_kv"]
+        kv_dims = ["total_k", "heads_kv", "head_dim"]
+    add(_i32_struct("q_coords", 0, ["total_q", "heads_q"]))
+    add(_i32_struct("k_coords", 0, kv_coords))
+    add(_i32_struct("v_coords", 0, kv_coords))
+    add(_tensor_struct("o", 0, "o", ["total_q", "heads_q"], [0, 1]))
+    add(_tensor_struct("lse", 0, "lse", ["heads_q", "total_q"], [0]))
+    add(_tensormap_3d("tma_q", "q", cfg.dtype, boxes["q"], swz["q"]))
+    if cfg.paged_kv:
+        add(_tensormap("tma_k", 0, "k", cfg.dtype, boxes["k"], swz["k"]))
+        add(_tensormap("tma_v", 0, "v", cfg.dtype, boxes["v"], swz["v"]))
+        add(_i32_struct("kc_coords", 0, kv_coords))
+        add(_i32_struct("vc_coords", 0, kv_coords))
+        add(_tensormap("tma_k_chunk", 0, "k", cfg.dtype, boxes["kc"], swz["k"]))
+        add(_tensormap("tma_v_chunk", 0, "v", cfg.dtype, boxes["vc"], swz["v"]))
+    else:
+        add(_tensormap_3d("tma_k", "k", cfg.dtype, boxes["k"], swz["k"]))
+        add(_tensormap_3d("tma_v", "v", cfg.dtype, boxes["v"], swz["v"]))
+    add({"name": "softmax_scale_log2", "ordinal": 0, "kind": "scalar", "size": 4, "align": 4,
+         "type": "f32", "value": ["softmax_scale", "log2e_mul"]})
+    add(_tensor_struct("seqused_k", 0, "seqused_k", ["batch"], []))
+    if cfg.paged_kv:
+        add(_tensor_struct("page_table", 0, "page_table", ["batch", "max_pages"], [0]))
+    add(_tensor_struct("cu_seqlens_q", 0, "cu_seqlens_q", ["batch_plus_1"], []))
+    add(_tensor_struct("cu_seqlens_k", 0, "cu_seqlens_k", ["batch_plus_1"], []))
+    add(_tensor_struct("seqused_q", 0, "seqused_q", ["batch"], []))
+    for flag in ("has_seqused_q", "has_seqused_k"):
+        add({"name": flag, "ordinal": 0, "kind": "scalar", "size": 4, "align": 4, "type": "i32", "value": [flag]})
+    add({"name": "tiled_mma_qk", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
+    add({"name": "tiled_mma_pv", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
+
+    thd = {"contiguous_dim": 2, "align_bytes": 16}
+    i32_vec = {"role": "input", "dtype": "i32", "contiguous_dim": 0, "align_bytes": 4}
+    symbols = {
+        "total_q": {"tensor": "q", "dim": 0, "min": 1},
+        "heads_q": {"tensor": "q", "dim": 1, "min": 1},
+        "head_dim": {"tensor": "q", "dim": 2, "fixed": d},
+        "heads_kv": {"tensor": "k", "dim": len(kv_dims) - 2, "min": 1},
+        "batch": {"tensor": "seqused_q", "dim": 0, "min": 1},
+        "batch_plus_1": {"tensor": "cu_seqlens_q", "dim": 0, "min": 2},
+    }
+    if cfg.paged_kv:
+        symbols["num_pages"] = {"tensor": "k", "dim": 0, "min": 1}
+        symbols["page_size"] = {"tensor": "k", "dim": 1, "min": 1}
+        symbols["max_pages"] = {"tensor": "page_table", "dim": 1, "min": 1}
+    else:
+        symbols["total_k"] = {"tensor": "k", "dim": 0, "min": 1}
+    tensors = {
+        "q": {"role": "input", "dtype": cfg.dtype, "dims": ["total_q", "heads_q", "head_dim"], **thd},
+        "k": {"role": "input", "dtype": cfg.dtype, "dims": kv_dims, "contiguous_dim": len(kv_dims) - 1,
+              "align_bytes": 16},
+        "v": {"role": "input", "dtype": cfg.dtype, "dims": kv_dims, "contiguous_dim": len(kv_dims) - 1,
+              "align_bytes": 16},
+        "o": {"role": "output", "dtype": cfg.dtype, "dims": ["total_q", "heads_q", "head_dim"], **thd},
+        "lse": {"role": "output", "dtype": "f32", "dims": ["heads_q", "total_q"], "contiguous_dim": 1,
+                "align_bytes": 4},
+        "cu_seqlens_q": {**i32_vec, "dims": ["batch_plus_1"]},
+        "cu_seqlens_k": {**i32_vec, "dims": ["batch_plus_1"]},
+        "seqused_q": {**i32_vec, "dims": ["batch"]},
+        "seqused_k": {**i32_vec, "dims": ["batch"]},
+    }
+    if cfg.paged_kv:
+        tensors["page_table"] = {**i32_vec, "dims": ["batch", "max_pages"], "contiguous_dim": 1}
+    checks = [
+        {"expr": ["batch_plus_1", "batch", 1, "+", "=="],
+         "message": "cu_seqlens_q and cu_seqlens_k must have batch + 1 entries (seqused_q / seqused_k batch)"},
+        {"expr": ["heads_q", "heads_kv", "%", 0, "=="],
+         "message": "heads_q must be a multiple of heads_kv (MHA, GQA or MQA)"},
+    ]
+    if cfg.paged_kv:
+        from .config import PAGE_CHUNK
+        checks.append({"expr": ["page_size", PAGE_CHUNK, "%", 0, "=="],
+                       "message": f"page_size must be a multiple of {PAGE_CHUNK} for this variant"})
+    tm = cfg.tile_m
+    return {
+        "grid": [["total_q", "batch", tm - 1, "*", "+", tm, "//", "heads_q", "*"], [1], [1]],
+        "symbols": symbols,
+        "tensors": tensors,
+        "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]},
+                    "has_seqused_q": {"type": "i32", "default": [0]},
+                    "has_seqused_k": {"type": "i32", "default": [0]}},
+        "checks": checks,
+        "params": _lay_out(params),
+    }

@@ -8,7 +8,12 @@ softmax, and changes what the inference axes change:
 - pack_gqa: a tile's rows are (token, query head of the KV head's group), head fastest;
   the consumers load Q row by row (the group size is a runtime value, so no TMA box fits);
 - paged_kv: K and V come from (num_pages, page_size, heads_kv, d) through page_table: one
-  TMA box per tile where a page holds whole tiles, else boxes of PAGE_CHUNK rows per page.
+  TMA box per tile where a page holds whole tiles, else boxes of PAGE_CHUNK rows per page;
+- varlen: q, o (and k, v unless paged) are packed (total_tokens, heads, d), lse (heads,
+  total_q); sequence b's rows come from seqlens.SeqLens (cu_seqlens, seqused); a 1-D grid of
+  (tile, head) over the ragged batch, mapped by varlen_tile (schedule.varlen_tile's order).
+  TMA loads may read past a sequence's rows (other sequences' rows: masked in the scores or
+  never stored); O and LSE stores are predicated per row.
 O and LSE leave from registers (rows map to (token, head) at run time). The dense default
 variants never reach this module, so their cubins stay as they were.
 """
@@ -26,6 +31,7 @@ from .config import PAGE_CHUNK, FwdConfig
 from .kernel import FlashFwdSm90, _inner_cols
 from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, transpose_view
 from .schedule import split_range
+from .seqlens import SeqLens
 from .softmax import OnlineSoftmax, rescale_rows
 
 
@@ -39,6 +45,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self.split = cfg.split_kv
         self.pack = cfg.pack_gqa
         self.paged = cfg.paged_kv
+        self.varlen = cfg.varlen
         if self.paged and self.num_wg == 2:
             # The producer computes page addresses: FA3's split for a non-TMA producer
             # (24 registers spilled in the paged variants).
@@ -56,11 +63,26 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         softmax_scale_log2: Float32,
         mSeqUsedK: cute.Tensor,  # (batch,) int32
         mPageTable: cute.Tensor = None,  # (batch, max_pages) int32
+        # varlen: q (total_q, heads_q, d), k/v (total_k, heads_kv, d) unless paged, o like q,
+        # lse (heads_q, total_q); cu_seqlens (batch + 1,) int32; seqused_q (batch,) int32 and
+        # the flags saying whether seqused_q / seqused_k hold the lengths (1) or not (0).
+        mCuSeqlensQ: cute.Tensor = None,
+        mCuSeqlensK: cute.Tensor = None,
+        mSeqUsedQ: cute.Tensor = None,
+        has_seqused_q: Int32 | None = None,
+        has_seqused_k: Int32 | None = None,
     ):
         bshd_to_sdhb = [1, 3, 2, 0]
-        mQ, mK, mV = [
-            cute.make_tensor(t.iterator, cute.select(t.layout, mode=bshd_to_sdhb)) for t in (mQ, mK, mV)
-        ]
+        if const_expr(self.varlen):
+            # Kernel view of a packed tensor: (total, d, heads), a tile a slice of modes 0 and 1.
+            thd_to_tdh = [0, 2, 1]
+            kv_modes = bshd_to_sdhb if const_expr(self.paged) else thd_to_tdh
+            mQ = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=thd_to_tdh))
+            mK, mV = [cute.make_tensor(t.iterator, cute.select(t.layout, mode=kv_modes)) for t in (mK, mV)]
+        else:
+            mQ, mK, mV = [
+                cute.make_tensor(t.iterator, cute.select(t.layout, mode=bshd_to_sdhb)) for t in (mQ, mK, mV)
+            ]
         tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
         sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
@@ -111,10 +133,16 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             heads = cute.size(mK.shape[2])
         num_m = cute.ceil_div(rows_q, self.tile_m)
         splits = cute.size(mO.shape[0]) if const_expr(self.split) else 1
-        grid = (num_m * splits, heads, cute.size(mQ.shape[3]))
+        if const_expr(self.varlen):
+            # schedule.varlen_tile_bound tiles per head; the contract carries the same rule.
+            batch = cute.size(mCuSeqlensQ.shape[0]) - 1
+            grid = ((rows_q + batch * (self.tile_m - 1)) // self.tile_m * heads, 1, 1)
+        else:
+            grid = (num_m * splits, heads, cute.size(mQ.shape[3]))
         self.kernel(
             tQ, tK, tV, mO, mLSE, tma_q, tma_k, tma_v, tKc, tVc, tma_kc, tma_vc,
             softmax_scale_log2, mSeqUsedK, mPageTable,
+            mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
             sQ_layout, sK_layout, sV_layout, tiled_mma_qk, tiled_mma_pv,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
 
@@ -137,6 +165,11 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         softmax_scale_log2: Float32,
         mSeqUsedK: cute.Tensor,
         mPageTable: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor,
+        mCuSeqlensK: cute.Tensor,
+        mSeqUsedQ: cute.Tensor,
+        has_seqused_q: Int32 | None,
+        has_seqused_k: Int32 | None,
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
         sV_layout: cute.ComposedLayout,
@@ -175,8 +208,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
 
-        m_block, split, head, batch, group, seqlen_k, lo, hi = self.tile_work(mQ, mK, mO, mSeqUsedK)
-        seqlen_q = mQ.shape[0]
+        m_block, split, head, batch, group, seq, lo, hi = self.tile_work(
+            mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k)
+        seqlen_q, seqlen_k = seq.seqlen_q, seq.seqlen_k
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -185,6 +219,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                     self.produce_range(
                         mQ, mK, mV, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
                         pipe_q, pipe_k, pipe_v, m_block, head, batch, group, seqlen_k, lo, hi, mPageTable,
+                        seq.offset_q, seq.offset_k,
                     )
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
@@ -195,23 +230,35 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             self.consume_range(
                 mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
                 softmax_scale_log2, ctidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+                seq.offset_q,
             )
 
     @cute.jit
-    def tile_work(self, mQ, mK, mO, mSeqUsedK):
-        """(m_block, split, head, batch, group, seqlen_k, lo, hi): this CTA's tile and the
-        [lo, hi) key blocks it visits. `head` is the KV head under pack_gqa."""
-        bx, head, batch = cute.arch.block_idx()
-        seqlen_q = mQ.shape[0]
+    def tile_work(self, mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k):
+        """(m_block, split, head, batch, group, seq, lo, hi): this CTA's tile, where its
+        sequence's rows are (seqlens.SeqLens) and the [lo, hi) key blocks it visits. `head` is
+        the KV head under pack_gqa. A varlen CTA past the last tile gets seqlen_q = 0 and no
+        key blocks: it loads nothing and stores nothing."""
         group = mQ.shape[2] // mK.shape[2]
         split = Int32(0)
-        m_block = bx
         num_splits = 1
-        if const_expr(self.split):
-            num_splits = mO.shape[0]
-            m_block = bx // num_splits
-            split = bx - m_block * num_splits
-        seqlen_k = mSeqUsedK[batch]
+        if const_expr(self.varlen):
+            heads = mQ.shape[2]
+            t = cute.arch.block_idx()[0] // heads
+            head = cute.arch.block_idx()[0] - t * heads
+            batch, m_block, valid = self.varlen_tile(t, mCuSeqlensQ, mSeqUsedQ, has_seqused_q)
+            seq = SeqLens.varlen(batch, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, has_seqused_q,
+                                 has_seqused_k, paged_k=self.paged)
+            seq = SeqLens(seq.offset_q, seq.seqlen_q * valid, seq.offset_k, seq.seqlen_k * valid)
+        else:
+            bx, head, batch = cute.arch.block_idx()
+            m_block = bx
+            if const_expr(self.split):
+                num_splits = mO.shape[0]
+                m_block = bx // num_splits
+                split = bx - m_block * num_splits
+            seq = SeqLens.from_seqused_k(batch, mQ.shape[0], mSeqUsedK)
+        seqlen_q, seqlen_k = seq.seqlen_q, seq.seqlen_k
         n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
         n_block_min = Int32(0)
         if const_expr(self.causal):
@@ -224,13 +271,76 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         lo, hi = n_block_min, n_block_max
         if const_expr(self.split):
             lo, hi = split_range(n_block_min, n_block_max, split, num_splits, mn=cutlass.min)
-        return m_block, split, head, batch, group, seqlen_k, lo, hi
+        return m_block, split, head, batch, group, seq, lo, hi
+
+    @cute.jit
+    def lane_tiles(self, c, num_batch, mCuSeqlensQ, mSeqUsedQ, has_seqused_q):
+        """m blocks of the sequence this lane holds in chunk c of 32 sequences (0 past the batch)."""
+        b = c * 32 + cute.arch.lane_idx()
+        n = Int32(0)
+        if b < num_batch:
+            n = (SeqLens.q_len(b, mCuSeqlensQ, mSeqUsedQ, has_seqused_q) + self.tile_m - 1) // self.tile_m
+        return n
+
+    @cute.jit
+    def varlen_tile(self, t, mCuSeqlensQ, mSeqUsedQ, has_seqused_q):
+        """(batch, m_block, valid) of linear tile t: schedule.varlen_tile's order (rounds of
+        descending m block, longest work first), valid 0 past the last tile. Each warp works
+        it out on its own, a lane per sequence (warp reductions; chunks of 32 sequences, the
+        first kept in a register): no shared memory, no barrier."""
+        num_batch = mCuSeqlensQ.shape[0] - 1
+        chunks = (num_batch + 31) // 32
+        args = (num_batch, mCuSeqlensQ, mSeqUsedQ, has_seqused_q)
+        n0 = self.lane_tiles(0, *args)
+        total = cute.arch.warp_redux_sync(n0, "add")
+        top = cute.arch.warp_redux_sync(n0, "max")
+        for c in cutlass.range(1, chunks, unroll=1):
+            n = self.lane_tiles(c, *args)
+            total += cute.arch.warp_redux_sync(n, "add")
+            top = cutlass.max(top, cute.arch.warp_redux_sync(n, "max"))
+        # The largest v with tiles_from(v) > t: tiles_from(lo) > t >= tiles_from(hi) = a_hi.
+        lo = Int32(0)
+        hi = top
+        a_hi = Int32(0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            a = cute.arch.warp_redux_sync(cutlass.max(n0 - mid, 0), "add")
+            for c in cutlass.range(1, chunks, unroll=1):
+                a += cute.arch.warp_redux_sync(cutlass.max(self.lane_tiles(c, *args) - mid, 0), "add")
+            if a > t:
+                lo = mid
+            else:
+                hi = mid
+                a_hi = a
+        # The k-th sequence (in batch order) that has an m block lo: its lane's rank among
+        # the lanes whose sequence has one, plus those of the chunks before.
+        k = t - a_hi
+        batch = Int32(0)
+        seen = Int32(0)
+        below = cute.arch.lanemask_lt()
+        for c in cutlass.range(chunks, unroll=1):
+            n = n0
+            if c > 0:
+                n = self.lane_tiles(c, *args)
+            has = cute.arch.vote_ballot_sync(n > lo)
+            rank = Int32(cute.arch.popc(cutlass.Uint32(has) & below))
+            mine = Int32(0)
+            if n > lo:
+                if seen + rank == k:
+                    mine = c * 32 + cute.arch.lane_idx()
+            batch = cutlass.max(batch, cute.arch.warp_redux_sync(mine, "max"))
+            seen += Int32(cute.arch.popc(cutlass.Uint32(has)))
+        valid = Int32(0)
+        if t < total:
+            valid = Int32(1)
+        return batch, lo, valid
 
     # ------------------------------------------------------------------ producer
     @cute.jit
     def produce_range(
         self, mQ, mK, mV, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
         pipe_q, pipe_k, pipe_v, m_block, head, batch, group, seqlen_k, lo, hi, mPageTable,
+        offset_q=0, offset_k=0,
     ):
         head_kv = head if const_expr(self.pack) else head // group
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
@@ -238,11 +348,15 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         one = cute.make_layout(1)
         k_args = (mK, mKc, sK, tma_k, tma_kc, pipe_k)
         v_args = (mV, mVc, sV, tma_v, tma_vc, pipe_v)
-        where = (head_kv, batch, seqlen_k, mPageTable)
+        where = (head_kv, batch, seqlen_k, mPageTable, offset_k)
         pipe_k.producer_acquire(kv_state)
         self.load_block(*k_args, kv_state, hi - 1, *where)
         if const_expr(not self.pack):
-            gQ = cute.local_tile(mQ[None, None, head, batch], (self.tile_m, self.hdim), (m_block, 0))
+            if const_expr(self.varlen):
+                mQ_s = cute.domain_offset((offset_q, 0), mQ[None, None, head])
+            else:
+                mQ_s = mQ[None, None, head, batch]
+            gQ = cute.local_tile(mQ_s, (self.tile_m, self.hdim), (m_block, 0))
             tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, one, cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
             pipe_q.producer_acquire(q_state)
             cute.copy(tma_q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
@@ -261,13 +375,18 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         pipe_v.producer_tail(kv_state)
 
     @cute.jit
-    def load_block(self, mX, mXc, sX, tma_x, tma_xc, pipe, state, n_block, head_kv, batch, seqlen_k, mPageTable):
+    def load_block(self, mX, mXc, sX, tma_x, tma_xc, pipe, state, n_block, head_kv, batch, seqlen_k, mPageTable,
+                   offset_k=0):
         """The TMA loads of key block n_block of K or V into the pipeline slot of `state`."""
         one = cute.make_layout(1)
         bar = pipe.producer_get_barrier(state)
         sX_stage = cute.group_modes(sX[None, None, state.index], 0, 2)
         if const_expr(not self.paged):
-            gX = cute.local_tile(mX[None, None, head_kv, batch], (self.tile_n, self.hdim), (n_block, 0))
+            if const_expr(self.varlen):
+                mX_s = cute.domain_offset((offset_k, 0), mX[None, None, head_kv])
+            else:
+                mX_s = mX[None, None, head_kv, batch]
+            gX = cute.local_tile(mX_s, (self.tile_n, self.hdim), (n_block, 0))
             tXsX, tXgX = cpasync.tma_partition(tma_x, 0, one, sX_stage, cute.group_modes(gX, 0, 2))
             cute.copy(tma_x, tXgX, tXsX, tma_bar_ptr=bar)
         else:
@@ -307,6 +426,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
     def consume_range(
         self, mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
         softmax_scale_log2, tidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+        offset_q=0,
     ):
         wg = cute.arch.make_warp_uniform(tidx // 128)
         wg_first_thread = cute.make_layout(self.num_wg, stride=128)
@@ -337,7 +457,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
         inv_sum, lse = softmax.finish()
         rescale_rows(acc_O, inv_sum)
-        self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q)
+        self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q,
+                        offset_q)
 
     @cute.jit
     def mainloop(
@@ -436,8 +557,11 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
 
     @cute.jit
-    def store_rows(self, acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q):
-        """O and LSE of each valid row straight from registers to its (token, head)."""
+    def store_rows(self, acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q,
+                   offset_q=0):
+        """O and LSE of each valid row straight from registers to its (token, head); varlen:
+        the token's row is offset_q + token of the packed o (total_q, heads, d) and lse
+        (heads, total_q), and rows past the sequence (another sequence's) are never written."""
         thr_mma = tiled_mma_pv.get_slice(tidx)
         cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
         o_rc = acc_as_rows_cols(acc_O)
@@ -453,10 +577,14 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                     col = cO[r, c][1]
                     if const_expr(self.split):
                         mO[split, batch, token, h, col] = o_rc[r, c]
+                    elif const_expr(self.varlen):
+                        mO[offset_q + token, h, col] = o_rc[r, c].to(self.dtype)
                     else:
                         mO[batch, token, h, col] = o_rc[r, c].to(self.dtype)
                 if cO[0, 0][1] == 0:
                     if const_expr(self.split):
                         mLSE[split, batch, h, token] = lse[r]
+                    elif const_expr(self.varlen):
+                        mLSE[h, offset_q + token] = lse[r]
                     else:
                         mLSE[batch, h, token] = lse[r]

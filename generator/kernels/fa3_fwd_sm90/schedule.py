@@ -54,3 +54,47 @@ def split_range(n_block_min, n_block_max, split, num_splits, mn=min):
     per = (n_block_max - n_block_min + num_splits - 1) // num_splits
     lo = n_block_min + split * per
     return lo, mn(lo + per, n_block_max)
+
+
+# ----------------------------------------------------------------------------- varlen
+# The varlen grid is 1-D over (tile, head), head fastest, with at most varlen_tile_bound
+# tiles: the bound needs only the packed tensor's rows and the batch size (no host copy of
+# cu_seqlens), and at most `batch` tiles per head past the real ones exit at once. Tiles go
+# in rounds by m block, last first: round v holds block v of every sequence that has one, so
+# the blocks that see the most keys (causal: the last of each sequence; non-causal: those of
+# the long sequences, the only ones with high block indices) are dispatched first, and the
+# short sequences' tiles fill the tail. inference.FlashFwdSm90Inference.varlen_tile is this
+# order in the kernel; the functions below are its reference for the CPU tests.
+
+
+def varlen_tile_bound(total_rows, batch, tile_m):
+    """An upper bound of sum_b ceil(rows_b / tile_m) over sequences with sum_b rows_b <= total_rows."""
+    return (total_rows + batch * (tile_m - 1)) // tile_m
+
+
+def tiles_from(tiles, v):
+    """Tiles with m block >= v: sum_b max(tiles_b - v, 0) (tiles before round v - 1)."""
+    return sum(max(n - v, 0) for n in tiles)
+
+
+def varlen_tile(t, tiles):
+    """(batch, m_block) of linear tile t over sequences of `tiles[b]` m blocks each, in rounds of
+    descending m block (batches in order inside a round); None past the last tile."""
+    total, top = tiles_from(tiles, 0), max(tiles, default=0)
+    if t >= total:
+        return None
+    lo, hi = 0, top  # tiles_from(lo) > t >= tiles_from(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if tiles_from(tiles, mid) > t:
+            lo = mid
+        else:
+            hi = mid
+    k = t - tiles_from(tiles, lo + 1)
+    seen = 0
+    for b, n in enumerate(tiles):
+        if n > lo:
+            if seen == k:
+                return b, lo
+            seen += 1
+    raise AssertionError("unreachable: round lo holds more than k tiles")

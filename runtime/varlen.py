@@ -1,0 +1,333 @@
+"""Variable-length attention: ``flash_attn_varlen_func`` (issue 11), torch-free.
+
+Layouts as FlashAttention's: q (total_q, heads_q, d) with the sequences packed one after
+another, sequence b at rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1]; k and v packed the same
+way with cu_seqlens_k, or, with ``page_table`` int32 (batch, max_pages), a paged cache
+(num_pages, page_size, heads_kv, d) whose sequence b has seqused_k[b] keys (or
+cu_seqlens_k[b + 1] - cu_seqlens_k[b]). ``seqused_q`` / ``seqused_k`` int32 (batch,), where
+given, say how many of a sequence's rows count (the rest of its slot is neither read as a
+key nor written). out like q; lse float32 (heads_q, total_q). Causal is bottom-right per
+sequence (query i of n sees keys j <= i + seqlen_k - n); a query row that sees no key gets
+O = 0 and LSE = -inf. ``max_seqlen_q`` / ``max_seqlen_k`` are hints; the kernel does not
+need them (its grid is bounded by total_q and the batch size: fa3_fwd_sm90/schedule.py).
+
+The kernels are the registry's ``fa3_fwd`` variants with varlen=True (and paged_kv for a
+paged cache); page sizes that are not a multiple of 16 (e.g. 1) go through ``kv_gather``
+into a packed copy and the packed form: correct, not fast.
+
+What is checked where: shapes, dtypes, lengths and alignment always (before the launch);
+the values of cu_seqlens / seqused / page_table when they are host sequences (lists,
+tuples, numpy arrays; they are then copied to the device) or with ``check=True`` (a copy to
+the host, at the cost of a sync). Unchecked, the kernel assumes: cu_seqlens non-decreasing
+from >= 0 with cu_seqlens_q[-1] <= total_q (and _k <= total_k); seqused within the slot; the
+page_table entries a sequence uses are pages of the cache; rows of k/v it may read past a
+sequence's keys (the rest of a tile: other sequences' rows or unused cache rows) are finite.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from . import driver
+from .arrays import DeviceArray, OwnedDeviceArray
+from .errors import InputError
+from .kvcache import (FAMILY, GATHER_FAMILY, PAGE_CHUNK, DecodePlan, PreparedAttention, _check_inner,
+                      _family_kernel, _kernel, _to_host_i32, _wrap)
+from .launcher import Kernel, resolve_devices
+from .registry_source import Manifest, Source, VariantNotFound, default_source, manifests
+
+
+# --------------------------------------------------------------------------- host checks (pure)
+
+def check_seqlens(cu_q: list, cu_k: list | None, used_q: list | None, used_k: list | None, total_q: int,
+                  total_k: int | None, *, paged: bool = False, table: list | None = None, max_pages: int = 0,
+                  page_size: int = 0, num_pages: int = 0) -> None:
+    """The values the kernel trusts, checked on the host: raises InputError naming the first
+    bad entry and what would be right. None: not known on the host (not checked). Paged: k is
+    the cache, so seqused_k is not bounded by cu_seqlens_k but by the page table."""
+    batch = len(cu_q) - 1
+
+    def cu(name, c, total, rows):
+        if c[0] < 0:
+            raise InputError(f"{name}[0] = {c[0]} is negative; cu_seqlens start at 0 (offsets into {rows})")
+        for i in range(batch):
+            if c[i + 1] < c[i]:
+                raise InputError(f"{name} must be non-decreasing: {name}[{i + 1}] = {c[i + 1]} < "
+                                 f"{name}[{i}] = {c[i]} (sequence {i} would have a negative length)")
+        if total is not None and c[-1] > total:
+            raise InputError(f"{name}[-1] = {c[-1]} is past the {total} rows of {rows}: the packed tokens "
+                             f"must fit (cu_seqlens[-1] <= {rows}.shape[0])")
+
+    cu("cu_seqlens_q", cu_q, total_q, "q")
+    if cu_k is not None:
+        cu("cu_seqlens_k", cu_k, total_k, "k")
+    for name, used, c in (("seqused_q", used_q, cu_q), ("seqused_k", used_k, cu_k)):
+        if used is None:
+            continue
+        for i, n in enumerate(used):
+            if n < 0:
+                raise InputError(f"{name}[{i}] = {n} is negative")
+            if c is not None and not (name == "seqused_k" and paged) and n > c[i + 1] - c[i]:
+                raise InputError(f"{name}[{i}] = {n} is longer than sequence {i}'s slot of {c[i + 1] - c[i]} rows "
+                                 f"(cu_seqlens[{i + 1}] - cu_seqlens[{i}]); seqused may only shorten it")
+    if table is None or (used_k is None and cu_k is None):
+        return
+    lens_k = used_k if used_k is not None else [cu_k[i + 1] - cu_k[i] for i in range(batch)]
+    for i in range(batch):
+        pages = -(-lens_k[i] // page_size)
+        if pages > max_pages:
+            raise InputError(f"sequence {i} has {lens_k[i]} keys: {pages} pages of {page_size}, but page_table "
+                             f"has {max_pages} columns")
+        for j in range(pages):
+            p = table[i * max_pages + j]
+            if not 0 <= p < num_pages:
+                raise InputError(f"page_table[{i}, {j}] = {p} is not a page of the cache (0..{num_pages - 1}); "
+                                 f"sequence {i} has {lens_k[i]} keys")
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _is_host(x) -> bool:
+    return isinstance(x, (list, tuple)) or (hasattr(x, "__array_interface__")
+                                            and not hasattr(x, "__cuda_array_interface__"))
+
+
+def _host_ints(x, what: str) -> list:
+    vals = x.tolist() if hasattr(x, "tolist") else list(x)
+    if any(isinstance(v, (list, tuple)) for v in vals):
+        raise InputError(f"{what} must be 1-D; got nested values")
+    kind = getattr(getattr(x, "dtype", None), "kind", "i")
+    if kind not in "iu" or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        raise InputError(f"{what} must hold integers (int32); got {getattr(x, 'dtype', type(vals[0]).__name__ if vals else 'nothing')}")
+    if any(not -(1 << 31) <= v < (1 << 31) for v in vals):
+        raise InputError(f"{what} has values outside int32")
+    return [int(v) for v in vals]
+
+
+def _upload_i32(values: list, device: int, stream, handle: int) -> OwnedDeviceArray:
+    """A device copy of host int32 values, ordered on ``handle`` (pageable source: the driver
+    has copied it out before returning)."""
+    a = OwnedDeviceArray.empty((max(len(values), 1),), "i32", device, stream)
+    buf = (ctypes.c_int32 * max(len(values), 1))(*values)
+    with driver.device_context(device):
+        d = driver.drv()
+        driver.call("cuMemcpyHtoDAsync", d.CUdeviceptr(a.ptr), ctypes.addressof(buf), 4 * len(values),
+                    d.CUstream(handle))
+    return a if len(values) == a.shape[0] else DeviceArray(a.ptr, (len(values),), (1,), "i32", device, owner=a)
+
+
+def _i32_vector(a: DeviceArray, name: str, n: int, what_n: str) -> None:
+    if a.dtype != "i32" or a.ndim != 1 or a.shape[0] != n:
+        raise InputError(f"{name} must be int32 ({what_n}={n},); got {a.dtype} {a.shape}")
+    if a.strides[0] != 1 and n > 1:
+        raise InputError(f"{name} must be contiguous (stride 1); its stride is {a.strides[0]}")
+
+
+def _prefix_view(a: DeviceArray, n: int) -> DeviceArray:
+    """The first n entries of a 1-D int32 array: stands in for an absent seqused (never read)."""
+    return DeviceArray(a.ptr, (n,), (1,), "i32", a.device, owner=a)
+
+
+def select_varlen_variant(arch: str, dtype: str, head_dim: int, causal: bool, paged_kv: bool,
+                          source: Source | None = None) -> Manifest:
+    """The registry's varlen variant for these axes; VariantNotFound names what is there."""
+    found, _ = manifests(source or default_source(), FAMILY)
+    forms = [m for m in found if m.axes.get("varlen")]
+    want = {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal), "paged_kv": bool(paged_kv)}
+    hits = [m for m in forms if all(m.axes.get(k) == v for k, v in want.items())
+            and not m.axes.get("split_kv") and not m.axes.get("pack_gqa")]
+    if not hits:
+        have = ", ".join(sorted(m.variant for m in forms)[:16]) or "none"
+        raise VariantNotFound(
+            f"no {FAMILY} varlen variant with {want} in the registry (varlen variants there: {have}); "
+            f"build them with `make kernels ARCH=sm90 SET=inference` (the default set has bf16/fp16 hd64/128 "
+            f"packed and bf16 hd128 paged)")
+    return min(hits, key=lambda m: (m.axes.get("tile_m", 0), m.variant))
+
+
+# --------------------------------------------------------------------------- API
+
+def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int | None = None,
+                   max_seqlen_k: int | None = None, seqused_q: Any = None, seqused_k: Any = None,
+                   page_table: Any = None, softmax_scale: float | None = None, causal: bool = False,
+                   num_splits: int = 0, pack_gqa: bool | None = None, out: Any = None, lse: Any = None,
+                   stream: Any = None, *, check: bool = False, source: Source | None = None) -> PreparedAttention:
+    """flash_attn_varlen_func's checks, variant choice and buffers, without launching: the
+    plan a serving loop computes once per batch layout and runs every step (``.run``)."""
+    handle, _keep = (stream, None) if type(stream) is int else driver.resolve_stream(stream)
+    for name, hint in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if hint is not None and (isinstance(hint, bool) or not hasattr(hint, "__index__") or hint.__index__() < 0):
+            raise InputError(f"{name} is a hint: a non-negative int or None, got {hint!r}")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise InputError(f"num_splits must be 0 (auto) or a positive int, got {num_splits!r}")
+    if num_splits > 1:
+        raise InputError(f"num_splits={num_splits}: varlen is built without split-KV so far; pass 0 (auto) or 1")
+    if pack_gqa:
+        raise InputError("pack_gqa=True: varlen is built without pack-GQA so far (GQA itself works: "
+                         "heads_q a multiple of heads_kv); pass None or False")
+    paged = page_table is not None
+    qa, ka, va = _wrap(q, handle, "q"), _wrap(k, handle, "k"), _wrap(v, handle, "v")
+    if qa.ndim != 3:
+        raise InputError(f"q must be packed (total_q, heads_q, head_dim); got shape {qa.shape}")
+    kv_rank = 4 if paged else 3
+    for n, a in (("k", ka), ("v", va)):
+        if a.ndim != kv_rank:
+            want = "the paged cache (num_pages, page_size, heads_kv, head_dim)" if paged else \
+                "packed (total_k, heads_kv, head_dim)"
+            raise InputError(f"{n} must be {want}{' (page_table was given)' if paged else ''}; got shape {a.shape}")
+    for n, a in (("q", qa), ("k", ka), ("v", va)):
+        _check_inner(n, a)
+    if not qa.dtype == ka.dtype == va.dtype:
+        raise InputError(f"q, k, v must share one dtype; got {qa.dtype}, {ka.dtype}, {va.dtype}")
+    if ka.shape != va.shape:
+        raise InputError(f"k and v must have one shape; got {ka.shape} and {va.shape}")
+    total_q, hq, d = qa.shape
+    hkv = ka.shape[-2]
+    if ka.shape[-1] != d:
+        raise InputError(f"head_dim differs: q has {d}, k {ka.shape[-1]}")
+    if hkv == 0 or hq % hkv:
+        raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv})")
+
+    # cu_seqlens / seqused / page_table: host values are checked here and copied over.
+    host = {}
+    arrays: dict[str, DeviceArray] = {"q": qa, "k": ka, "v": va}
+    for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("seqused_q", seqused_q),
+                    ("seqused_k", seqused_k), ("page_table", page_table)):
+        if x is None:
+            continue
+        if _is_host(x):
+            if name == "page_table":
+                rows = x.tolist() if hasattr(x, "tolist") else [list(r) for r in x]
+                if not rows or not all(isinstance(r, (list, tuple)) and len(r) == len(rows[0]) for r in rows):
+                    raise InputError("page_table must be 2-D int32 (batch, max_pages)")
+                host[name] = (_host_ints([p for r in rows for p in r], name), (len(rows), len(rows[0])))
+            else:
+                host[name] = (_host_ints(x, name), None)
+        else:
+            arrays[name] = _wrap(x, handle, name)
+    if cu_seqlens_q is None:
+        raise InputError("cu_seqlens_q is required: int32 (batch + 1,) offsets of the sequences in q")
+    if cu_seqlens_k is None and not (paged and seqused_k is not None):
+        raise InputError("cu_seqlens_k is required (int32 (batch + 1,)); with page_table, seqused_k may give "
+                         "the key counts instead")
+
+    def length(name):
+        return len(host[name][0]) if name in host else arrays[name].shape[0] if arrays[name].ndim == 1 else -1
+
+    batch = length("cu_seqlens_q") - 1
+    if batch < 0 or ("cu_seqlens_q" in arrays and arrays["cu_seqlens_q"].ndim != 1):
+        raise InputError("cu_seqlens_q must be int32 (batch + 1,) with at least one entry (0)")
+    for name in ("cu_seqlens_q", "cu_seqlens_k"):
+        if name in arrays:
+            _i32_vector(arrays[name], name, batch + 1, "batch + 1")
+        elif name in host and len(host[name][0]) != batch + 1:
+            raise InputError(f"{name} must have batch + 1 = {batch + 1} entries (as cu_seqlens_q); "
+                             f"got {len(host[name][0])}")
+    for name in ("seqused_q", "seqused_k"):
+        if name in arrays:
+            _i32_vector(arrays[name], name, batch, "batch")
+        elif name in host and len(host[name][0]) != batch:
+            raise InputError(f"{name} must have batch = {batch} entries; got {len(host[name][0])}")
+    num_pages = page_size = max_pages = 0
+    if paged:
+        num_pages, page_size = ka.shape[0], ka.shape[1]
+        if "page_table" in arrays:
+            pt = arrays["page_table"]
+            if pt.dtype != "i32" or pt.ndim != 2 or pt.shape[0] != batch:
+                raise InputError(f"page_table must be int32 (batch={batch}, max_pages); got {pt.dtype} {pt.shape}")
+            max_pages = pt.shape[1]
+        else:
+            shape = host["page_table"][1]
+            if shape[0] != batch:
+                raise InputError(f"page_table must have batch = {batch} rows; got {shape[0]}")
+            max_pages = shape[1]
+        if page_size % PAGE_CHUNK and seqused_k is None:
+            raise InputError(f"page_size {page_size} (not a multiple of {PAGE_CHUNK}) goes through a gather that "
+                             f"needs seqused_k: pass the key counts as seqused_k")
+    if out is not None:
+        arrays["o"] = _wrap(out, handle, "out")
+    if lse is not None:
+        arrays["lse"] = _wrap(lse, handle, "lse")
+    arrays, device = resolve_devices(arrays)
+    if "o" in arrays and (arrays["o"].shape != qa.shape or arrays["o"].dtype != qa.dtype):
+        raise InputError(f"out must be {qa.shape} {qa.dtype} like q; got {arrays['o'].shape} {arrays['o'].dtype}")
+    if "o" in arrays:
+        _check_inner("out", arrays["o"])
+    if "lse" in arrays and (arrays["lse"].shape != (hq, total_q) or arrays["lse"].dtype != "f32"):
+        raise InputError(f"lse must be float32 (heads_q, total_q) = {(hq, total_q)}; "
+                         f"got {arrays['lse'].dtype} {arrays['lse'].shape}")
+
+    # The values: from the host copies, or (check=True) from the device.
+    vals = {n: h[0] for n, h in host.items()}
+    if check:
+        for n in ("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k", "page_table"):
+            if n in arrays:
+                vals[n] = _to_host_i32(arrays[n], device, handle)
+    if vals:
+        # What is known on the host is checked; an unknown cu_seqlens_q stands as [0]*(batch+1)
+        # only for the shape of the loops (its own checks then pass trivially).
+        cu_q_vals = vals.get("cu_seqlens_q", [0] * (batch + 1))
+        used_q = vals.get("seqused_q") if "cu_seqlens_q" in vals else None
+        check_seqlens(cu_q_vals, vals.get("cu_seqlens_k"), used_q, vals.get("seqused_k"),
+                      total_q, None if paged else ka.shape[0], paged=paged, table=vals.get("page_table"),
+                      max_pages=max_pages, page_size=page_size, num_pages=num_pages)
+    for n, h in host.items():
+        arrays[n] = _upload_i32(h[0], device, stream, handle)
+        if n == "page_table":
+            arrays[n] = DeviceArray(arrays[n].ptr, h[1], (h[1][1], 1), "i32", device, owner=arrays[n])
+
+    if "o" not in arrays:
+        out = arrays["o"] = OwnedDeviceArray.empty(qa.shape, qa.dtype, device, stream)
+    if "lse" not in arrays:
+        lse = arrays["lse"] = OwnedDeviceArray.empty((hq, total_q), "f32", device, stream)
+    plan = DecodePlan(False, 1, 0, 0)
+    if batch == 0 or total_q == 0:
+        return PreparedAttention(out, lse, plan, [], arrays)
+
+    launches = []
+    scalars = {"has_seqused_q": int("seqused_q" in arrays), "has_seqused_k": int("seqused_k" in arrays)}
+    if softmax_scale is not None:
+        scalars["softmax_scale"] = float(softmax_scale)
+    arch = driver.device_arch(device)
+    if paged and page_size % PAGE_CHUNK:
+        # Gather the used keys into (batch, capacity) rows, packed: sequence b at b * capacity.
+        capacity = max_pages * page_size
+        gat = _family_kernel(GATHER_FAMILY, source, arch=arch, dtype=qa.dtype, head_dim=d)
+        kd_ = OwnedDeviceArray.empty((batch, capacity, hkv, d), qa.dtype, device, stream)
+        vd_ = OwnedDeviceArray.empty((batch, capacity, hkv, d), qa.dtype, device, stream)
+        launches.append((gat, gat.plan({"k_cache": arrays["k"], "v_cache": arrays["v"],
+                                        "page_table": arrays.pop("page_table"), "seqused_k": arrays["seqused_k"],
+                                        "k": kd_, "v": vd_}, {}, handle)))
+        arrays["k"] = DeviceArray(kd_.ptr, (batch * capacity, hkv, d), (hkv * d, d, 1), qa.dtype, device, owner=kd_)
+        arrays["v"] = DeviceArray(vd_.ptr, (batch * capacity, hkv, d), (hkv * d, d, 1), qa.dtype, device, owner=vd_)
+        arrays["cu_seqlens_k"] = _upload_i32([i * capacity for i in range(batch + 1)], device, stream, handle)
+        arrays["_gathered"] = kd_
+        arrays["_gathered_v"] = vd_
+        paged = False
+    if "cu_seqlens_k" not in arrays:
+        arrays["cu_seqlens_k"] = arrays["cu_seqlens_q"]  # paged with seqused_k: only a stand-in, never read
+    if "seqused_q" not in arrays:
+        arrays["seqused_q"] = _prefix_view(arrays["cu_seqlens_q"], batch)
+    if "seqused_k" not in arrays:
+        arrays["seqused_k"] = _prefix_view(arrays["cu_seqlens_k"], batch)
+    fwd: Kernel = _kernel(select_varlen_variant(arch, qa.dtype, d, causal, paged, source), source)
+    kern = {n: arrays[n] for n in fwd.contract.tensors}
+    launches.append((fwd, fwd.plan(kern, scalars, handle)))
+    return PreparedAttention(out, lse, plan, launches, arrays)
+
+
+def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int | None = None,
+                           max_seqlen_k: int | None = None, seqused_q: Any = None, seqused_k: Any = None,
+                           page_table: Any = None, softmax_scale: float | None = None, causal: bool = False,
+                           num_splits: int = 0, pack_gqa: bool | None = None, out: Any = None, lse: Any = None,
+                           stream: Any = None, *, check: bool = False, source: Source | None = None):
+    """Attention over packed variable-length sequences: returns (out, lse), out (total_q,
+    heads_q, d) like q and lse float32 (heads_q, total_q). See the module docstring for the
+    layouts and what is checked; ``check=True`` also checks device-side cu_seqlens, seqused
+    and page_table on the host (a sync)."""
+    handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
+    prepared = prepare_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k,
+                              page_table, softmax_scale, causal, num_splits, pack_gqa, out, lse, stream,
+                              check=check, source=source)
+    return prepared.run(handle)
