@@ -215,3 +215,38 @@ def test_varlen_errors_match_python(exe: Path):
     want = [vl_python(*c) for c in VL_CASES]
     got = _compare(exe, text, want, VL_CASES)
     assert got.count("ok") >= 3 and len(set(got)) >= 20, got
+
+
+# check_seqlens(cu_q, cu_k, used_q, used_k, total_q, total_k, paged, table, max_pages, page_size, num_pages)
+VALUES = [
+    ([0, 3, 7], [0, 5, 9], None, None, 7, 9, 0, None, 0, 0, 0),
+    ([-1, 3, 7], [0, 5, 9], None, None, 7, 9, 0, None, 0, 0, 0),
+    ([0, 3, 2], [0, 5, 9], None, None, 7, 9, 0, None, 0, 0, 0),
+    ([0, 3, 8], [0, 5, 9], None, None, 7, 9, 0, None, 0, 0, 0),
+    ([0, 3, 7], [0, 5, 10], None, None, 7, 9, 0, None, 0, 0, 0),
+    ([0, 3, 7], [0, 5, 9], [3, -1], None, 7, 9, 0, None, 0, 0, 0),
+    ([0, 3, 7], [0, 5, 9], [3, 5], None, 7, 9, 0, None, 0, 0, 0),
+    ([0, 3, 7], [0, 5, 9], None, [5, 4], 7, 9, 0, None, 0, 0, 0),
+    ([0, 3, 7], [0, 5, 9], None, [6, 4], 7, 9, 0, None, 0, 0, 0),
+    ([0, 3, 7], None, None, [100, 4], 7, -1, 1, [0, 1, 2, 3], 2, 64, 4),
+    ([0, 3, 7], None, None, [200, 4], 7, -1, 1, [0, 1, 2, 3], 2, 64, 4),
+    ([0, 3, 7], None, None, [100, 4], 7, -1, 1, [0, 4, 2, 3], 2, 64, 4),
+    ([0, 3, 7], [0, 64, 65], None, None, 7, -1, 1, [0, 1, -2, 3], 2, 64, 4),
+]
+
+
+def test_host_value_checks_match_python(exe: Path):
+    def lst(x):
+        return "-1" if x is None else f"{len(x)} {' '.join(map(str, x))}"
+
+    text, want = "", []
+    for cu_q, cu_k, uq, uk, tq, tk, paged, table, mp, ps, np_ in VALUES:
+        text += f"values {paged} {tq} {tk} {mp} {ps} {np_} {lst(cu_q)} {lst(cu_k)} {lst(uq)} {lst(uk)} {lst(table)}\n"
+        try:
+            varlen.check_seqlens(cu_q, cu_k, uq, uk, tq, None if tk < 0 else tk, paged=bool(paged), table=table,
+                                 max_pages=mp, page_size=ps, num_pages=np_)
+            want.append("ok")
+        except InputError as e:
+            want.append(str(e))
+    got = _compare(exe, text, want, [(dict(), v) for v in VALUES])
+    assert got.count("ok") == 3 and len(set(got)) == len(VALUES) - 2, got

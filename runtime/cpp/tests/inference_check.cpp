@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "cubinforge/cubinforge.h"
 
@@ -17,6 +18,23 @@ int main(int argc, char** argv) {
   const int max_splits = argc > 1 ? std::atoi(argv[1]) : 128;  // runtime/decode_plan.py MAX_SPLITS
   std::string kind;
   while (std::cin >> kind) {
+    if (kind == "values") {  // values PAGED TOTAL_Q TOTAL_K MAX_PAGES PAGE_SIZE NUM_PAGES, then 5 lists "N v..." (N -1: none)
+      long long paged, tq, tk, mp, ps, np;
+      std::cin >> paged >> tq >> tk >> mp >> ps >> np;
+      std::vector<int32_t> lists[5];
+      bool known[5];
+      for (int i = 0; i < 5; ++i) {
+        long long n;
+        std::cin >> n;
+        known[i] = n >= 0;
+        for (long long j = 0; j < n; ++j) { long long x; std::cin >> x; lists[i].push_back(static_cast<int32_t>(x)); }
+      }
+      const cf::Status st = cf::check_varlen_values(lists[0], known[1] ? &lists[1] : nullptr, known[2] ? &lists[2] : nullptr,
+                                                    known[3] ? &lists[3] : nullptr, tq, tk, paged != 0,
+                                                    known[4] ? &lists[4] : nullptr, mp, ps, np);
+      std::printf("%s\n", st.ok() ? "ok" : st.message().c_str());
+      continue;
+    }
     long long a1, a2, a3, a4;
     std::cin >> a1 >> a2 >> a3 >> a4;
     std::map<std::string, cf::Tensor> t;
