@@ -11,6 +11,7 @@
 # .cubinforge-ab / .cubinforge-ab-fp8 by `python -m cubinforge.bench.ab build`):
 #   PART=tests OUT=<dir> bash bench/h200_check.sh   # carry .cubinforge* and .stage_fa4a
 #   PART=bench OUT=<dir> bash bench/h200_check.sh   # carry .stage_fa4b
+# SKIP="fp8-ab host-overhead" leaves those steps out; GPU_TESTS names the test files to run.
 set -uo pipefail
 OUT=${OUT:-bench/results/$(date +%F)-h200/check}
 mkdir -p "$OUT"
@@ -19,6 +20,7 @@ export CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown}
 FA=/tmp/site/nvidia_cutlass_dsl/dsl_packages:/tmp/site
 step() {  # step NAME SECONDS CMD...: run under a time limit, log to $OUT/NAME.log, show its tail
     local name=$1 limit=$2; shift 2
+    case " ${SKIP:-} " in *" $name "*) echo "== $name skipped (SKIP)"; return;; esac
     echo "== $name ($(date +%T))"
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "rc=$?" >> "$OUT/$name.log"
     tail -${TAIL:-25} "$OUT/$name.log"
@@ -53,5 +55,5 @@ else
           && python3 examples/cpp/compare_with_python.py --exe /tmp/cfbuild/flash_attn_example --matrix --out /tmp/cfruns \
           && python3 examples/cpp/compare_kvcache_with_python.py --exe /tmp/cfbuild/kvcache_example --matrix
     }
-    export -f cpp; step cpp 100 bash -c cpp
+    export -f cpp; step cpp ${CPP_S:-240} bash -c cpp
 fi

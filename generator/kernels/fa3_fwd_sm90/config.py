@@ -59,7 +59,18 @@ TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[st
     ("local", 128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True,
                                                 "mask_bits": True},
     ("sink", 128, True, "lpt", None): {"mask_bits": True},
-    ("dv128", 192, True, "lpt", None): {"mask_bits": True},
+    ("dv128", 192, True, "lpt", None): {"mask_bits": True, "in_order_row_sum": True},
+    # H200 A/B 2026-12-01 (bench/results/2026-12-01-h200/check/model-variants-ab.log): a
+    # window one tile per CTA with the in-order row sum and the bit mask, 672 TFLOPS against
+    # 624 persistent (+separate O) and FA4's 677; (192, 128) lpt + bit mask + in-order sum
+    # 741 against 727 without the sum.
+    ("local", 128, False, "single", None): {"in_order_row_sum": True, "mask_bits": True},
+}
+# e4m3, keyed (head_dim, causal, scheduler, tile, v_layout); separate O is always on. H200 A/B
+# 2026-12-01 (bench/results/2026-12-01-h200/check/fp8-ab.log), hd128 non-causal 16k:
+# column-major V at 128 x 192 with the in-order row sum 890 TFLOPS against 851 at 128 x 128.
+TUNED_FP8: dict[tuple[int, bool, str, tuple[int, int] | None, str], dict[str, bool]] = {
+    (128, False, "persistent", (128, 192), "colmajor"): {"in_order_row_sum": True},
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum")
 # L2 section of the lpt order (FA4's); persistent causal orders all (head, batch) pairs
@@ -237,7 +248,7 @@ class FwdConfig:
         if self.fp8:
             # Nothing measured for e4m3 yet. O (bf16) cannot go out through Q's (e4m3) buffer,
             # and P is converted through its own register permutation (fp8_p.py).
-            tuned = {"separate_o_smem": True}
+            tuned = {"separate_o_smem": True, **TUNED_FP8.get((*key, self.v_layout), {})}
             if self.chunked_p_convert:
                 raise ValueError("chunked_p_convert does not apply to e4m3 (P is permuted, not copied)")
             if self.tile_n % 32:
