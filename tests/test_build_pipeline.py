@@ -162,3 +162,9 @@ def test_content_key_covers_the_shared_modules_a_package_imports(tmp_path, monke
     assert {p for p in packages if after[p] != again[p]} == {"ktree.a", "ktree.d"}
     content_key.library_digest.cache_clear()
 
+
+def test_kernel_packages_hash_the_shared_kernel_module():
+    # Every family package that imports kernels/common.py has it in its key's inputs.
+    for pkg in ("fa3_fwd_sm90", "fa4_fwd_sm100", "attn_combine", "kv_append", "kv_gather"):
+        assert "cubinforge.generator.kernels.common" in content_key.shared_modules(
+            f"cubinforge.generator.kernels.{pkg}"), pkg

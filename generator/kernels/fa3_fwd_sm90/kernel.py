@@ -143,33 +143,20 @@ class FlashFwdSm90:
                          else smem_layout(self.o_dtype, self.tile_m, self.hdim_v))
         sO_box_layout = cute.select(sO_layout, mode=[0, 1]) if self.wg_epilogue else sO_layout
 
-        def buffer(layout, dtype=self.dtype):
-            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
-
-        fields = {
-            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
-            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
-            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
-            "sQ": buffer(sQ_layout),
-            "sK": buffer(sK_layout),
-            "sV": buffer(sV_layout),
-        }
+        fields = self._storage_fields(sQ_layout, sK_layout, sV_layout)
         if const_expr(self.separate_o):
-            fields["sO"] = buffer(sO_layout, self.o_dtype)
+            fields["sO"] = _smem_buffer(sO_layout, self.o_dtype)
         if const_expr(self.v_transpose):
             fields["mbar_vt"] = cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
-            fields["sVt"] = buffer(sVt_layout)
+            fields["sVt"] = _smem_buffer(sVt_layout, self.dtype)
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
         store_op = cpasync.CopyBulkTensorTileS2GOp()
         tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_layout, (self.tile_m, self.hdim))
-        tma_k, tK = cpasync.make_tiled_tma_atom(
-            load_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.hdim)
-        )
-        tma_v, tV = cpasync.make_tiled_tma_atom(
-            load_op, mV, cute.select(sV_layout, mode=[0, 1]),
+        tma_k, tK, tma_v, tV = self._kv_tma_atoms(
+            load_op, mK, mV, sK_layout, sV_layout,
             (self.hdim_v, self.tile_n) if const_expr(self.fp8 and not self.v_transpose) else (self.tile_n, self.hdim_v),
         )
         tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_box_layout, (self.o_rows, self.hdim_v))
@@ -204,6 +191,69 @@ class FlashFwdSm90:
             tiled_mma_qk, tiled_mma_pv,
             softcap_pre, window_left, window_right, mSink, mDescale,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
+
+    # Pieces both this kernel and inference.FlashFwdSm90Inference build the same way. Plain
+    # Python (no dynamic control flow): tracing them emits what inlining them would.
+    def _storage_fields(self, sQ_layout, sK_layout, sV_layout) -> dict:
+        """The shared-storage fields every form has: Q/K/V mbarriers and buffers."""
+        return {
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
+            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
+            "sQ": _smem_buffer(sQ_layout, self.dtype),
+            "sK": _smem_buffer(sK_layout, self.dtype),
+            "sV": _smem_buffer(sV_layout, self.dtype),
+        }
+
+    def _kv_tma_atoms(self, load_op, mK, mV, sK_layout, sV_layout, v_box):
+        """TMA load atoms of one K stage (tile_n x head_dim) and one V stage (v_box)."""
+        tma_k, tK = cpasync.make_tiled_tma_atom(
+            load_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.hdim)
+        )
+        tma_v, tV = cpasync.make_tiled_tma_atom(load_op, mV, cute.select(sV_layout, mode=[0, 1]), v_box)
+        return tma_k, tK, tma_v, tV
+
+    def _tma_pipelines(self, storage, sQ_layout, sK_layout, sV_layout, v_readers=None):
+        """The Q (one stage), K and V pipelines, filled by one producer thread's TMA and read by
+        the consumer warps (V: by `v_readers` warps where given)."""
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
+        q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
+        kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
+        v_bytes = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
+            producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
+        )
+        pipe_k = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages,
+            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
+        )
+        pipe_v = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
+            producer_group=producer,
+            consumer_group=(pipeline.CooperativeGroup(pipeline.Agent.Thread, v_readers)
+                            if v_readers is not None else consumers),
+            tx_count=v_bytes, defer_sync=True,
+        )
+        return pipe_q, pipe_k, pipe_v
+
+    def _smem_qkv(self, storage, sQ_layout, sK_layout, sV_layout):
+        return (storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner),
+                storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner),
+                storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner))
+
+    def _gemms(self, tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O):
+        """gemm_qk(stage) -> a fresh S accumulator; gemm_pv(stage, zero_init) into acc_O."""
+        def gemm_qk(stage):
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True)
+            return acc_S
+
+        def gemm_pv(stage, zero_init):
+            self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
+
+        return gemm_qk, gemm_pv
 
     # ---------------------------------------------------------------- device side
     @cute.kernel
@@ -241,26 +291,10 @@ class FlashFwdSm90:
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
 
-        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
-        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
-        q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
-        kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
-        v_bytes = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
-        pipe_q = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
-            producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
-        )
-        pipe_k = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages,
-            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
-        )
-        pipe_v = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
-            producer_group=producer,
+        pipe_q, pipe_k, pipe_v = self._tma_pipelines(
+            storage, sQ_layout, sK_layout, sV_layout,
             # With the transpose, the producer's transposing warps read sV, not the consumers.
-            consumer_group=(pipeline.CooperativeGroup(pipeline.Agent.Thread, v_transpose.WARPS)
-                            if const_expr(self.v_transpose) else consumers),
-            tx_count=v_bytes, defer_sync=True,
+            v_readers=v_transpose.WARPS if const_expr(self.v_transpose) else None,
         )
         if const_expr(self.v_transpose):
             # sVt: written by the transposing warps' threads, read by every consumer thread.
@@ -273,9 +307,7 @@ class FlashFwdSm90:
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
-        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sQ, sK, sV = self._smem_qkv(storage, sQ_layout, sK_layout, sV_layout)
         # The V the PV GEMM reads and the pipeline that hands it over.
         sV_mma, pipe_v_mma = sV, pipe_v
         if const_expr(self.v_transpose):
@@ -494,13 +526,7 @@ class FlashFwdSm90:
             softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum
         )
 
-        def gemm_qk(stage):
-            acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True)
-            return acc_S
-
-        def gemm_pv(stage, zero_init):
-            self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
+        gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O)
 
         # Thread 0's coordinates: static, so the mask's column offsets are known at trace time.
         offsets_rc = acc_as_rows_cols(
@@ -798,6 +824,11 @@ class FlashFwdSm90:
             )
             cute.copy(tma_o, tOsO, tOgO)
             cute.arch.cp_async_bulk_commit_group()
+
+
+def _smem_buffer(layout, dtype):
+    """A shared-memory buffer for `layout`, 1024-byte aligned (the 128B swizzle's period)."""
+    return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
 
 def _inner_cols(layout) -> int:
