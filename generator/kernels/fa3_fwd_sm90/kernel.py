@@ -38,7 +38,7 @@ from .layouts import (
 )
 from . import block_range, v_transpose
 from .mask import apply_mask, apply_mask_bits, apply_window_mask, apply_window_mask_bits
-from .schedule import causal_lpt_order, next_tile, strided_tile
+from .schedule import TileScheduler
 from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlass.Float8E4M3FN}
@@ -73,7 +73,7 @@ class FlashFwdSm90:
         self.overlap = cfg.intra_wg_overlap
         self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
         self.persistent = cfg.scheduler == "persistent"
-        self.linear_grid = cfg.scheduler == "lpt"
+        self.sched = TileScheduler(cfg.scheduler, cfg.causal)
         self.separate_o = cfg.separate_o_smem
         self.wg_epilogue = cfg.wg_epilogue
         # Rows of O one TMA store writes: the whole tile, or one warpgroup's slab.
@@ -171,14 +171,9 @@ class FlashFwdSm90:
         }
 
         num_m = cute.ceil_div(cute.size(mQ.shape[0]), self.tile_m)
-        if const_expr(self.persistent):
-            # Traced for the DSL's own launcher only; the launch contract carries the real rule
-            # (one CTA per SM, at most one per tile).
-            grid = (cutlass.min(num_m * cute.size(mQ.shape[2]) * cute.size(mQ.shape[3]), PERSISTENT_CTAS), 1, 1)
-        elif const_expr(self.linear_grid):
-            grid = (num_m * cute.size(mQ.shape[2]) * cute.size(mQ.shape[3]), 1, 1)
-        else:
-            grid = (num_m, cute.size(mQ.shape[2]), cute.size(mQ.shape[3]))
+        # Traced for the DSL's own launcher only; the launch contract carries the real rule
+        # (persistent: one CTA per SM, at most one per tile).
+        grid = self.sched.grid(num_m, cute.size(mQ.shape[2]), cute.size(mQ.shape[3]), PERSISTENT_CTAS, mn=cutlass.min)
         if const_expr(self.fp8):
             check_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
         if const_expr(self.cfg.fp8_local_p):
@@ -328,14 +323,14 @@ class FlashFwdSm90:
         # single: one tile per CTA (grid = (num_m, heads, batch)); persistent: CTAs stride over
         # the linearised tiles, so one tile's epilogue overlaps the next tile's loads. Causal
         # tiles differ in cost: their rounds zigzag (schedule.py).
-        if const_expr(self.persistent or self.linear_grid):
+        if const_expr(self.sched.linear):
             cta = cute.arch.block_idx()[0]
             ctas = cute.arch.grid_dim()[0]
         else:
             bm, bh, bb = cute.arch.block_idx()
             cta = bm + num_m * (bh + mQ.shape[2] * bb)
             ctas = num_tiles
-        zigzag = self.persistent and self.causal
+        zigzag = self.sched.zigzag
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -343,7 +338,7 @@ class FlashFwdSm90:
                 q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
                 kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
                 k = Int32(0)
-                tile = strided_tile(k, cta, ctas, zigzag)
+                tile = self.sched.first(k, cta, ctas)
                 while tile < num_tiles:
                     m_block, head, head_kv, batch, n_block_max = self.tile_work(
                         tile, num_m, mQ, mK, window_right)
@@ -353,7 +348,7 @@ class FlashFwdSm90:
                         q_state, kv_state, m_block, head, head_kv, batch, n_block_max, n_block_min,
                     )
                     k += 1
-                    tile = next_tile(k, tile, cta, ctas, zigzag)
+                    tile = self.sched.next(k, tile, cta, ctas)
                 # Keep the CTA alive until the consumers released every slot we filled.
                 pipe_v.producer_tail(kv_state)
             if const_expr(self.v_transpose):
@@ -373,7 +368,7 @@ class FlashFwdSm90:
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             k = Int32(0)
-            tile = strided_tile(k, cta, ctas, zigzag)
+            tile = self.sched.first(k, cta, ctas)
             while tile < num_tiles:
                 m_block, head, head_kv, batch, n_block_max = self.tile_work(
                     tile, num_m, mQ, mK, window_right)
@@ -391,7 +386,7 @@ class FlashFwdSm90:
                     n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
                 )
                 k += 1
-                tile = next_tile(k, tile, cta, ctas, zigzag)
+                tile = self.sched.next(k, tile, cta, ctas)
             if const_expr(self.separate_o):
                 # The last O store must have read shared memory before the CTA exits.
                 if ctidx % (128 if self.wg_epilogue else self.consumer_threads) == 0:
@@ -400,24 +395,10 @@ class FlashFwdSm90:
     @cute.jit
     def tile_work(self, tile, num_m, mQ, mK, window_right=None):
         """(m_block, head, head_kv, batch, n_block_max) of a linear tile index."""
-        heads = mQ.shape[2]
-        if const_expr(self.causal and (self.persistent or self.linear_grid)):
-            m_block, hb = causal_lpt_order(
-                tile, num_m, heads * mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
-                self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
-            )
-            head = hb % heads
-            batch = hb // heads
-        else:
-            # m fastest: CTAs running together share one head's K and V in L2.
-            m_block = tile % num_m
-            rest = tile // num_m
-            head = rest % heads
-            batch = rest // heads
-            if const_expr(self.causal):
-                # Longest tiles first: under a causal mask the last query rows see the most
-                # keys, so starting them first shortens the tail.
-                m_block = num_m - 1 - m_block
+        m_block, head, batch = self.sched.decode(
+            tile, num_m, mQ.shape[2], mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
+            self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
+        )
         head_kv = head // (mQ.shape[2] // mK.shape[2])
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
         n_block_max = block_range.n_block_max(
