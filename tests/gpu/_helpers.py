@@ -59,17 +59,24 @@ def from_bits(bits: np.ndarray, dtype: str) -> np.ndarray:
     return bits.view(np.float32).astype(np.float64)
 
 
-def download(a) -> np.ndarray:
-    """Device -> host float64 through the driver alone (independent of the framework)."""
+def download_raw(a) -> np.ndarray:
+    """The array's elements as raw bits (uint8/uint16/uint32 by item size), shaped like it,
+    copied through the driver alone (independent of the framework)."""
     a = as_device_array(a)
     with driver.device_context(0):
         driver.call("cuCtxSynchronize")
         raw = np.empty(a.span_bytes, np.uint8)
         if a.span_bytes:
             driver.call("cuMemcpyDtoH", raw.ctypes.data, a.ptr, a.span_bytes)
-    np_t = {"bf16": np.uint16, "fp16": np.uint16, "f32": np.uint32, "i32": np.uint32}[a.dtype]
+    np_t = {1: np.uint8, 2: np.uint16, 4: np.uint32}[a.itemsize]
     view = np.lib.stride_tricks.as_strided(raw.view(np_t), a.shape, tuple(s * a.itemsize for s in a.strides))
-    return from_bits(np.ascontiguousarray(view), a.dtype)
+    return np.ascontiguousarray(view)
+
+
+def download(a) -> np.ndarray:
+    """Device -> host float64 (bf16, fp16, f32, i32)."""
+    a = as_device_array(a)
+    return from_bits(download_raw(a), a.dtype)
 
 
 def softmax_rows(s: np.ndarray):
