@@ -97,3 +97,23 @@ def test_cpp_chooses_what_python_chooses(exe: Path):
     assert "splitkv" in got[0].split("|")[1] and got[0].split("|")[1].split()[1] == "2"
     assert "splitkv" not in got[3].split("|")[1]
     assert "hd192-causal" in got[-1] and "dv128" not in got[-1]
+
+
+# dtype head_dim causal paged: the varlen forward each side picks (varlen.select_varlen_variant).
+VARLEN = [(dt, d, c, p) for dt in ("bf16", "fp16") for d in (64, 128, 192) for c in (0, 1) for p in (0, 1)]
+
+
+def test_cpp_chooses_the_varlen_variant_python_chooses(exe: Path):
+    import subprocess
+    from cubinforge.runtime import varlen
+
+    lines = "".join(f"varlen {dt} {d} {c} {p}\n" for dt, d, c, p in VARLEN)
+    got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True).stdout.splitlines()
+    want = []
+    for dt, d, c, p in VARLEN:
+        try:
+            want.append(varlen.select_varlen_variant("sm_90a", dt, d, bool(c), bool(p), SRC).variant)
+        except VariantNotFound:
+            want.append("error")
+    assert got == want
+    assert sum(w != "error" for w in want) >= 4, want  # the default set's varlen forms are there

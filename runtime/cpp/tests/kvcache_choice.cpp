@@ -1,9 +1,11 @@
 // Prints, for each problem on stdin, what the C++ loader chooses: the kvcache forms and split
 // count (choose_kvcache), and the dispatcher's choice for flash_attn (select with sizes and
 // its num_splits parameter). tests/test_cpp_kvcache.py compares every line with Python's.
-// Input lines: batch seqlen_q seqlen_k heads_q heads_kv head_dim causal paged sm_count num_splits pack_gqa dtype
+// Input lines: batch seqlen_q seqlen_k heads_q heads_kv head_dim causal paged sm_count num_splits pack_gqa dtype,
+// or "varlen dtype head_dim causal paged": the varlen forward choose_varlen picks.
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "cubinforge/cubinforge.h"
@@ -16,7 +18,19 @@ int main() {
   long long b, sq, sk, hq, hkv, d, sms;
   int causal, paged, splits, pack;
   std::string dtype;
-  while (std::cin >> b >> sq >> sk >> hq >> hkv >> d >> causal >> paged >> sms >> splits >> pack >> dtype) {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    if (line.rfind("varlen", 0) == 0) {
+      std::string word;
+      in >> word >> dtype >> d >> causal >> paged;
+      const cf::Variant* v = nullptr;
+      const cf::Status st = cf::choose_varlen(bundle, "sm_90a", dtype.c_str(), static_cast<int>(d), causal != 0,
+                                              paged != 0, &v);
+      std::printf("%s\n", st.ok() ? v->name : "error");
+      continue;
+    }
+    if (!(in >> b >> sq >> sk >> hq >> hkv >> d >> causal >> paged >> sms >> splits >> pack >> dtype)) continue;
     cf::KVCacheChoice c;
     cf::Status st = cf::choose_kvcache(bundle, "sm_90a", dtype.c_str(), static_cast<int>(d), causal != 0, paged != 0,
                                        b, sq, hq, hkv, sk, sms, splits, pack, &c);

@@ -14,4 +14,7 @@
 #include "cubinforge/module.h"     // load a cubin, raise the dynamic smem limit
 #include "cubinforge/launch.h"     // cuLaunchKernelEx on the caller's stream
 #include "cubinforge/decode.h"     // the decode plan: split count, pack-GQA
-#include "cubinforge/kvcache.h"    // flash_attn_with_kvcache: split-KV + combine, paged
+#include "cubinforge/text.h"       // shapes and values written as the Python runtime writes them
+#include "cubinforge/prepared.h"   // launches bound and packed once: run() only launches (graph capture)
+#include "cubinforge/kvcache.h"    // flash_attn_with_kvcache: append, cache_batch_idx, split-KV + combine, paged
+#include "cubinforge/varlen.h"     // flash_attn_varlen_func: packed and paged varlen
