@@ -1,12 +1,16 @@
 """The content key: what a variant's cubin depends on, hashed without importing cutlass.
 
 sha256 over the rendered source, every .py file of the family's kernel package (sorted by
-path), the DSL toolchain versions (importlib.metadata), the compile options and the arch. If
-the registry already holds the variant under the same key, the build skips it.
+path) and every module of the kernel tree outside it that those files import (a helper
+shared between kernel packages: found by reading the imports, transitively), the DSL
+toolchain versions (importlib.metadata), the compile options and the arch. If the registry
+already holds the variant under the same key, the build skips it. The pipeline's own modules
+(kernel_build, cubin_elf, sass) are covered by PIPELINE_VERSION, not by the key.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -52,15 +56,80 @@ def package_dir(module: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def _imported_modules(path: Path, module: str) -> set[str]:
+    """Absolute names of the modules a file imports (anywhere in it, function bodies too):
+    for `from M import a`, both M and M.a (a may be a submodule)."""
+    is_pkg = path.name == "__init__.py"
+    here = module if is_pkg else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = here.split(".") if here else []
+            if node.level:
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names.add(target)
+            names.update(f"{target}.{alias.name}" for alias in node.names if alias.name != "*")
+    return names
+
+
+def _module_file(name: str, root_name: str, root: Path) -> Path | None:
+    """The file of module `name` under the kernel tree `root` (named root_name), or None."""
+    if not name.startswith(root_name + "."):
+        return None
+    rel = Path(*name[len(root_name) + 1:].split("."))
+    for candidate in (root / rel / "__init__.py", (root / rel).with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def shared_modules(module: str) -> dict[str, Path]:
+    """Modules of the kernel tree (the package's parent) outside the package that its files
+    import, transitively: name -> file. Empty for a package that imports only itself."""
+    root_name = module.rpartition(".")[0]
+    if not root_name:
+        return {}
+    pkg_root = package_dir(module)
+    root = pkg_root.parent
+    found: dict[str, Path] = {}
+    todo = [(p, module + "." + ".".join(p.relative_to(pkg_root).with_suffix("").parts))
+            for p in pkg_root.rglob("*.py") if "__pycache__" not in p.parts]
+    todo = [(p, name[: -len(".__init__")] if name.endswith(".__init__") else name) for p, name in todo]
+    while todo:
+        path, name = todo.pop()
+        imports = _imported_modules(path, name)
+        # Importing a.b.c runs the __init__ of a and a.b too.
+        imports |= {m.rsplit(".", k)[0] for m in imports for k in range(1, m.count(".") + 1)}
+        for imported in sorted(imports):
+            if imported == module or imported.startswith(module + ".") or imported in found:
+                continue
+            file = _module_file(imported, root_name, root)
+            if file is not None:
+                found[imported] = file
+                todo.append((file, imported))
+    return dict(sorted(found.items()))
+
+
 @lru_cache(maxsize=None)
 def library_digest(module: str) -> str:
-    """sha256 over every .py file of a kernel package: relative path and contents, sorted."""
+    """sha256 over every .py file of a kernel package (relative path and contents, sorted),
+    then over each shared module it imports (name and contents). A package that imports
+    nothing outside itself keeps the digest it had before shared modules were counted."""
     root = package_dir(module)
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
         rel = path.relative_to(root).as_posix().encode()
         data = path.read_bytes()
         h.update(len(rel).to_bytes(8, "little") + rel + len(data).to_bytes(8, "little") + data)
+    for name, path in shared_modules(module).items():
+        label = b"import:" + name.encode()
+        data = path.read_bytes()
+        h.update(len(label).to_bytes(8, "little") + label + len(data).to_bytes(8, "little") + data)
     return h.hexdigest()
 
 

@@ -182,39 +182,26 @@ DEMO_SCALE = Family(
     in_all=False,
 )
 
+def _companion(name: str, config_class: str, **own_axes: tuple) -> Family:
+    """An SM90 kernel that runs beside the forward: one per dtype and head dim (and its own
+    axes), its package kernels/<name>, its template <name>_variant.py.j2."""
+    return Family(
+        name=name,
+        template=f"{name}_variant.py.j2",
+        package=f"cubinforge.generator.kernels.{name}",
+        config_class=config_class,
+        supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256), **own_axes},
+        config_axes=("arch", "dtype", "head_dim", *own_axes),
+        not_yet={("arch", "sm_100a"): f"{name} is built for sm_90a only so far"},
+    )
+
+
 # Split-KV's second kernel: partial O and LSE (fp32, per split) -> O and LSE.
-ATTN_COMBINE = Family(
-    name="attn_combine",
-    template="attn_combine_variant.py.j2",
-    package="cubinforge.generator.kernels.attn_combine",
-    config_class="CombineConfig",
-    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256)},
-    config_axes=("arch", "dtype", "head_dim"),
-    not_yet={("arch", "sm_100a"): "attn_combine is built for sm_90a only so far"},
-)
-
+ATTN_COMBINE = _companion("attn_combine", "CombineConfig")
 # New k/v tokens into a dense or paged cache at cache_seqlens, before attention.
-KV_APPEND = Family(
-    name="kv_append",
-    template="kv_append_variant.py.j2",
-    package="cubinforge.generator.kernels.kv_append",
-    config_class="AppendConfig",
-    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256),
-               "paged_kv": (False, True)},
-    config_axes=("arch", "dtype", "head_dim", "paged_kv"),
-    not_yet={("arch", "sm_100a"): "kv_append is built for sm_90a only so far"},
-)
-
+KV_APPEND = _companion("kv_append", "AppendConfig", paged_kv=(False, True))
 # Paged -> dense copy of the used keys: the path for page sizes the paged kernels do not take.
-KV_GATHER = Family(
-    name="kv_gather",
-    template="kv_gather_variant.py.j2",
-    package="cubinforge.generator.kernels.kv_gather",
-    config_class="GatherConfig",
-    supported={"arch": ("sm_90a",), "dtype": ("bf16", "fp16"), "head_dim": (64, 96, 128, 192, 256)},
-    config_axes=("arch", "dtype", "head_dim"),
-    not_yet={("arch", "sm_100a"): "kv_gather is built for sm_90a only so far"},
-)
+KV_GATHER = _companion("kv_gather", "GatherConfig")
 
 # Make FP8 inputs without torch: bf16/fp16 -> e4m3 with per-head or per-block descales and
 # an optional random-sign Hadamard rotation (block size, rotation and seed are launch scalars).

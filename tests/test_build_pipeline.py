@@ -126,3 +126,45 @@ def test_fa3_smoke_set_cross_compiles(home):
         assert c["dynamic_smem_bytes"] > 0 and len(c["params"]) == len(m["param_table"])
         if "sass" in m:
             assert m["sass"]["hgmma"] > 0 and m["sass"]["utmaldg"] > 0
+
+
+def test_content_key_covers_the_shared_modules_a_package_imports(tmp_path, monkeypatch):
+    # A kernel tree: a and b import the shared helper (a relatively, b absolutely, in a
+    # function body), c imports nothing outside itself, d imports a's module (and so a's
+    # package __init__).
+    root = tmp_path / "ktree"
+    for name in ("a", "b", "c", "d"):
+        (root / name).mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "shared.py").write_text("def helper():\n    return 1\n")
+    (root / "a" / "__init__.py").write_text("from ..shared import helper\n")
+    (root / "a" / "kernel.py").write_text("X = 1\n")
+    (root / "b" / "__init__.py").write_text("def f():\n    from ktree.shared import helper\n    return helper()\n")
+    (root / "c" / "__init__.py").write_text("from .kernel import X\n")
+    (root / "c" / "kernel.py").write_text("X = 3\n")
+    (root / "d" / "__init__.py").write_text("from ..a.kernel import X\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    packages = [f"ktree.{n}" for n in "abcd"]
+
+    def keys():
+        content_key.library_digest.cache_clear()
+        return {p: content_key.content_key("src", p, "--gpu-arch sm_90a", "sm_90a") for p in packages}
+
+    assert list(content_key.shared_modules("ktree.a")) == ["ktree.shared"]
+    assert list(content_key.shared_modules("ktree.c")) == []
+    assert list(content_key.shared_modules("ktree.d")) == ["ktree.a", "ktree.a.kernel", "ktree.shared"]
+    before = keys()
+    (root / "shared.py").write_text("def helper():\n    return 2\n")
+    after = keys()
+    assert {p for p in packages if before[p] != after[p]} == {"ktree.a", "ktree.b", "ktree.d"}
+    (root / "a" / "kernel.py").write_text("X = 2\n")
+    again = keys()
+    assert {p for p in packages if after[p] != again[p]} == {"ktree.a", "ktree.d"}
+    content_key.library_digest.cache_clear()
+
+
+def test_kernel_packages_hash_the_shared_kernel_module():
+    # Every family package that imports kernels/common.py has it in its key's inputs.
+    for pkg in ("fa3_fwd_sm90", "fa4_fwd_sm100", "attn_combine", "kv_append", "kv_gather"):
+        assert "cubinforge.generator.kernels.common" in content_key.shared_modules(
+            f"cubinforge.generator.kernels.{pkg}"), pkg

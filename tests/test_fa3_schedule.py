@@ -178,3 +178,33 @@ def test_grid_rules_cover_every_tile(scheduler, causal):
             assert grid == [tiles, 1, 1]
         else:
             assert grid == [math.ceil(sq / cfg.tile_m), heads, batch]
+
+
+@pytest.mark.parametrize("kind,causal", [("single", False), ("single", True), ("persistent", False),
+                                         ("persistent", True), ("lpt", True)])
+def test_tile_scheduler_visits_every_tile_once(kind, causal):
+    # The kernel's loop, on the CPU: each CTA of the scheduler's grid from first() while
+    # tile < num_tiles, next() after each; decode gives every (m block, head, batch) once.
+    from cubinforge.generator.kernels.fa3_fwd_sm90.schedule import TileScheduler
+
+    sched = TileScheduler(kind, causal)
+    num_m, heads, batch = 5, 3, 2
+    num_tiles = num_m * heads * batch
+    gx, gy, gz = sched.grid(num_m, heads, batch, max_ctas=4)
+    assert (gx, gy, gz) == {"single": (num_m, heads, batch), "persistent": (4, 1, 1),
+                            "lpt": (num_tiles, 1, 1)}[kind]
+    seen = []
+    for bz in range(gz):
+        for by in range(gy):
+            for bx in range(gx):
+                # single: the CTA's linear tile from its 3-D block index, as the kernel does
+                cta, ctas = (bx, gx) if sched.linear else (bx + num_m * (by + heads * bz), num_tiles)
+                k, tile = 0, sched.first(0, cta, ctas)
+                while tile < num_tiles:
+                    seen.append(sched.decode(tile, num_m, heads, batch, 1024, 512, 0))
+                    k += 1
+                    tile = sched.next(k, tile, cta, ctas)
+    assert sorted(seen) == [(m, h, b) for m in range(num_m) for h in range(heads) for b in range(batch)]
+    if causal and kind != "single":
+        # longest first: the first tiles dispatched are the last m block's
+        assert seen[0][0] == num_m - 1

@@ -11,20 +11,12 @@ import numpy as np
 import pytest
 
 from cubinforge.bench.fp8_reference import dequantize, e4m3_decode, quantize, rotate, same_bytes
-from cubinforge.runtime import DeviceArray, as_device_array, driver, quantize_fp8
+from cubinforge.runtime import DeviceArray, as_device_array, quantize_fp8
 from cubinforge.runtime.registry_source import default_source, manifests
+from _helpers import backend, download_raw, gpu_probe
 
 
-def _probe():
-    try:
-        if driver.device_count() == 0:
-            return "no CUDA device", None
-    except Exception as e:  # no cuda-bindings, no libcuda
-        return f"no usable CUDA driver ({type(e).__name__}: {e})", None
-    return None, driver.device_arch(0)
-
-
-NO_GPU, ARCH = _probe()
+NO_GPU, ARCH = gpu_probe()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
 
 
@@ -40,17 +32,7 @@ QUANT = _have("fp8_quant")
 needs_quant = pytest.mark.skipif(not QUANT, reason="no fp8_quant variant in the local registry for this GPU")
 
 
-def _backend():
-    try:
-        import cupy
-        cupy.cuda.runtime.getDeviceCount()
-        return "cupy", cupy
-    except Exception:
-        import torch
-        return "torch", torch
-
-
-BACKEND, XP = _backend() if NO_GPU is None else (None, None)
+BACKEND, XP = backend() if NO_GPU is None else (None, None)
 
 
 def to_bf16_bits(x):
@@ -80,19 +62,6 @@ def upload(bits: np.ndarray, dtype: str):
     if dtype == "e4m3":
         return t.view(torch.float8_e4m3fn)
     return t
-
-
-def download_raw(a) -> np.ndarray:
-    """The array's elements as raw bits (uint8/uint16/uint32), shaped like it."""
-    a = as_device_array(a)
-    with driver.device_context(0):
-        driver.call("cuCtxSynchronize")
-        raw = np.empty(a.span_bytes, np.uint8)
-        if a.span_bytes:
-            driver.call("cuMemcpyDtoH", raw.ctypes.data, a.ptr, a.span_bytes)
-    np_t = {1: np.uint8, 2: np.uint16, 4: np.uint32}[a.itemsize]
-    view = np.lib.stride_tricks.as_strided(raw.view(np_t), a.shape, tuple(s * a.itemsize for s in a.strides))
-    return np.ascontiguousarray(view)
 
 
 def download_f32(a) -> np.ndarray:

@@ -15,26 +15,15 @@ import math
 import numpy as np
 import pytest
 
-from cubinforge.runtime import InputError, as_device_array, driver
+from cubinforge.runtime import InputError, as_device_array
 from cubinforge.runtime.registry_source import LocalSource, manifests
+from _helpers import NAN_BITS, backend, compare, download, from_bits, gpu_probe, softmax_rows  # noqa: F401 (download: for the importers)
+from _helpers import to_bits
 
 # Pinned at import: other tests swap the process's default source while they run.
 SRC = LocalSource()
 
-RTOL_O = 2.5e-3
-ATOL_LSE = 1e-3
-
-
-def _probe():
-    try:
-        if driver.device_count() == 0:
-            return "no CUDA device", None
-    except Exception as e:
-        return f"no usable CUDA driver ({type(e).__name__}: {e})", None
-    return None, driver.device_arch(0)
-
-
-NO_GPU, ARCH = _probe()
+NO_GPU, ARCH = gpu_probe()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
 
 
@@ -67,37 +56,7 @@ def need_combine(dtype="bf16", head_dim=128):
 
 # --------------------------------------------------------------------------- host <-> device
 
-def _backend():
-    try:
-        import cupy
-        cupy.cuda.runtime.getDeviceCount()
-        return "cupy", cupy
-    except Exception:
-        import torch
-        return "torch", torch
-
-
-BACKEND, XP = _backend() if NO_GPU is None else (None, None)
-_NAN = {"bf16": (np.uint16, 0x7FC0), "fp16": (np.uint16, 0x7E00), "f32": (np.uint32, 0x7FC00000)}
-
-
-def to_bits(x: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bf16":
-        b = x.astype(np.float32).view(np.uint32)
-        return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
-    if dtype == "fp16":
-        return x.astype(np.float16).view(np.uint16)
-    return x.astype(np.float32).view(np.uint32)
-
-
-def from_bits(bits: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bf16":
-        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    if dtype == "fp16":
-        return bits.view(np.float16).astype(np.float64)
-    if dtype == "i32":
-        return bits.view(np.int32).astype(np.float64)
-    return bits.view(np.float32).astype(np.float64)
+BACKEND, XP = backend() if NO_GPU is None else (None, None)
 
 
 def upload(bits: np.ndarray, dtype: str):
@@ -117,20 +76,8 @@ def rand(rng, shape, dtype):
 
 
 def poisoned(shape, dtype):
-    t, nan = _NAN[dtype]
+    t, nan = NAN_BITS[dtype]
     return upload(np.full(shape, nan, t), dtype)
-
-
-def download(a) -> np.ndarray:
-    a = as_device_array(a)
-    with driver.device_context(0):
-        driver.call("cuCtxSynchronize")
-        raw = np.empty(a.span_bytes, np.uint8)
-        if a.span_bytes:
-            driver.call("cuMemcpyDtoH", raw.ctypes.data, a.ptr, a.span_bytes)
-    t = {"bf16": np.uint16, "fp16": np.uint16, "f32": np.uint32, "i32": np.uint32}[a.dtype]
-    view = np.lib.stride_tricks.as_strided(raw.view(t), a.shape, tuple(s * a.itemsize for s in a.strides))
-    return from_bits(np.ascontiguousarray(view), a.dtype)
 
 
 # --------------------------------------------------------------------------- reference
@@ -153,36 +100,13 @@ def reference(q, k_rows, v_rows, lens, scale, causal):
             qi = np.arange(sq)[:, None]
             kj = np.arange(n)[None, :]
             s = np.where(kj <= qi + n - sq, s, -np.inf)
-        m = s.max(-1, keepdims=True)
-        empty = ~np.isfinite(m)
-        m = np.where(empty, 0.0, m)
-        p = np.exp(s - m)
-        l = p.sum(-1, keepdims=True)
-        o[i] = np.einsum("hqk,khd->qhd", p / np.where(l == 0, 1, l), vv)
-        lse[i] = np.where(empty[..., 0], -np.inf, (m + np.log(np.where(l == 0, 1, l)))[..., 0])
+        p, lse[i] = softmax_rows(s)
+        o[i] = np.einsum("hqk,khd->qhd", p, vv)
     return o, lse
 
 
 def check(o, lse, ref_o, ref_lse, what):
-    errs = []
-    if np.isnan(o).any():
-        errs.append(f"{what}: {int(np.isnan(o).sum())} O elements never written (NaN)")
-    if np.isnan(lse).any():
-        errs.append(f"{what}: {int(np.isnan(lse).sum())} LSE elements never written (NaN)")
-    if not errs:
-        rel = np.linalg.norm(o - ref_o) / max(np.linalg.norm(ref_o), 1e-30)
-        if not rel <= RTOL_O:
-            errs.append(f"{what}: O rel err {rel:.2e} > {RTOL_O}")
-        inf = np.isinf(ref_lse)
-        if (lse[inf] != ref_lse[inf]).any():
-            errs.append(f"{what}: LSE of rows with no key should be -inf")
-        if inf.any() and np.abs(o[np.broadcast_to(inf.transpose(0, 2, 1)[..., None], o.shape)]).max(initial=0) != 0:
-            errs.append(f"{what}: O of rows with no key should be 0")
-        fin = ~inf
-        if fin.any():
-            err = np.abs(lse[fin] - ref_lse[fin]).max()
-            if not err <= ATOL_LSE:
-                errs.append(f"{what}: LSE abs err {err:.2e} > {ATOL_LSE}")
+    errs = compare(o, lse, ref_o, ref_lse, what, zero_empty_rows=True)
     assert not errs, "\n".join(errs)
 
 

@@ -20,17 +20,15 @@ from cubinforge.runtime import (DeviceArray, InputError, Kernel, OwnedDeviceArra
                                 select_attention_variant)
 from cubinforge.runtime.params import build_params
 from cubinforge.runtime.registry_source import default_source, load_manifest, manifests
+from _helpers import ATOL_LSE, NAN_BITS, RTOL_O, backend, compare, download, from_bits, gpu_probe, softmax_rows  # noqa: F401
+from _helpers import to_bits as host_bits
 
 
 def _probe():
     """(skip reason for any GPU test, arch, runnable fa3_fwd manifests, skip reason for those)."""
-    try:
-        n = driver.device_count()
-    except Exception as e:          # no cuda-bindings, no libcuda, cuInit failed
-        return f"no usable CUDA driver ({type(e).__name__}: {e})", None, [], "no GPU"
-    if n == 0:
-        return "no CUDA device", None, [], "no GPU"
-    arch = driver.device_arch(0)
+    no_gpu, arch = gpu_probe()
+    if no_gpu is not None:
+        return no_gpu, None, [], "no GPU"
     found, _broken = manifests(default_source(), "fa3_fwd")
     plain = [m for m in found if m.contract.arch == arch
              and not any(m.axes.get(a) for a in ("varlen", "paged_kv", "split_kv",
@@ -48,46 +46,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_
 needs_variants = pytest.mark.skipif(NO_VARIANTS is not None, reason=NO_VARIANTS or "")
 needs_sm90 = pytest.mark.skipif(ARCH not in ("sm_90a", "sm_100a"), reason="TMA/cluster PTX needs sm_90a+")
 
-RTOL_O = 2.5e-3      # ||O - ref|| / ||ref||, bf16 and fp16
-ATOL_LSE = 1e-3      # natural log
-
 
 # --------------------------------------------------------------------------- host <-> device
 
-def _backend():
-    try:
-        import cupy
-        cupy.cuda.runtime.getDeviceCount()
-        return "cupy", cupy
-    except Exception:
-        import torch
-        return "torch", torch
-
-
-BACKEND, XP = _backend() if NO_GPU is None else (None, None)
-_NAN_BITS = {"bf16": (np.uint16, 0x7FC0), "fp16": (np.uint16, 0x7E00), "f32": (np.uint32, 0x7FC00000)}
-
-
-def to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns, round to nearest even."""
-    b = x.astype(np.float32).view(np.uint32)
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bits(bits: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bf16":
-        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    if dtype == "fp16":
-        return bits.view(np.float16).astype(np.float64)
-    return bits.view(np.float32).astype(np.float64)
-
-
-def host_bits(x: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bf16":
-        return to_bf16_bits(x)
-    if dtype == "fp16":
-        return x.astype(np.float16).view(np.uint16)
-    return x.astype(np.float32).view(np.uint32)
+BACKEND, XP = backend() if NO_GPU is None else (None, None)
 
 
 def upload(bits: np.ndarray, dtype: str):
@@ -110,22 +72,8 @@ def wrap(x, dtype: str):
 
 
 def poisoned(shape, dtype: str):
-    np_t, nan = _NAN_BITS[dtype]
+    np_t, nan = NAN_BITS[dtype]
     return upload(np.full(shape, nan, np_t), dtype)
-
-
-def download(a) -> np.ndarray:
-    """Device -> host float64 through the driver alone (independent of the framework)."""
-    a = as_device_array(a)
-    with driver.device_context(0):
-        driver.call("cuCtxSynchronize")
-        raw = np.empty(a.span_bytes, np.uint8)
-        if a.span_bytes:
-            driver.call("cuMemcpyDtoH", raw.ctypes.data, a.ptr, a.span_bytes)
-    np_t = {"bf16": np.uint16, "fp16": np.uint16, "f32": np.uint32}[a.dtype]
-    flat = raw.view(np_t)
-    view = np.lib.stride_tricks.as_strided(flat, a.shape, tuple(s * a.itemsize for s in a.strides))
-    return from_bits(np.ascontiguousarray(view), a.dtype)
 
 
 # --------------------------------------------------------------------------- reference
@@ -143,36 +91,8 @@ def reference(q, k, v, scale, causal):
         i = np.arange(sq)[:, None]
         j = np.arange(sk)[None, :]
         s = np.where(j <= i + sk - sq, s, -np.inf)
-    m = s.max(-1, keepdims=True)
-    empty = ~np.isfinite(m)
-    m = np.where(empty, 0.0, m)
-    p = np.exp(s - m)
-    l = p.sum(-1, keepdims=True)
-    o = np.matmul(p / np.where(l == 0, 1.0, l), vv).transpose(0, 2, 1, 3)
-    lse = np.where(empty[..., 0], -np.inf, (m + np.log(np.where(l == 0, 1.0, l)))[..., 0])
-    return o, lse
-
-
-def compare(o, lse, ref_o, ref_lse, what) -> list[str]:
-    errs = []
-    if np.isnan(o).any():
-        errs.append(f"{what}: {int(np.isnan(o).sum())} O elements never written (NaN)")
-    if np.isnan(lse).any():
-        errs.append(f"{what}: {int(np.isnan(lse).sum())} LSE elements never written (NaN)")
-    if errs:
-        return errs
-    rel = np.linalg.norm(o - ref_o) / max(np.linalg.norm(ref_o), 1e-30)
-    if not rel <= RTOL_O:
-        errs.append(f"{what}: O rel err {rel:.2e} > {RTOL_O}")
-    inf_ref = np.isinf(ref_lse)
-    if (lse[inf_ref] != ref_lse[inf_ref]).any():
-        errs.append(f"{what}: LSE of rows with no key should be -inf")
-    fin = ~inf_ref
-    if fin.any():
-        lerr = np.abs(lse[fin] - ref_lse[fin]).max()
-        if not lerr <= ATOL_LSE:
-            errs.append(f"{what}: LSE abs err {lerr:.2e} > {ATOL_LSE}")
-    return errs
+    p, lse = softmax_rows(s)
+    return np.matmul(p, vv).transpose(0, 2, 1, 3), lse
 
 
 def make_inputs(rng, b, sq, sk, hq, hkv, d, dtype, packed=False):

@@ -19,11 +19,10 @@ import pytest
 
 from cubinforge.runtime import InputError
 from cubinforge.runtime.registry_source import LocalSource, manifests
-from test_inference_gpu import NO_GPU, download, poisoned, rand, upload
+from _helpers import ATOL_LSE, RTOL_O, download, softmax_rows
+from test_inference_gpu import NO_GPU, poisoned, rand, upload
 
 SRC = LocalSource()
-RTOL_O = 2.5e-3
-ATOL_LSE = 1e-3
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
 
 
@@ -57,14 +56,8 @@ def attend(q, k, v, causal, scale):
     s = np.einsum("qhd,khd->hqk", q, kk) * scale
     if causal:
         s = np.where(np.arange(nk)[None, :] <= np.arange(nq)[:, None] + nk - nq, s, -np.inf)
-    m = s.max(-1, keepdims=True)
-    empty = ~np.isfinite(m)
-    m = np.where(empty, 0.0, m)
-    p = np.exp(s - m)
-    l = p.sum(-1, keepdims=True)
-    o = np.einsum("hqk,khd->qhd", p / np.where(l == 0, 1, l), vv)
-    lse = np.where(empty[..., 0], -np.inf, (m + np.log(np.where(l == 0, 1, l)))[..., 0])
-    return o, lse
+    p, lse = softmax_rows(s)
+    return np.einsum("hqk,khd->qhd", p, vv), lse
 
 
 def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=None, page_size=None, d=128,

@@ -7,14 +7,11 @@ a row with every split empty gets O = 0, LSE = -inf.
 """
 
 import math
-import os
-import tempfile
 import time
 
-os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-# Read when cutlass is imported: --keep-cubin copies go to scratch, not the working directory.
-os.environ.setdefault("CUTE_DSL_DUMP_DIR", os.path.join(tempfile.gettempdir(), "cubinforge-dsl-dump"))
-os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
+from ..common import dsl_environment, lay_out, tensor_struct
+
+dsl_environment("sm_90a")  # before cutlass is imported
 import cutlass  # noqa: E402  (the package is imported only by compile workers)
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32  # noqa: E402
@@ -74,26 +71,14 @@ def _kernel_fns(dtype_name: str):
     return combine_host, dtype
 
 
-def _struct(name, ordinal, tensor, shapes, strides):
-    fields = [{"offset": 0, "type": "ptr", "value": [f"{tensor}.ptr"]}]
-    fields += [{"offset": 8 + 4 * i, "type": "i32", "value": [s]} for i, s in enumerate(shapes)]
-    start = (8 + 4 * len(shapes) + 7) // 8 * 8
-    fields += [{"offset": start + 8 * i, "type": "i64", "value": [f"{tensor}.stride.{d}"]} for i, d in enumerate(strides)]
-    return {"name": name, "ordinal": ordinal, "kind": "struct", "size": start + 8 * len(strides), "align": 8,
-            "fields": fields}
-
-
 def contract(cfg: CombineConfig) -> dict:
     params = [
-        _struct("o_partial", 0, "o_partial", ["num_splits", "batch", "seqlen_q", "heads_q"], [0, 1, 2, 3]),
-        _struct("lse_partial", 1, "lse_partial", ["num_splits", "batch", "heads_q", "seqlen_q"], [0, 1, 2]),
-        _struct("o", 2, "o", ["batch", "seqlen_q", "heads_q"], [0, 1, 2]),
-        _struct("lse", 3, "lse", ["batch", "heads_q", "seqlen_q"], [0, 1]),
+        tensor_struct("o_partial", 0, "o_partial", ["num_splits", "batch", "seqlen_q", "heads_q"], [0, 1, 2, 3]),
+        tensor_struct("lse_partial", 1, "lse_partial", ["num_splits", "batch", "heads_q", "seqlen_q"], [0, 1, 2]),
+        tensor_struct("o", 2, "o", ["batch", "seqlen_q", "heads_q"], [0, 1, 2]),
+        tensor_struct("lse", 3, "lse", ["batch", "heads_q", "seqlen_q"], [0, 1]),
     ]
-    end = 0
-    for p in params:  # the parameter block packs each at its natural alignment
-        p["offset"] = (end + p["align"] - 1) // p["align"] * p["align"]
-        end = p["offset"] + p["size"]
+    lay_out(params)  # the parameter block packs each at its natural alignment
     return {
         "grid": [["seqlen_q", ROWS, "ceil_div"], ["heads_q"], ["batch"]],
         "symbols": {

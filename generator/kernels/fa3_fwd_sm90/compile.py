@@ -7,22 +7,15 @@ one cubin serves every problem size of the variant.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 
+from ..common import dsl_environment, fake_problem
 from .config import FwdConfig
 
 
 def compile_cubin(cfg: FwdConfig):
     """Return (compiled object, kernel instance, seconds)."""
-    os.environ.setdefault("CUTE_DSL_ARCH", cfg.arch)
-    # --keep-cubin also writes a copy of each cubin into CUTE_DSL_DUMP_DIR (read when cutlass
-    # is imported; the working directory by default). We take the bytes from
-    # compiled.__cubin__, so send the copies to scratch unless a caller chose a place.
-    # The directory must exist: where it does not, the DSL hands back the path instead of bytes.
-    os.environ.setdefault("CUTE_DSL_DUMP_DIR", os.path.join(tempfile.gettempdir(), "cubinforge-dsl-dump"))
-    os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
+    dsl_environment(cfg.arch)
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor
@@ -30,29 +23,17 @@ def compile_cubin(cfg: FwdConfig):
     from .kernel import DTYPES, FlashFwdSm90
 
     dt = DTYPES[cfg.dtype]
-    align_elems = 16 // cfg.elem_bytes  # 16-byte aligned strides, as TMA requires
-
-    def sym(div=1):
-        return cute.sym_int64(divisibility=div)
-
-    batch, seqlen_q, seqlen_k = cute.sym_int(), cute.sym_int(), cute.sym_int()
-    heads_q, heads_kv = cute.sym_int(), cute.sym_int()
+    fake = fake_problem(dt, cfg.head_dim, cfg.elem_bytes)
+    sym, bshd, align_elems = fake.sym, fake.bshd, fake.align_elems
+    batch, seqlen_q, seqlen_k, heads_q, heads_kv = fake.batch, fake.seqlen_q, fake.seqlen_k, fake.heads_q, fake.heads_kv
     d = cfg.head_dim
-
-    def bshd(seqlen, heads, dim=d):
-        return make_fake_tensor(
-            dt, (batch, seqlen, heads, dim),
-            stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1),
-            assumed_align=16,
-        )
-
-    scale = cutlass.Float32(1.0 / math.sqrt(d) * math.log2(math.e))
+    scale = fake.scale_log2()
     options = f"--gpu-arch {cfg.arch} --keep-cubin"
     if cfg.inference:
-        return _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, heads_kv, scale, options)
+        return _compile_inference(cfg, dt, fake, scale, options)
     dv = cfg.head_dim_v
     q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv, dv), bshd(seqlen_q, heads_q, dv)
-    lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
+    lse = fake.lse()
     # The variants' runtime values; left out (None) when off, so those cubins stay as they were.
     extra = {}
     if cfg.softcap:
@@ -78,8 +59,10 @@ def compile_cubin(cfg: FwdConfig):
     return compiled, kernel, time.perf_counter() - t0
 
 
-def _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, heads_kv, scale, options):
+def _compile_inference(cfg, dt, fake, scale, options):
     """The split_kv / pack_gqa / paged_kv form: inference.FlashFwdSm90Inference's arguments."""
+    sym, bshd = fake.sym, fake.bshd
+    batch, seqlen_q, seqlen_k, heads_q, heads_kv = fake.batch, fake.seqlen_q, fake.seqlen_k, fake.heads_q, fake.heads_kv
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor
@@ -106,7 +89,7 @@ def _compile_inference(cfg, dt, sym, bshd, batch, seqlen_q, seqlen_k, heads_q, h
                                stride=(sym(), sym(), sym(), 1), assumed_align=4)
     else:
         o = bshd(seqlen_q, heads_q)
-        lse = make_fake_tensor(cutlass.Float32, (batch, heads_q, seqlen_q), stride=(sym(), sym(), 1), assumed_align=4)
+        lse = fake.lse()
     seqused_k = make_fake_tensor(cutlass.Int32, (batch,), stride=(1,), assumed_align=4)
     extra = []
     if cfg.paged_kv:

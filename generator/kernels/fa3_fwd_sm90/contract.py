@@ -8,44 +8,12 @@ sizes are checked against the cubin's own parameter table by the pipeline.
 
 from __future__ import annotations
 
+from ..common import i32_struct, lay_out, tensor_struct, tensormap
 from .config import FwdConfig
-
-SWIZZLE_NAMES = {128: "128B", 64: "64B", 32: "32B", 0: "none"}
-# (batch, seqlen, heads, head_dim) -> tensor-map order, innermost first.
-TMA_DIM_ORDER = [3, 1, 2, 0]
-
-
-def _i32_struct(name: str, ordinal: int, values: list[str]) -> dict:
-    return {
-        "name": name, "ordinal": ordinal, "kind": "struct", "size": 4 * len(values), "align": 4,
-        "fields": [{"offset": 4 * i, "type": "i32", "value": [v]} for i, v in enumerate(values)],
-    }
-
-
-def _tensormap(name: str, ordinal: int, tensor: str, dtype: str, box: tuple[int, int], swizzle: int) -> dict:
-    return {
-        "name": name, "ordinal": ordinal, "kind": "tensormap", "size": 128, "align": 64,
-        "tensor": tensor, "dtype": dtype, "dims": TMA_DIM_ORDER,
-        "box": [box[0], box[1], 1, 1], "element_strides": [1, 1, 1, 1],
-        "interleave": "none", "swizzle": SWIZZLE_NAMES[swizzle],
-        "l2_promotion": "128B", "oob_fill": "none",
-    }
-
 
 # sm_90 kernels' parameters start at this constant-bank offset; alignment holds for bank
 # addresses, so a 64-byte-aligned tensor map can sit at parameter offset 112.
 PARAM_BANK_BASE = 0x210
-
-
-def _lay_out(params: list[dict]) -> list[dict]:
-    """Give each parameter the offset the compiler uses: the next bank-aligned slot."""
-    end = 0
-    for p in params:
-        addr = PARAM_BANK_BASE + end
-        addr = (addr + p["align"] - 1) // p["align"] * p["align"]
-        p["offset"] = addr - PARAM_BANK_BASE
-        end = p["offset"] + p["size"]
-    return params
 
 
 def window_expr(side: str, reach: str) -> list:
@@ -65,10 +33,10 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     # V and O are head_dim_v wide: its own symbol only where it differs, so plain contracts stay.
     dv_sym = "head_dim_v" if cfg.head_dim_v != d else "head_dim"
     params = [
-        _i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]),
-        _i32_struct("k_coords", 1, ["seqlen_k", "heads_kv", "batch"]),
-        _i32_struct("v_coords", 2, ["seqlen_k", "heads_kv", "batch"]),
-        _i32_struct("o_coords", 3, ["seqlen_q", "heads_q", "batch"]),
+        i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]),
+        i32_struct("k_coords", 1, ["seqlen_k", "heads_kv", "batch"]),
+        i32_struct("v_coords", 2, ["seqlen_k", "heads_kv", "batch"]),
+        i32_struct("o_coords", 3, ["seqlen_q", "heads_q", "batch"]),
         {
             # The kernel sees LSE as (seqlen_q, heads_q, batch); the seqlen stride is 1.
             "name": "lse", "ordinal": 4, "kind": "struct", "size": 40, "align": 8,
@@ -81,10 +49,10 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
                 {"offset": 32, "type": "i64", "value": ["lse.stride.0"]},
             ],
         },
-        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swz["q"]),
-        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swz["k"]),
-        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swz["v"]),
-        _tensormap("tma_o", 8, "o", cfg.out_dtype, boxes["o"], swz["o"]),
+        tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swz["q"]),
+        tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swz["k"]),
+        tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swz["v"]),
+        tensormap("tma_o", 8, "o", cfg.out_dtype, boxes["o"], swz["o"]),
         {"name": "softmax_scale_log2", "ordinal": 9, "kind": "scalar", "size": 4, "align": 4,
          # softcap: the softmax exponent is softcap * tanh(..) * log2(e) (softmax.apply_softcap).
          "type": "f32", "value": ["softcap", "log2e_mul"] if cfg.softcap else ["softmax_scale", "log2e_mul"]},
@@ -172,19 +140,8 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             {"expr": ["heads_q", 65535, "<="], "message": "heads_q must be at most 65535 (grid y)"},
             {"expr": ["batch", 65535, "<="], "message": "batch must be at most 65535 (grid z)"},
         ],
-        "params": _lay_out(params),
+        "params": lay_out(params, PARAM_BANK_BASE),
     }
-
-
-def _tensor_struct(name: str, ordinal: int, tensor: str, shapes: list[str], strides: list[int]) -> dict:
-    """A CuTe tensor parameter: pointer, its dynamic shapes (i32) in the kernel's mode order,
-    then its dynamic strides (i64, `tensor.stride.i` of the caller's dimension i)."""
-    fields = [{"offset": 0, "type": "ptr", "value": [f"{tensor}.ptr"]}]
-    fields += [{"offset": 8 + 4 * i, "type": "i32", "value": [s]} for i, s in enumerate(shapes)]
-    start = (8 + 4 * len(shapes) + 7) // 8 * 8
-    fields += [{"offset": start + 8 * i, "type": "i64", "value": [f"{tensor}.stride.{d}"]} for i, d in enumerate(strides)]
-    size = start + 8 * len(strides)
-    return {"name": name, "ordinal": ordinal, "kind": "struct", "size": size, "align": 8, "fields": fields}
 
 
 def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
@@ -207,31 +164,31 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
         params.append(p)
 
     if cfg.pack_gqa:  # Q as a plain tensor in the kernel's (seqlen, d, heads, batch) view
-        add(_tensor_struct("q", 0, "q", ["seqlen_q", "heads_q", "batch"], [1, 2, 0]))
+        add(tensor_struct("q", 0, "q", ["seqlen_q", "heads_q", "batch"], [1, 2, 0]))
     else:
-        add(_i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]))
-    add(_i32_struct("k_coords", 0, kv_rows + ["heads_kv", kv_outer]))
-    add(_i32_struct("v_coords", 0, kv_rows + ["heads_kv", kv_outer]))
+        add(i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]))
+    add(i32_struct("k_coords", 0, kv_rows + ["heads_kv", kv_outer]))
+    add(i32_struct("v_coords", 0, kv_rows + ["heads_kv", kv_outer]))
     if cfg.split_kv:
-        add(_tensor_struct(o_name, 0, o_name, ["num_splits", "batch", "seqlen_q", "heads_q"], [0, 1, 2, 3]))
-        add(_tensor_struct(lse_name, 0, lse_name, ["num_splits", "batch", "heads_q", "seqlen_q"], [0, 1, 2]))
+        add(tensor_struct(o_name, 0, o_name, ["num_splits", "batch", "seqlen_q", "heads_q"], [0, 1, 2, 3]))
+        add(tensor_struct(lse_name, 0, lse_name, ["num_splits", "batch", "heads_q", "seqlen_q"], [0, 1, 2]))
     else:
-        add(_tensor_struct(o_name, 0, o_name, ["batch", "seqlen_q", "heads_q"], [0, 1, 2]))
-        add(_tensor_struct(lse_name, 0, lse_name, ["batch", "heads_q", "seqlen_q"], [0, 1]))
+        add(tensor_struct(o_name, 0, o_name, ["batch", "seqlen_q", "heads_q"], [0, 1, 2]))
+        add(tensor_struct(lse_name, 0, lse_name, ["batch", "heads_q", "seqlen_q"], [0, 1]))
     if not cfg.pack_gqa:
-        add(_tensormap("tma_q", 0, "q", cfg.dtype, boxes["q"], swz["q"]))
-    add(_tensormap("tma_k", 0, "k", cfg.dtype, boxes["k"], swz["k"]))
-    add(_tensormap("tma_v", 0, "v", cfg.dtype, boxes["v"], swz["v"]))
+        add(tensormap("tma_q", 0, "q", cfg.dtype, boxes["q"], swz["q"]))
+    add(tensormap("tma_k", 0, "k", cfg.dtype, boxes["k"], swz["k"]))
+    add(tensormap("tma_v", 0, "v", cfg.dtype, boxes["v"], swz["v"]))
     if cfg.paged_kv:
-        add(_i32_struct("kc_coords", 0, kv_rows + ["heads_kv", kv_outer]))
-        add(_i32_struct("vc_coords", 0, kv_rows + ["heads_kv", kv_outer]))
-        add(_tensormap("tma_k_chunk", 0, "k", cfg.dtype, boxes["kc"], swz["k"]))
-        add(_tensormap("tma_v_chunk", 0, "v", cfg.dtype, boxes["vc"], swz["v"]))
+        add(i32_struct("kc_coords", 0, kv_rows + ["heads_kv", kv_outer]))
+        add(i32_struct("vc_coords", 0, kv_rows + ["heads_kv", kv_outer]))
+        add(tensormap("tma_k_chunk", 0, "k", cfg.dtype, boxes["kc"], swz["k"]))
+        add(tensormap("tma_v_chunk", 0, "v", cfg.dtype, boxes["vc"], swz["v"]))
     add({"name": "softmax_scale_log2", "ordinal": 0, "kind": "scalar", "size": 4, "align": 4,
          "type": "f32", "value": ["softmax_scale", "log2e_mul"]})
-    add(_tensor_struct("seqused_k", 0, "seqused_k", ["batch"], []))
+    add(tensor_struct("seqused_k", 0, "seqused_k", ["batch"], []))
     if cfg.paged_kv:
-        add(_tensor_struct("page_table", 0, "page_table", ["batch", "max_pages"], [0]))
+        add(tensor_struct("page_table", 0, "page_table", ["batch", "max_pages"], [0]))
     add({"name": "tiled_mma_qk", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
     add({"name": "tiled_mma_pv", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
 
@@ -287,14 +244,14 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
         "tensors": tensors,
         "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}},
         "checks": checks,
-        "params": _lay_out(params),
+        "params": lay_out(params, PARAM_BANK_BASE),
     }
 
 
 def _tensormap_3d(name: str, tensor: str, dtype: str, box: tuple[int, int], swizzle: int) -> dict:
     """A tensor map over a packed (total, heads, d) tensor: the kernel's (total, d, heads) view,
     d innermost, a box of (one swizzle atom of columns, rows, one head)."""
-    p = _tensormap(name, 0, tensor, dtype, box, swizzle)
+    p = tensormap(name, 0, tensor, dtype, box, swizzle)
     p["dims"], p["box"], p["element_strides"] = [2, 0, 1], [box[0], box[1], 1], [1, 1, 1]
     return p
 
@@ -323,30 +280,30 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     else:
         kv_coords = ["total_k", "heads_kv"]
         kv_dims = ["total_k", "heads_kv", "head_dim"]
-    add(_i32_struct("q_coords", 0, ["total_q", "heads_q"]))
-    add(_i32_struct("k_coords", 0, kv_coords))
-    add(_i32_struct("v_coords", 0, kv_coords))
-    add(_tensor_struct("o", 0, "o", ["total_q", "heads_q"], [0, 1]))
-    add(_tensor_struct("lse", 0, "lse", ["heads_q", "total_q"], [0]))
+    add(i32_struct("q_coords", 0, ["total_q", "heads_q"]))
+    add(i32_struct("k_coords", 0, kv_coords))
+    add(i32_struct("v_coords", 0, kv_coords))
+    add(tensor_struct("o", 0, "o", ["total_q", "heads_q"], [0, 1]))
+    add(tensor_struct("lse", 0, "lse", ["heads_q", "total_q"], [0]))
     add(_tensormap_3d("tma_q", "q", cfg.dtype, boxes["q"], swz["q"]))
     if cfg.paged_kv:
-        add(_tensormap("tma_k", 0, "k", cfg.dtype, boxes["k"], swz["k"]))
-        add(_tensormap("tma_v", 0, "v", cfg.dtype, boxes["v"], swz["v"]))
-        add(_i32_struct("kc_coords", 0, kv_coords))
-        add(_i32_struct("vc_coords", 0, kv_coords))
-        add(_tensormap("tma_k_chunk", 0, "k", cfg.dtype, boxes["kc"], swz["k"]))
-        add(_tensormap("tma_v_chunk", 0, "v", cfg.dtype, boxes["vc"], swz["v"]))
+        add(tensormap("tma_k", 0, "k", cfg.dtype, boxes["k"], swz["k"]))
+        add(tensormap("tma_v", 0, "v", cfg.dtype, boxes["v"], swz["v"]))
+        add(i32_struct("kc_coords", 0, kv_coords))
+        add(i32_struct("vc_coords", 0, kv_coords))
+        add(tensormap("tma_k_chunk", 0, "k", cfg.dtype, boxes["kc"], swz["k"]))
+        add(tensormap("tma_v_chunk", 0, "v", cfg.dtype, boxes["vc"], swz["v"]))
     else:
         add(_tensormap_3d("tma_k", "k", cfg.dtype, boxes["k"], swz["k"]))
         add(_tensormap_3d("tma_v", "v", cfg.dtype, boxes["v"], swz["v"]))
     add({"name": "softmax_scale_log2", "ordinal": 0, "kind": "scalar", "size": 4, "align": 4,
          "type": "f32", "value": ["softmax_scale", "log2e_mul"]})
-    add(_tensor_struct("seqused_k", 0, "seqused_k", ["batch"], []))
+    add(tensor_struct("seqused_k", 0, "seqused_k", ["batch"], []))
     if cfg.paged_kv:
-        add(_tensor_struct("page_table", 0, "page_table", ["batch", "max_pages"], [0]))
-    add(_tensor_struct("cu_seqlens_q", 0, "cu_seqlens_q", ["batch_plus_1"], []))
-    add(_tensor_struct("cu_seqlens_k", 0, "cu_seqlens_k", ["batch_plus_1"], []))
-    add(_tensor_struct("seqused_q", 0, "seqused_q", ["batch"], []))
+        add(tensor_struct("page_table", 0, "page_table", ["batch", "max_pages"], [0]))
+    add(tensor_struct("cu_seqlens_q", 0, "cu_seqlens_q", ["batch_plus_1"], []))
+    add(tensor_struct("cu_seqlens_k", 0, "cu_seqlens_k", ["batch_plus_1"], []))
+    add(tensor_struct("seqused_q", 0, "seqused_q", ["batch"], []))
     for flag in ("has_seqused_q", "has_seqused_k"):
         add({"name": flag, "ordinal": 0, "kind": "scalar", "size": 4, "align": 4, "type": "i32", "value": [flag]})
     add({"name": "tiled_mma_qk", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
@@ -403,5 +360,5 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
                     "has_seqused_q": {"type": "i32", "default": [0]},
                     "has_seqused_k": {"type": "i32", "default": [0]}},
         "checks": checks,
-        "params": _lay_out(params),
+        "params": lay_out(params, PARAM_BANK_BASE),
     }

@@ -88,27 +88,12 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
         sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
 
-        def buffer(layout):
-            return cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(layout)], 1024]
-
-        fields = {
-            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
-            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
-            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
-            "sQ": buffer(sQ_layout),
-            "sK": buffer(sK_layout),
-            "sV": buffer(sV_layout),
-        }
+        fields = self._storage_fields(sQ_layout, sK_layout, sV_layout)
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
-        tma_k, tK = cpasync.make_tiled_tma_atom(
-            load_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.hdim)
-        )
-        tma_v, tV = cpasync.make_tiled_tma_atom(
-            load_op, mV, cute.select(sV_layout, mode=[0, 1]), (self.tile_n, self.hdim)
-        )
+        tma_k, tK, tma_v, tV = self._kv_tma_atoms(load_op, mK, mV, sK_layout, sV_layout, (self.tile_n, self.hdim))
         cols = _inner_cols(sK_layout)
         self.dynamic_smem_bytes = SharedStorage.size_in_bytes()
         self.tma_boxes = {"k": (cols, self.tile_n), "v": (cols, self.tile_n)}
@@ -185,28 +170,11 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
-        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
-        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
-        q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
-        kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
-        pipe_q = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
-            producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
-        )
-        pipe_k = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages,
-            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
-        )
-        pipe_v = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
-            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
-        )
+        pipe_q, pipe_k, pipe_v = self._tma_pipelines(storage, sQ_layout, sK_layout, sV_layout)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
-        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sQ, sK, sV = self._smem_qkv(storage, sQ_layout, sK_layout, sV_layout)
 
         m_block, split, head, batch, group, seq, lo, hi = self.tile_work(
             mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k)
@@ -466,13 +434,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
     ):
         """Key blocks hi-1 down to lo: FA3's overlapped loop (kernel.consume) over [lo, hi)."""
-        def gemm_qk(stage):
-            acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True)
-            return acc_S
-
-        def gemm_pv(stage, zero_init):
-            self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
+        gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O)
 
         def mask(acc_S, n_block, causal):
             self.apply_mask(acc_S, coords_rc, m_block, n_block, group, seqlen_q, seqlen_k, causal)

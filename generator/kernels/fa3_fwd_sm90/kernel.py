@@ -38,7 +38,7 @@ from .layouts import (
 )
 from . import block_range, v_transpose
 from .mask import apply_mask, apply_mask_bits, apply_window_mask, apply_window_mask_bits
-from .schedule import causal_lpt_order, next_tile, strided_tile
+from .schedule import TileScheduler
 from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlass.Float8E4M3FN}
@@ -73,7 +73,7 @@ class FlashFwdSm90:
         self.overlap = cfg.intra_wg_overlap
         self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
         self.persistent = cfg.scheduler == "persistent"
-        self.linear_grid = cfg.scheduler == "lpt"
+        self.sched = TileScheduler(cfg.scheduler, cfg.causal)
         self.separate_o = cfg.separate_o_smem
         self.wg_epilogue = cfg.wg_epilogue
         # Rows of O one TMA store writes: the whole tile, or one warpgroup's slab.
@@ -143,33 +143,20 @@ class FlashFwdSm90:
                          else smem_layout(self.o_dtype, self.tile_m, self.hdim_v))
         sO_box_layout = cute.select(sO_layout, mode=[0, 1]) if self.wg_epilogue else sO_layout
 
-        def buffer(layout, dtype=self.dtype):
-            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
-
-        fields = {
-            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
-            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
-            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
-            "sQ": buffer(sQ_layout),
-            "sK": buffer(sK_layout),
-            "sV": buffer(sV_layout),
-        }
+        fields = self._storage_fields(sQ_layout, sK_layout, sV_layout)
         if const_expr(self.separate_o):
-            fields["sO"] = buffer(sO_layout, self.o_dtype)
+            fields["sO"] = _smem_buffer(sO_layout, self.o_dtype)
         if const_expr(self.v_transpose):
             fields["mbar_vt"] = cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
-            fields["sVt"] = buffer(sVt_layout)
+            fields["sVt"] = _smem_buffer(sVt_layout, self.dtype)
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
         store_op = cpasync.CopyBulkTensorTileS2GOp()
         tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_layout, (self.tile_m, self.hdim))
-        tma_k, tK = cpasync.make_tiled_tma_atom(
-            load_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.hdim)
-        )
-        tma_v, tV = cpasync.make_tiled_tma_atom(
-            load_op, mV, cute.select(sV_layout, mode=[0, 1]),
+        tma_k, tK, tma_v, tV = self._kv_tma_atoms(
+            load_op, mK, mV, sK_layout, sV_layout,
             (self.hdim_v, self.tile_n) if const_expr(self.fp8 and not self.v_transpose) else (self.tile_n, self.hdim_v),
         )
         tma_o, tO = cpasync.make_tiled_tma_atom(store_op, mO, sO_box_layout, (self.o_rows, self.hdim_v))
@@ -184,14 +171,9 @@ class FlashFwdSm90:
         }
 
         num_m = cute.ceil_div(cute.size(mQ.shape[0]), self.tile_m)
-        if const_expr(self.persistent):
-            # Traced for the DSL's own launcher only; the launch contract carries the real rule
-            # (one CTA per SM, at most one per tile).
-            grid = (cutlass.min(num_m * cute.size(mQ.shape[2]) * cute.size(mQ.shape[3]), PERSISTENT_CTAS), 1, 1)
-        elif const_expr(self.linear_grid):
-            grid = (num_m * cute.size(mQ.shape[2]) * cute.size(mQ.shape[3]), 1, 1)
-        else:
-            grid = (num_m, cute.size(mQ.shape[2]), cute.size(mQ.shape[3]))
+        # Traced for the DSL's own launcher only; the launch contract carries the real rule
+        # (persistent: one CTA per SM, at most one per tile).
+        grid = self.sched.grid(num_m, cute.size(mQ.shape[2]), cute.size(mQ.shape[3]), PERSISTENT_CTAS, mn=cutlass.min)
         if const_expr(self.fp8):
             check_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
         if const_expr(self.cfg.fp8_local_p):
@@ -204,6 +186,69 @@ class FlashFwdSm90:
             tiled_mma_qk, tiled_mma_pv,
             softcap_pre, window_left, window_right, mSink, mDescale,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
+
+    # Pieces both this kernel and inference.FlashFwdSm90Inference build the same way. Plain
+    # Python (no dynamic control flow): tracing them emits what inlining them would.
+    def _storage_fields(self, sQ_layout, sK_layout, sV_layout) -> dict:
+        """The shared-storage fields every form has: Q/K/V mbarriers and buffers."""
+        return {
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
+            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
+            "sQ": _smem_buffer(sQ_layout, self.dtype),
+            "sK": _smem_buffer(sK_layout, self.dtype),
+            "sV": _smem_buffer(sV_layout, self.dtype),
+        }
+
+    def _kv_tma_atoms(self, load_op, mK, mV, sK_layout, sV_layout, v_box):
+        """TMA load atoms of one K stage (tile_n x head_dim) and one V stage (v_box)."""
+        tma_k, tK = cpasync.make_tiled_tma_atom(
+            load_op, mK, cute.select(sK_layout, mode=[0, 1]), (self.tile_n, self.hdim)
+        )
+        tma_v, tV = cpasync.make_tiled_tma_atom(load_op, mV, cute.select(sV_layout, mode=[0, 1]), v_box)
+        return tma_k, tK, tma_v, tV
+
+    def _tma_pipelines(self, storage, sQ_layout, sK_layout, sV_layout, v_readers=None):
+        """The Q (one stage), K and V pipelines, filled by one producer thread's TMA and read by
+        the consumer warps (V: by `v_readers` warps where given)."""
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
+        q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
+        kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
+        v_bytes = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
+            producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
+        )
+        pipe_k = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages,
+            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
+        )
+        pipe_v = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
+            producer_group=producer,
+            consumer_group=(pipeline.CooperativeGroup(pipeline.Agent.Thread, v_readers)
+                            if v_readers is not None else consumers),
+            tx_count=v_bytes, defer_sync=True,
+        )
+        return pipe_q, pipe_k, pipe_v
+
+    def _smem_qkv(self, storage, sQ_layout, sK_layout, sV_layout):
+        return (storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner),
+                storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner),
+                storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner))
+
+    def _gemms(self, tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O):
+        """gemm_qk(stage) -> a fresh S accumulator; gemm_pv(stage, zero_init) into acc_O."""
+        def gemm_qk(stage):
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True)
+            return acc_S
+
+        def gemm_pv(stage, zero_init):
+            self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
+
+        return gemm_qk, gemm_pv
 
     # ---------------------------------------------------------------- device side
     @cute.kernel
@@ -241,26 +286,10 @@ class FlashFwdSm90:
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
 
-        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
-        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
-        q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
-        kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
-        v_bytes = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
-        pipe_q = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
-            producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
-        )
-        pipe_k = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages,
-            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
-        )
-        pipe_v = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
-            producer_group=producer,
+        pipe_q, pipe_k, pipe_v = self._tma_pipelines(
+            storage, sQ_layout, sK_layout, sV_layout,
             # With the transpose, the producer's transposing warps read sV, not the consumers.
-            consumer_group=(pipeline.CooperativeGroup(pipeline.Agent.Thread, v_transpose.WARPS)
-                            if const_expr(self.v_transpose) else consumers),
-            tx_count=v_bytes, defer_sync=True,
+            v_readers=v_transpose.WARPS if const_expr(self.v_transpose) else None,
         )
         if const_expr(self.v_transpose):
             # sVt: written by the transposing warps' threads, read by every consumer thread.
@@ -273,9 +302,7 @@ class FlashFwdSm90:
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
-        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sQ, sK, sV = self._smem_qkv(storage, sQ_layout, sK_layout, sV_layout)
         # The V the PV GEMM reads and the pipeline that hands it over.
         sV_mma, pipe_v_mma = sV, pipe_v
         if const_expr(self.v_transpose):
@@ -296,14 +323,14 @@ class FlashFwdSm90:
         # single: one tile per CTA (grid = (num_m, heads, batch)); persistent: CTAs stride over
         # the linearised tiles, so one tile's epilogue overlaps the next tile's loads. Causal
         # tiles differ in cost: their rounds zigzag (schedule.py).
-        if const_expr(self.persistent or self.linear_grid):
+        if const_expr(self.sched.linear):
             cta = cute.arch.block_idx()[0]
             ctas = cute.arch.grid_dim()[0]
         else:
             bm, bh, bb = cute.arch.block_idx()
             cta = bm + num_m * (bh + mQ.shape[2] * bb)
             ctas = num_tiles
-        zigzag = self.persistent and self.causal
+        zigzag = self.sched.zigzag
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -311,7 +338,7 @@ class FlashFwdSm90:
                 q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
                 kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
                 k = Int32(0)
-                tile = strided_tile(k, cta, ctas, zigzag)
+                tile = self.sched.first(k, cta, ctas)
                 while tile < num_tiles:
                     m_block, head, head_kv, batch, n_block_max = self.tile_work(
                         tile, num_m, mQ, mK, window_right)
@@ -321,7 +348,7 @@ class FlashFwdSm90:
                         q_state, kv_state, m_block, head, head_kv, batch, n_block_max, n_block_min,
                     )
                     k += 1
-                    tile = next_tile(k, tile, cta, ctas, zigzag)
+                    tile = self.sched.next(k, tile, cta, ctas)
                 # Keep the CTA alive until the consumers released every slot we filled.
                 pipe_v.producer_tail(kv_state)
             if const_expr(self.v_transpose):
@@ -341,7 +368,7 @@ class FlashFwdSm90:
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             k = Int32(0)
-            tile = strided_tile(k, cta, ctas, zigzag)
+            tile = self.sched.first(k, cta, ctas)
             while tile < num_tiles:
                 m_block, head, head_kv, batch, n_block_max = self.tile_work(
                     tile, num_m, mQ, mK, window_right)
@@ -359,7 +386,7 @@ class FlashFwdSm90:
                     n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
                 )
                 k += 1
-                tile = next_tile(k, tile, cta, ctas, zigzag)
+                tile = self.sched.next(k, tile, cta, ctas)
             if const_expr(self.separate_o):
                 # The last O store must have read shared memory before the CTA exits.
                 if ctidx % (128 if self.wg_epilogue else self.consumer_threads) == 0:
@@ -368,24 +395,10 @@ class FlashFwdSm90:
     @cute.jit
     def tile_work(self, tile, num_m, mQ, mK, window_right=None):
         """(m_block, head, head_kv, batch, n_block_max) of a linear tile index."""
-        heads = mQ.shape[2]
-        if const_expr(self.causal and (self.persistent or self.linear_grid)):
-            m_block, hb = causal_lpt_order(
-                tile, num_m, heads * mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
-                self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
-            )
-            head = hb % heads
-            batch = hb // heads
-        else:
-            # m fastest: CTAs running together share one head's K and V in L2.
-            m_block = tile % num_m
-            rest = tile // num_m
-            head = rest % heads
-            batch = rest // heads
-            if const_expr(self.causal):
-                # Longest tiles first: under a causal mask the last query rows see the most
-                # keys, so starting them first shortens the tail.
-                m_block = num_m - 1 - m_block
+        m_block, head, batch = self.sched.decode(
+            tile, num_m, mQ.shape[2], mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
+            self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
+        )
         head_kv = head // (mQ.shape[2] // mK.shape[2])
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
         n_block_max = block_range.n_block_max(
@@ -494,13 +507,7 @@ class FlashFwdSm90:
             softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum
         )
 
-        def gemm_qk(stage):
-            acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True)
-            return acc_S
-
-        def gemm_pv(stage, zero_init):
-            self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
+        gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O)
 
         # Thread 0's coordinates: static, so the mask's column offsets are known at trace time.
         offsets_rc = acc_as_rows_cols(
@@ -798,6 +805,11 @@ class FlashFwdSm90:
             )
             cute.copy(tma_o, tOsO, tOgO)
             cute.arch.cp_async_bulk_commit_group()
+
+
+def _smem_buffer(layout, dtype):
+    """A shared-memory buffer for `layout`, 1024-byte aligned (the 128B swizzle's period)."""
+    return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
 
 def _inner_cols(layout) -> int:

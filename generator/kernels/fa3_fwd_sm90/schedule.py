@@ -8,6 +8,8 @@ launcher to zero before each launch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 def strided_tile(k, cta, ctas, zigzag: bool):
     """The k-th tile of CTA `cta` of `ctas`: round k of the stride. With `zigzag`, odd rounds
@@ -54,6 +56,66 @@ def split_range(n_block_min, n_block_max, split, num_splits, mn=min):
     per = (n_block_max - n_block_min + num_splits - 1) // num_splits
     lo = n_block_min + split * per
     return lo, mn(lo + per, n_block_max)
+
+
+@dataclass(frozen=True)
+class TileScheduler:
+    """The dense kernel's scheduler: the grid it launches and the order its CTAs walk the
+    tiles, one object for the host (grid) and the kernel (first / next / decode). Only
+    compile-time facts live here; the CTA index and count are passed in, so the same methods
+    run traced (mn/mx = cutlass.min/max) and on the CPU (tests/test_fa3_schedule.py).
+
+    - single: one tile per CTA, grid (m blocks, heads, batch);
+    - persistent: min(tiles, max_ctas) CTAs striding over the linear tiles (zigzag rounds
+      when causal);
+    - lpt: one tile per CTA on a 1-D grid, causal tiles longest first (causal_lpt_order).
+    The kernel keeps the `while tile < num_tiles` statement itself: the DSL traces loops
+    only in the kernel's own body, so the loop is written there, its steps come from here.
+    """
+
+    kind: str  # "single", "persistent" or "lpt"
+    causal: bool
+
+    @property
+    def linear(self) -> bool:
+        """Whether CTAs are numbered on a 1-D grid (blockIdx.x is the CTA, gridDim.x the count)."""
+        return self.kind in ("persistent", "lpt")
+
+    @property
+    def zigzag(self) -> bool:
+        return self.kind == "persistent" and self.causal
+
+    def grid(self, num_m, heads, batch, max_ctas, mn=min):
+        """The launch grid (traced for the DSL's own launcher; the contract has the same rule)."""
+        if self.kind == "persistent":
+            return (mn(num_m * heads * batch, max_ctas), 1, 1)
+        if self.kind == "lpt":
+            return (num_m * heads * batch, 1, 1)
+        return (num_m, heads, batch)
+
+    def first(self, k, cta, ctas):
+        """CTA `cta`'s first tile (k = 0): for single and lpt, its own and only one."""
+        return strided_tile(k, cta, ctas, self.zigzag)
+
+    def next(self, k, tile, cta, ctas):
+        """The tile after `tile` (round k - 1 of the stride); past num_tiles ends the loop."""
+        return next_tile(k, tile, cta, ctas, self.zigzag)
+
+    def decode(self, tile, num_m, heads, batches, seqlen_k, kv_row_bytes, section_bytes, mn=min, mx=max):
+        """(m_block, head, batch) of a linear tile. Causal on a 1-D grid: causal_lpt_order;
+        otherwise m fastest (CTAs running together share one head's K and V in L2), causal
+        m blocks from the last (the longest tiles first shorten the tail)."""
+        if self.causal and self.linear:
+            m_block, hb = causal_lpt_order(tile, num_m, heads * batches, seqlen_k, kv_row_bytes, section_bytes,
+                                           mn=mn, mx=mx)
+            return m_block, hb % heads, hb // heads
+        m_block = tile % num_m
+        rest = tile // num_m
+        head = rest % heads
+        batch = rest // heads
+        if self.causal:
+            m_block = num_m - 1 - m_block
+        return m_block, head, batch
 
 
 # ----------------------------------------------------------------------------- varlen

@@ -158,13 +158,12 @@ def transposer(self, mQ, mK, pipe_v, pipe_vt, v_base, vt_base, sV_layout, sVt_la
     (one per block, whatever the overlap), over the same tiles. A method of FlashFwdSm90
     (`transpose_v`), so `self` is the kernel."""
     from cutlass import pipeline
-    from .schedule import next_tile, strided_tile
 
     warp = warp_idx - FIRST_WARP
     v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
     vt_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
     t = Int32(0)
-    tile = strided_tile(t, cta, ctas, zigzag)
+    tile = self.sched.first(t, cta, ctas)
     while tile < num_tiles:
         m_block, _, _, _, n_block_max = self.tile_work(tile, num_m, mQ, mK, window_right)
         n_blocks = n_block_max - self.first_block(m_block, mQ, mK, window_left)
@@ -177,4 +176,4 @@ def transposer(self, mQ, mK, pipe_v, pipe_vt, v_base, vt_base, sV_layout, sVt_la
                 warp, lane, self.tile_n, self.hdim_v, self.cfg.fp8_local_p,
             )
         t += 1
-        tile = next_tile(t, tile, cta, ctas, zigzag)
+        tile = self.sched.next(t, tile, cta, ctas)

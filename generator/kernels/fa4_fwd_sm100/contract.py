@@ -10,31 +10,21 @@ are checked against the cubin's EIATTR_KPARAM_INFO by the pipeline, as for every
 
 from __future__ import annotations
 
-from cubinforge.generator.kernels.fa3_fwd_sm90.contract import _i32_struct, _tensormap
+from ..common import i32_struct, lay_out, tensormap
 
 from .config import FwdConfig
 
 PARAM_BANK_BASE = 0x380  # sm_100a: c[0x0][0x380] is the first parameter byte in the SASS
 
 
-def lay_out(params: list[dict], base: int = PARAM_BANK_BASE) -> list[dict]:
-    """Give each parameter the offset the compiler uses: the next bank-aligned slot."""
-    end = 0
-    for p in params:
-        addr = (base + end + p["align"] - 1) // p["align"] * p["align"]
-        p["offset"] = addr - base
-        end = p["offset"] + p["size"]
-    return params
-
-
 def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int) -> dict:
     """Grid, symbols, tensors, scalars, checks and params for one compiled variant."""
     params = [
-        _i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]),
-        _i32_struct("k_coords", 1, ["seqlen_k", "heads_kv", "batch"]),
+        i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]),
+        i32_struct("k_coords", 1, ["seqlen_k", "heads_kv", "batch"]),
         # V is seen as (head_dim, seqlen_k, heads_kv, batch); head_dim is static.
-        _i32_struct("v_coords", 2, ["seqlen_k", "heads_kv", "batch"]),
-        _i32_struct("o_coords", 3, ["seqlen_q", "heads_q", "batch"]),
+        i32_struct("v_coords", 2, ["seqlen_k", "heads_kv", "batch"]),
+        i32_struct("o_coords", 3, ["seqlen_q", "heads_q", "batch"]),
         {
             "name": "lse", "ordinal": 4, "kind": "struct", "size": 40, "align": 8,
             "fields": [
@@ -46,10 +36,10 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
                 {"offset": 32, "type": "i64", "value": ["lse.stride.0"]},
             ],
         },
-        _tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swizzle),
-        _tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swizzle),
-        _tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swizzle),
-        _tensormap("tma_o", 8, "o", cfg.dtype, boxes["o"], swizzle),
+        tensormap("tma_q", 5, "q", cfg.dtype, boxes["q"], swizzle),
+        tensormap("tma_k", 6, "k", cfg.dtype, boxes["k"], swizzle),
+        tensormap("tma_v", 7, "v", cfg.dtype, boxes["v"], swizzle),
+        tensormap("tma_o", 8, "o", cfg.dtype, boxes["o"], swizzle),
         {"name": "softmax_scale_log2", "ordinal": 9, "kind": "scalar", "size": 4, "align": 4,
          "type": "f32", "value": ["softmax_scale", "log2e_mul"]},
         {"name": "tiled_mma_qk", "ordinal": 10, "kind": "struct", "size": 32, "align": 16, "fields": []},

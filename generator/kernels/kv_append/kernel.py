@@ -7,14 +7,11 @@ runtime refuses it up front where it can see the lengths). Block (0, 0, b) also 
 seqused_k[b] = cache_seqlens[b] + seqlen_new.
 """
 
-import os
-import tempfile
 import time
 
-os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-# Read when cutlass is imported: --keep-cubin copies go to scratch, not the working directory.
-os.environ.setdefault("CUTE_DSL_DUMP_DIR", os.path.join(tempfile.gettempdir(), "cubinforge-dsl-dump"))
-os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
+from ..common import dsl_environment, lay_out, tensor_struct
+
+dsl_environment("sm_90a")  # before cutlass is imported
 import cutlass  # noqa: E402  (the package is imported only by compile workers)
 import cutlass.cute as cute  # noqa: E402
 
@@ -57,32 +54,19 @@ def _fns(paged: bool):
     return append_host
 
 
-def _struct(name, tensor, shapes, strides):
-    fields = [{"offset": 0, "type": "ptr", "value": [f"{tensor}.ptr"]}]
-    fields += [{"offset": 8 + 4 * i, "type": "i32", "value": [s]} for i, s in enumerate(shapes)]
-    start = (8 + 4 * len(shapes) + 7) // 8 * 8
-    fields += [{"offset": start + 8 * i, "type": "i64", "value": [f"{tensor}.stride.{d}"]}
-               for i, d in enumerate(strides)]
-    return {"name": name, "kind": "struct", "size": start + 8 * len(strides), "align": 8, "fields": fields}
-
-
 def contract(cfg: AppendConfig) -> dict:
     outer, rows = ("num_pages", "page_size") if cfg.paged_kv else ("batch", "seqlen_cache")
     params = [
-        _struct("k", "k", ["batch", "seqlen_new", "heads_kv"], [0, 1, 2]),
-        _struct("v", "v", ["batch", "seqlen_new", "heads_kv"], [0, 1, 2]),
-        _struct("k_cache", "k_cache", [outer, rows, "heads_kv"], [0, 1, 2]),
-        _struct("v_cache", "v_cache", [outer, rows, "heads_kv"], [0, 1, 2]),
-        _struct("cache_seqlens", "cache_seqlens", ["batch"], []),
-        _struct("seqused_k", "seqused_k", ["batch"], []),
+        tensor_struct("k", None, "k", ["batch", "seqlen_new", "heads_kv"], [0, 1, 2]),
+        tensor_struct("v", None, "v", ["batch", "seqlen_new", "heads_kv"], [0, 1, 2]),
+        tensor_struct("k_cache", None, "k_cache", [outer, rows, "heads_kv"], [0, 1, 2]),
+        tensor_struct("v_cache", None, "v_cache", [outer, rows, "heads_kv"], [0, 1, 2]),
+        tensor_struct("cache_seqlens", None, "cache_seqlens", ["batch"], []),
+        tensor_struct("seqused_k", None, "seqused_k", ["batch"], []),
     ]
     if cfg.paged_kv:
-        params.append(_struct("page_table", "page_table", ["batch", "max_pages"], [0]))
-    end = 0
-    for n, p in enumerate(params):
-        p["ordinal"] = n
-        p["offset"] = (end + p["align"] - 1) // p["align"] * p["align"]
-        end = p["offset"] + p["size"]
+        params.append(tensor_struct("page_table", None, "page_table", ["batch", "max_pages"], [0]))
+    lay_out(params, number=True)
     new = {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_new", "heads_kv", "head_dim"],
            "contiguous_dim": 3, "align_bytes": 2}
     cache = {"role": "output", "dtype": cfg.dtype, "dims": [outer, rows, "heads_kv", "head_dim"],

@@ -5,19 +5,15 @@ j % page_size of page page_table[b, j // page_size] to k[b, j, h] (and v); past 
 writes zeros, so the dense attention that follows reads finite rows where it masks.
 """
 
-import os
-import tempfile
 import time
 
-os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-# Read when cutlass is imported: --keep-cubin copies go to scratch, not the working directory.
-os.environ.setdefault("CUTE_DSL_DUMP_DIR", os.path.join(tempfile.gettempdir(), "cubinforge-dsl-dump"))
-os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
+from ..common import dsl_environment, lay_out, tensor_struct
+
+dsl_environment("sm_90a")  # before cutlass is imported
 import cutlass  # noqa: E402  (the package is imported only by compile workers)
 import cutlass.cute as cute  # noqa: E402
 
 from ...kernel_build import KernelBuild  # noqa: E402
-from ..kv_append.kernel import _struct  # noqa: E402
 from .config import WARP, GatherConfig  # noqa: E402
 
 
@@ -52,18 +48,14 @@ def _fns(dtype):
 
 def contract(cfg: GatherConfig) -> dict:
     params = [
-        _struct("k_cache", "k_cache", ["num_pages", "page_size", "heads_kv"], [0, 1, 2]),
-        _struct("v_cache", "v_cache", ["num_pages", "page_size", "heads_kv"], [0, 1, 2]),
-        _struct("page_table", "page_table", ["batch", "max_pages"], [0]),
-        _struct("seqused_k", "seqused_k", ["batch"], []),
-        _struct("k", "k", ["batch", "seqlen_k", "heads_kv"], [0, 1, 2]),
-        _struct("v", "v", ["batch", "seqlen_k", "heads_kv"], [0, 1, 2]),
+        tensor_struct("k_cache", None, "k_cache", ["num_pages", "page_size", "heads_kv"], [0, 1, 2]),
+        tensor_struct("v_cache", None, "v_cache", ["num_pages", "page_size", "heads_kv"], [0, 1, 2]),
+        tensor_struct("page_table", None, "page_table", ["batch", "max_pages"], [0]),
+        tensor_struct("seqused_k", None, "seqused_k", ["batch"], []),
+        tensor_struct("k", None, "k", ["batch", "seqlen_k", "heads_kv"], [0, 1, 2]),
+        tensor_struct("v", None, "v", ["batch", "seqlen_k", "heads_kv"], [0, 1, 2]),
     ]
-    end = 0
-    for n, p in enumerate(params):
-        p["ordinal"] = n
-        p["offset"] = (end + p["align"] - 1) // p["align"] * p["align"]
-        end = p["offset"] + p["size"]
+    lay_out(params, number=True)
     cache = {"role": "input", "dtype": cfg.dtype, "dims": ["num_pages", "page_size", "heads_kv", "head_dim"],
              "contiguous_dim": 3, "align_bytes": 2}
     dense = {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_k", "heads_kv", "head_dim"],
