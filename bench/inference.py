@@ -163,8 +163,15 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         torch.cuda.synchronize()
         ref = out
         if fa4 is not None:
-            r_ = fa4(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk, causal=causal)
-            ref = r_[0] if isinstance(r_, tuple) else r_
+            try:
+                r_ = fa4(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk,
+                         causal=causal)
+                ref = r_[0] if isinstance(r_, tuple) else r_
+                print(f"shipped ({p.kernels}) vs FA4, causal={causal}: rel err "
+                      f"{float((out.float() - ref.float()).norm() / ref.float().norm()):.1e}", flush=True)
+            except Exception as e:
+                print(f"FA4 failed ({first_line(e)}): checking against the shipped variant", flush=True)
+                fa4 = None
         refs[causal] = (ref.float(), lse.clone(), p.kernels)
     for name in names:
         causal = bool(json.loads((home / "manifests" / f"{name}.json").read_text())["axes"]["causal"])
