@@ -187,12 +187,39 @@ MODEL_VARIANTS = [
     ("lpt+mask-bits", dict(_SINK, scheduler="lpt", mask_bits=True)),  # TUNED_VARIANTS now
     ("default", dict(_SINK, scheduler="single")),  # SET=variants' build
 ]
+# Varlen prefill (issue 11's cells: 16 sequences of 1-4096 tokens, hd128): the shipped form
+# (one tile per CTA, 3 stages, all switches off, O from registers) ran at 0.80x FA4 non-causal
+# and 0.88x causal on 2026-12-01. Each candidate changes what its label names; the switches
+# the inference form takes are the softmax's, the mask's, the pipeline depth, the tile and
+# the two overlaps' knobs (no O buffer: O leaves from registers unless o-smem stages it
+# through Q's buffer). 128 x 176 (the dense kernel's candidate) spills 152 B here (the
+# register epilogue's addressing), so it is left out. Timed by bench/inference.py --ab-home beside the shipped variant and FA4.
+_VL = dict(head_dim=128, varlen=True)
+VARLEN = [
+    *[(label, dict(_VL, causal=c, **over)) for c in (False, True) for label, over in (
+        ("default", {}),  # the shipped build
+        ("in-order-sum", dict(in_order_row_sum=True)),
+        ("stages-2", dict(stages=2)),
+        ("tile-128x160", dict(tile_m=128, tile_n=160)),
+        ("no-pingpong", dict(pingpong=False)),
+        ("rescale-o-early", dict(rescale_o_early=True)),
+        ("o-smem", dict(o_smem_store=True)),
+        ("o-smem+in-order-sum", dict(o_smem_store=True, in_order_row_sum=True)),
+        ("o-smem+tile-128x160", dict(o_smem_store=True, tile_m=128, tile_n=160)),
+        ("o-smem+stages-2", dict(o_smem_store=True, stages=2)),
+    )],
+    ("mask-bits", dict(_VL, causal=True, mask_bits=True)),
+    ("mask-bits+in-order-sum", dict(_VL, causal=True, mask_bits=True, in_order_row_sum=True)),
+    ("o-smem+mask-bits", dict(_VL, causal=True, o_smem_store=True, mask_bits=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
-               "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS}
+               "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS, "varlen": VARLEN}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
+# The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
+INFERENCE_AXES = ("split_kv", "pack_gqa", "paged_kv", "varlen")
 SEQLENS = (512, 2048, 8192)
 
 
@@ -213,7 +240,9 @@ def ab_name(cfg, label: str) -> str:
     model = "".join(f"-{t}" for t, on in (("softcap", cfg.softcap), ("local", cfg.local),
                                            ("sink", cfg.learnable_sink)) if on)
     layout = "-colmajor" if cfg.v_layout == "colmajor" else ""  # e4m3's V column-major
-    return f"fa3-fwd-sm_90a-{cfg.dtype}-hd{cfg.head_dim}{dv}-{mask}{layout}{model}+{label}"
+    form = "".join(f"-{t}" for t, on in (("varlen", cfg.varlen), ("paged", cfg.paged_kv),
+                                          ("packgqa", cfg.pack_gqa), ("splitkv", cfg.split_kv)) if on)
+    return f"fa3-fwd-sm_90a-{cfg.dtype}-hd{cfg.head_dim}{dv}-{mask}{layout}{model}{form}+{label}"
 
 
 def build(home: Path, experiments: str) -> int:
@@ -238,6 +267,8 @@ def build(home: Path, experiments: str) -> int:
                 "tile_m": cfg.tile_m, "tile_n": cfg.tile_n, **({"v_layout": cfg.v_layout} if cfg.fp8 else {})}
         if cfg.model_variant:  # the runtime selects a model variant by these axes
             axes.update({a: getattr(cfg, a) for a in MODEL_AXES}, scheduler=cfg.scheduler)
+        if cfg.inference:
+            axes.update({a: getattr(cfg, a) for a in INFERENCE_AXES}, scheduler=cfg.scheduler)
         reg.put_artifact(ArtifactInput(
             name=name, family="fa3_fwd", axes=axes, cubin=built.cubin, contract=built.contract,
             metadata=built.metadata, source=json.dumps(overrides), template="bench/ab.py",
@@ -366,6 +397,9 @@ def run(home: Path, out: Path, seqlens) -> int:
         manifest = json.loads((home / "manifests" / f"{name}.json").read_text())
         if any(manifest["axes"].get(a) not in (None, False, manifest["axes"]["head_dim"]) for a in MODEL_AXES):
             print(f"{name}: a model variant, timed by bench/model_variants.py --ab-home {home}", flush=True)
+            continue
+        if any(manifest["axes"].get(a) for a in INFERENCE_AXES):
+            print(f"{name}: an inference form, timed by bench/inference.py --ab-home {home}", flush=True)
             continue
         hd, causal = manifest["axes"]["head_dim"], manifest["axes"]["causal"]
         fp8 = manifest["axes"]["dtype"] == "e4m3"

@@ -1,6 +1,7 @@
 """Inference attention on the H200: ours (flash_attn_with_kvcache) vs FA4, as TB/s of K+V read.
 
     PYTHONPATH=. python3 -m cubinforge.bench.inference [--json out.json]
+    PYTHONPATH=. python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab   # varlen A/B
 
 Cases are issue 11's decode cells (bf16, hd128), and its varlen prefill and paged chunked
 prefill cells as TFLOPS (ours: flash_attn_varlen_func, prepared; FA4: its
@@ -121,6 +122,101 @@ def run_varlen_cases(torch, timing, want) -> list:
     return rows
 
 
+def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
+    """Each varlen candidate of bench.ab's registry at `home` (`bench.ab build --experiments
+    varlen`), pinned to itself, on the varlen prefill case of its mask: output poisoned, checked
+    against FA4's (else the shipped variant's) O, then timed beside the shipped variant and
+    FA4 in alternating rounds in this process. Returns the number of failed candidates."""
+    from pathlib import Path
+
+    from cubinforge.runtime import LocalSource, prepare_varlen
+    from cubinforge.bench.anchors import _PinnedSource
+    try:
+        from flash_attn.cute import flash_attn_varlen_func as fa4
+    except Exception as e:
+        fa4 = None
+        print(f"FA4 not timed: {first_line(e)}", flush=True)
+    home = Path(home)
+    base = LocalSource(home)
+    names = [n for n in sorted(base.list())
+             if json.loads((home / "manifests" / f"{n}.json").read_text())["axes"].get("varlen")
+             and not json.loads((home / "manifests" / f"{n}.json").read_text())["axes"].get("paged_kv")]
+    stream = torch.cuda.current_stream().cuda_stream
+    q, k, v, cu_q, cu_k, _, _, mq, mk, fl_full, fl_causal = varlen_case(torch, "varlen")
+    rows, failed, pins, base_t = [], 0, [], {}
+
+    def ours(causal, source=None):
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((q.shape[1], q.shape[0]), float("nan"), dtype=torch.float32, device="cuda")
+        p = prepare_varlen(q, k, v, cu_q, cu_k, mq, mk, causal=causal, out=out, lse=lse, stream=stream,
+                           source=source)
+        return (lambda: p.run(stream)), out, lse, p
+
+    def tf(fn, flops):
+        t = timing.time_cuda(fn, warmup=3, min_iters=iters, max_iters=iters, budget_s=0.05)
+        return flops / (t.median_ms * 1e-3) / 1e12
+
+    refs = {}
+    for causal in (False, True):
+        fn, out, lse, p = ours(causal)
+        fn()
+        torch.cuda.synchronize()
+        ref = out
+        if fa4 is not None:
+            try:
+                r_ = fa4(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk,
+                         causal=causal)
+                ref = r_[0] if isinstance(r_, tuple) else r_
+                print(f"shipped ({p.kernels}) vs FA4, causal={causal}: rel err "
+                      f"{float((out.float() - ref.float()).norm() / ref.float().norm()):.1e}", flush=True)
+            except Exception as e:
+                print(f"FA4 failed ({first_line(e)}): checking against the shipped variant", flush=True)
+                fa4 = None
+        refs[causal] = (ref.float(), lse.clone(), p.kernels)
+    for name in names:
+        causal = bool(json.loads((home / "manifests" / f"{name}.json").read_text())["axes"]["causal"])
+        flops = fl_causal if causal else fl_full
+        pin = _PinnedSource(base, name)
+        pins.append(pin)  # kept alive: the runtime caches by id()
+        rec = {"variant": name, "causal": causal}
+        try:
+            fn, out, lse, p = ours(causal, pin)
+            fn()
+            torch.cuda.synchronize()
+            ref_o, ref_lse, shipped = refs[causal]
+            rel = float((out.float() - ref_o).norm() / ref_o.norm())
+            lse_err = float((lse - ref_lse).abs().max())
+            ok = rel <= 2e-3 and lse_err <= 1e-3 and not bool(out.isnan().any()) and not bool(lse.isnan().any())
+            rec.update(rel_err=rel, lse_err=lse_err, ok=ok, kernels=p.kernels, shipped=shipped)
+            if ok:
+                fns = {"ab": fn, "shipped": ours(causal)[0]}
+                if fa4 is not None:
+                    kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk, causal=causal)
+                    fns["fa4"] = lambda: fa4(q, k, v, **kw)
+                ts = {b: [] for b in fns}
+                for r in range(3):  # alternating order, so drift hits every backend alike
+                    for b in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+                        ts[b].append(tf(fns[b], flops))
+                rec.update({b: sorted(x)[1] for b, x in ts.items()})
+        except Exception as e:
+            rec.update(ok=False, error=first_line(e))
+            traceback.print_exc(limit=2, file=sys.stderr)
+        failed += not rec["ok"]
+        rows.append(rec)
+        print(json.dumps(rec), flush=True)
+    print()
+    print(f"| candidate | causal | correct | rel err (vs {'FA4' if fa4 else 'shipped'}) | TFLOPS | shipped | FA4 "
+          "| / shipped | / FA4 |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        a, sh, f = r.get("ab"), r.get("shipped"), r.get("fa4")
+        pct = lambda x, y: f"{x / y:.3f}" if x and y else "-"  # noqa: E731
+        num = lambda x: f"{x:.0f}" if x else "-"  # noqa: E731
+        print(f"| {r['variant'].split('+', 1)[-1]} | {r['causal']} | {'yes' if r['ok'] else 'NO ' + r.get('error', '')}"
+              f" | {r.get('rel_err', float('nan')):.1e} | {num(a)} | {num(sh)} | {num(f)} | {pct(a, sh)} | {pct(a, f)} |")
+    return failed
+
+
 def print_varlen(rows) -> None:
     print(f"{'varlen case':48s} {'ours TF':>8s} {'FA4 TF':>8s} {'ours/FA4':>8s}")
     for name, r in rows:
@@ -186,10 +282,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--cases", help="comma list of case names (default: all)")
+    ap.add_argument("--ab-home", help="time bench.ab's varlen candidates in this registry (nothing else)")
+    ap.add_argument("--iters", type=int, default=20, help="--ab-home: timed launches per round")
     args = ap.parse_args(argv)
     import torch
 
     from cubinforge.bench import timing
+    if args.ab_home:
+        return 1 if run_varlen_ab(torch, timing, args.ab_home, args.iters) else 0
     rec: dict = {}
     try:
         rec["hbm_copy_TBps"] = hbm_copy_tbps(torch, timing)

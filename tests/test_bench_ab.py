@@ -108,3 +108,31 @@ def test_model_variant_candidates_are_named_apart_and_have_a_case():
     assert "fa3-fwd-sm_90a-bf16-hd128-noncausal-local+persistent" in names
     assert {"fa3-fwd-sm_90a-bf16-hd192-dv128-causal+default",  # spec's token order: dv before the mask
             "fa3-fwd-sm_90a-bf16-hd128-causal-sink+lpt+mask-bits"} <= set(names)
+
+
+def test_varlen_candidates_are_varlen_named_apart_and_start_from_the_shipped_build():
+    """bench/inference.py --ab-home finds them by the varlen axis; "default" is the shipped
+    varlen build (the inference forms take no TUNED switch), and a label names what is on."""
+    from cubinforge.bench.ab import VARLEN, ab_name, experiment_config
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+
+    names = [ab_name(experiment_config(o), label) for label, o in VARLEN]
+    assert len(set(names)) == len(names), names
+    for (label, o), name in zip(VARLEN, names):
+        cfg = experiment_config(o)
+        assert cfg.varlen and not cfg.paged_kv and "-varlen+" in name, name
+        assert cfg.o_smem_store == ("o-smem" in label), label
+        assert cfg.in_order_row_sum == ("in-order-sum" in label), label
+        if label == "default":
+            assert cfg == FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=cfg.causal, varlen=True)
+    assert {"fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen+default",
+            "fa3-fwd-sm_90a-bf16-hd128-causal-varlen+default"} <= set(names)
+
+
+def test_o_smem_store_is_varlen_only_and_mask_bits_not_under_pack_gqa():
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+
+    with pytest.raises(ValueError, match="varlen"):
+        FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, split_kv=True, o_smem_store=True)
+    with pytest.raises(ValueError, match="pack_gqa"):
+        FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, pack_gqa=True, tile_m=64, mask_bits=True)

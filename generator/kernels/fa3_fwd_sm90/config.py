@@ -167,6 +167,10 @@ class FwdConfig:
     # seqused_q/k; a 1-D grid of (tile, head) over the ragged batch (inference.py varlen_tile).
     # With paged_kv, K/V stay the paged cache and only q/o/lse are packed.
     varlen: bool = False
+    # varlen: O goes out through Q's shared-memory buffer (stmatrix, then 16-byte row stores
+    # predicated per row) instead of 32-bit stores straight from the accumulator's registers.
+    # Off unless asked (bench.ab's `varlen` set measures it).
+    o_smem_store: bool = False
     # What models ship with (runtime values are the contract's scalars and tensors):
     # scores become c * tanh(s * scale / c) before the softmax; c is the scalar `softcap`.
     softcap: bool = False
@@ -266,6 +270,10 @@ class FwdConfig:
             raise ValueError("split_kv, pack_gqa, paged_kv and varlen run one tile per CTA: use scheduler 'single'")
         if self.inference and (self.separate_o_smem or self.wg_epilogue):
             raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
+        if self.o_smem_store and not self.varlen:
+            raise ValueError("o_smem_store is built for the varlen forms only (varlen=True)")
+        if self.pack_gqa and self.mask_bits:
+            raise ValueError("mask_bits counts kept columns per token row: pack_gqa's rows are (token, head)")
         if self.varlen and (self.split_kv or self.pack_gqa):
             raise ValueError("varlen is built without split_kv and pack_gqa so far: use varlen alone or with paged_kv")
         if self.paged_kv and self.tile_n % PAGE_CHUNK:

@@ -29,7 +29,8 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from .barriers import Barrier
 from .config import PAGE_CHUNK, FwdConfig
 from .kernel import FlashFwdSm90, _inner_cols
-from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, transpose_view
+from .mask import apply_mask_bits
+from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, smem_store_atom, transpose_view
 from .schedule import split_range
 from .seqlens import SeqLens
 from .softmax import OnlineSoftmax, rescale_rows
@@ -425,6 +426,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
         inv_sum, lse = softmax.finish()
         rescale_rows(acc_O, inv_sum)
+        if const_expr(self.cfg.o_smem_store):
+            self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q)
+            return
         self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q,
                         offset_q)
 
@@ -485,7 +489,15 @@ class FlashFwdSm90Inference(FlashFwdSm90):
     @cute.jit
     def apply_mask(self, acc_S, coords_rc, m_block, n_block, group, seqlen_q, seqlen_k,
                    causal: cutlass.Constexpr[bool]):
-        """mask.apply_mask with the row's token taken from the packed row under pack_gqa."""
+        """mask.apply_mask with the row's token taken from the packed row under pack_gqa;
+        mask_bits (not under pack_gqa, whose row is a token of a packed row) takes
+        mask.apply_mask_bits, the same rule as the dense kernel's."""
+        if const_expr(self.cfg.mask_bits):
+            offsets_rc = acc_as_rows_cols(
+                self._tiled_mmas()[0].get_slice(0).partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
+            apply_mask_bits(acc_S, coords_rc, offsets_rc, m_block, n_block, seqlen_q, seqlen_k,
+                            self.tile_m, self.tile_n, causal)
+            return
         s_rc = acc_as_rows_cols(acc_S)
         for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
             col_limit = seqlen_k - n_block * self.tile_n
@@ -550,3 +562,41 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                         mLSE[h, offset_q + token] = lse[r]
                     else:
                         mLSE[batch, h, token] = lse[r]
+
+    @cute.jit
+    def store_rows_smem(self, acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q):
+        """varlen O through Q's buffer: stmatrix as the dense epilogue writes sO, then each
+        thread copies 16-byte pieces of rows to the packed o, rows past the sequence skipped;
+        LSE as store_rows writes it."""
+        rO = cute.make_rmem_tensor(acc_O.shape, self.dtype)
+        rO.store(acc_O.load().to(self.dtype))
+        # Every consumer warpgroup is past its last QK^T before O overwrites Q.
+        cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
+        store_atom = smem_store_atom(self.dtype)
+        thr_store = cute.make_tiled_copy_C(store_atom, tiled_mma_pv).get_slice(tidx)
+        cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sQ))
+        thr_mma = tiled_mma_pv.get_slice(tidx)
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        for r in cutlass.range_constexpr(cute.size(cO, mode=[0])):
+            token = m_block * self.tile_m + cO[r, 0][0]
+            if token < seqlen_q:
+                if cO[0, 0][1] == 0:
+                    mLSE[head, offset_q + token] = lse[r]
+        cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
+        vec = 128 // self.dtype.width
+        per_row = self.hdim // vec
+        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128)
+        tiled = cute.make_tiled_copy_tv(
+            atom, cute.make_layout((self.consumer_threads // per_row, per_row), stride=(per_row, 1)),
+            cute.make_layout((1, vec)))
+        thr = tiled.get_slice(tidx)
+        gO = cute.local_tile(cute.domain_offset((offset_q, 0), mO[None, head, None]), (self.tile_m, self.hdim),
+                             (m_block, 0))
+        tOsO = thr.partition_S(sQ)
+        tOgO = thr.partition_D(gO)
+        tOcO = thr.partition_D(cute.make_identity_tensor((self.tile_m, self.hdim)))
+        tOrO = cute.make_fragment_like(tOsO)
+        cute.autovec_copy(tOsO, tOrO)
+        for m in cutlass.range_constexpr(cute.size(tOgO, mode=[1])):
+            if m_block * self.tile_m + tOcO[0, m, 0][0] < seqlen_q:
+                cute.copy(atom, tOrO[None, m, None], tOgO[None, m, None])
