@@ -54,7 +54,7 @@ def test_default_set_keeps_its_plain_variants_and_adds_four():
     names = {v.name for v in expand_set("default")}
     assert "fa3-fwd-sm_90a-bf16-hd128-causal-lpt" in names
     assert {"fa3-fwd-sm_90a-bf16-hd128-causal-softcap", "fa3-fwd-sm_90a-bf16-hd192-dv128-causal-lpt",
-            "fa3-fwd-sm_90a-bf16-hd128-noncausal-local-persistent",
+            "fa3-fwd-sm_90a-bf16-hd128-noncausal-local",
             "fa3-fwd-sm_90a-bf16-hd128-causal-sink-lpt"} <= names
     variants = expand_set("variants")
     assert all(v["softcap"] or v["local"] or v["learnable_sink"] or v["head_dim_v"] != v["head_dim"]
@@ -239,7 +239,8 @@ def test_model_variants_take_only_the_switches_tuned_variants_names():
     assert on(FwdConfig("sm_90a", "bf16", 128, False, local=True, scheduler="persistent")) == \
         {"separate_o_smem", "in_order_row_sum", "mask_bits"}
     assert on(FwdConfig("sm_90a", "bf16", 128, True, learnable_sink=True, scheduler="lpt")) == {"mask_bits"}
-    assert on(FwdConfig("sm_90a", "bf16", 192, True, head_dim_v=128, scheduler="lpt")) == {"mask_bits"}
+    assert on(FwdConfig("sm_90a", "bf16", 192, True, head_dim_v=128, scheduler="lpt")) == {"mask_bits", "in_order_row_sum"}
+    assert on(FwdConfig("sm_90a", "bf16", 128, False, local=True)) == {"in_order_row_sum", "mask_bits"}
     # Anything else stays all off: another scheduler, two model axes, softcap, fp16 too (the
     # key has no dtype, so fp16 local hd128 follows bf16's).
     for cfg in (FwdConfig("sm_90a", "bf16", 128, True, learnable_sink=True),

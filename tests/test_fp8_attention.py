@@ -20,7 +20,7 @@ def test_default_set_has_the_e4m3_variants():
     assert names == {
         "fa3-fwd-sm_90a-e4m3-hd64-noncausal-colmajor-persistent",
         "fa3-fwd-sm_90a-e4m3-hd64-causal-colmajor-persistent",
-        "fa3-fwd-sm_90a-e4m3-hd128-noncausal-colmajor-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd128-noncausal-colmajor-persistent-m128n192",
         "fa3-fwd-sm_90a-e4m3-hd128-causal-colmajor-lpt",
         "fa3-fwd-sm_90a-e4m3-hd256-noncausal-colmajor-persistent-m128n128",
         "fa3-fwd-sm_90a-e4m3-hd256-causal-colmajor-lpt-m128n128",
@@ -132,8 +132,8 @@ def test_fp8_set_has_the_rowmajor_variants_and_default_set_none():
     assert names == {
         "fa3-fwd-sm_90a-e4m3-hd64-noncausal-persistent",
         "fa3-fwd-sm_90a-e4m3-hd64-causal-persistent",
-        "fa3-fwd-sm_90a-e4m3-hd128-noncausal-persistent",
-        "fa3-fwd-sm_90a-e4m3-hd128-causal-lpt",
+        "fa3-fwd-sm_90a-e4m3-hd128-noncausal-persistent-m128n224",
+        "fa3-fwd-sm_90a-e4m3-hd128-causal-lpt-m128n192",
         "fa3-fwd-sm_90a-e4m3-hd256-noncausal-persistent-m128n64",
         "fa3-fwd-sm_90a-e4m3-hd256-causal-lpt-m128n64",
     }
