@@ -41,7 +41,10 @@ else
              > "$OUT/fa4-install.log" 2>&1 || echo "FA4 install failed (see fa4-install.log)"
     fi
     export PYTHONPATH=$PWD:$FA
-    step inference 150 python3 -m cubinforge.bench.inference --json "$OUT/inference.json"
+    step inference ${INFERENCE_S:-150} python3 -m cubinforge.bench.inference --json "$OUT/inference.json" \
+        ${INFERENCE_CASES:+--cases $INFERENCE_CASES}
+    [ -d .cubinforge-ab-varlen ] && step varlen-ab 150 env CUBINFORGE_HOME=.cubinforge \
+        python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab-varlen --iters 20
     step model-variants 90 python3 bench/model_variants.py --out "$OUT/model_variants.json"
     [ -d .cubinforge-ab ] && step model-variants-ab 180 python3 bench/model_variants.py \
         --ab-home .cubinforge-ab --out "$OUT/model_variants_ab.json"
