@@ -89,3 +89,26 @@ def cases(n: int, seed: int = 0, signer=None):
 def body(manifest: dict, cubin: bytes) -> bytes:
     # ensure_ascii: lone surrogates travel as \\ud800 escapes, as a hostile client would send them.
     return json.dumps({"manifest": manifest, "cubin_b64": base64.b64encode(cubin).decode()}).encode()
+
+
+def publish_all(backend: str, tmp, n: int, seed: int):
+    """Publish `n` fuzzed cases to an in-process app (over ASGI) on a fresh `backend` database
+    under `tmp`, yielding (manifest, response) for each. One harness for the load bench's
+    `fuzz` and the CI fuzz test, so both exercise the same server set-up."""
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from .app import create_app
+    from .config import Settings
+    from .publisher import Signer, keygen
+    from .testing import backend_url, seed_token
+    tmp = Path(tmp)
+    url = backend_url(backend, tmp)
+    token = seed_token(url)
+    signer = Signer(keygen(tmp / "k")[0])
+    app = create_app(Settings(home=tmp / "home", database_url=url, max_cubin_bytes=256 * 1024))
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with TestClient(app, raise_server_exceptions=False) as c:
+        for m, cubin in cases(n, seed=seed, signer=signer):
+            yield m, c.post("/v1/artifacts", content=body(m, cubin), headers=headers)

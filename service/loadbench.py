@@ -139,25 +139,13 @@ def bodies(backend: str, clients: int, mb: int, tmp: Path) -> dict:
 
 
 def fuzz(backend: str, cases_n: int, tmp: Path) -> dict:
-    from fastapi.testclient import TestClient
-
-    from .app import create_app
-    from .config import Settings
-    from .fuzzpublish import body, cases
-    from .publisher import Signer, keygen
-    url = backend_url(backend, tmp)
-    token = seed_token(url)
-    signer = Signer(keygen(tmp / "k")[0])
-    app = create_app(Settings(home=tmp / "home", database_url=url, max_cubin_bytes=256 * 1024))
+    from .fuzzpublish import publish_all
     statuses, errors = Counter(), Counter()
-    h = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    with TestClient(app, raise_server_exceptions=False) as c:
-        for m, cubin in cases(cases_n, seed=11, signer=signer):
-            r = c.post("/v1/artifacts", content=body(m, cubin), headers=h)
-            statuses[r.status_code] += 1
-            if r.status_code >= 400:
-                errors[r.json().get("error", "?") if r.headers.get("content-type", "").startswith("application/json")
-                       else "not json"] += 1
+    for _, r in publish_all(backend, tmp, cases_n, seed=11):
+        statuses[r.status_code] += 1
+        if r.status_code >= 400:
+            errors[r.json().get("error", "?") if r.headers.get("content-type", "").startswith("application/json")
+                   else "not json"] += 1
     return {"cases": cases_n, "statuses": dict(sorted(statuses.items())), "errors": dict(errors.most_common()),
             "responses_5xx": sum(n for s, n in statuses.items() if s >= 500)}
 

@@ -9,33 +9,21 @@ from collections import Counter
 
 import pytest
 
-from cubinforge.service.testing import backend_url, backends, seed_token
+from cubinforge.service.testing import backends
 
 CASES = int(os.environ.get("CUBINFORGE_FUZZ_PUBLISH_CASES", "150"))
 
 
 @pytest.mark.parametrize("kind", backends())
 def test_mutated_manifests_with_valid_digests_never_500(kind, tmp_path):
-    from fastapi.testclient import TestClient
+    from cubinforge.service.fuzzpublish import publish_all
 
-    from cubinforge.service.app import create_app
-    from cubinforge.service.config import Settings
-    from cubinforge.service.fuzzpublish import body, cases
-    from cubinforge.service.publisher import Signer, keygen
-
-    url = backend_url(kind, tmp_path)
-    token = seed_token(url)
-    signer = Signer(keygen(tmp_path / "k")[0])
-    app = create_app(Settings(home=tmp_path / "home", database_url=url, max_cubin_bytes=256 * 1024))
     statuses, errors = Counter(), Counter()
-    h = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    with TestClient(app, raise_server_exceptions=False) as c:
-        for m, cubin in cases(CASES, seed=7, signer=signer):
-            r = c.post("/v1/artifacts", content=body(m, cubin), headers=h)
-            statuses[r.status_code] += 1
-            assert r.status_code < 500, (r.status_code, r.text[:500], str(m)[:1500])
-            if r.status_code >= 400:
-                errors[r.json()["error"]] += 1
+    for m, r in publish_all(kind, tmp_path, CASES, seed=7):
+        statuses[r.status_code] += 1
+        assert r.status_code < 500, (r.status_code, r.text[:500], str(m)[:1500])
+        if r.status_code >= 400:
+            errors[r.json()["error"]] += 1
     print(f"\npublish fuzz ({kind}): {CASES} cases, statuses {dict(statuses)}, errors {dict(errors)}")
     # The point is depth: cases got past the digest check into the later ones, and some were accepted.
     assert statuses[201] + statuses[200] > 0
