@@ -104,6 +104,27 @@ def keep_count_rule(offsets: list[int]):
 
 
 @cute.jit
+def prefix_bits(n: Int32) -> Int32:
+    """Bits 0..n-1 set. A shift by 32 is undefined for 32-bit values: n >= 32 takes all bits."""
+    return Int32(-1) if n >= 32 else (Int32(1) << cutlass.min(n, 31)) - 1
+
+
+@cute.jit
+def apply_row_bits(s_rc: cute.Tensor, r: cutlass.Constexpr[int], bits: Int32):
+    """Keep column c of row r where bit c of `bits` is set; -inf elsewhere."""
+    for c in cutlass.range_constexpr(cute.size(s_rc, mode=[1])):
+        s_rc[r, c] = s_rc[r, c] if ((bits >> c) & 1) != 0 else -Float32.inf
+
+
+def thread_keep_count(offsets_rc):
+    """The counting rule for this thread's column offsets, or an error naming them."""
+    keep_count = keep_count_rule(column_offsets(offsets_rc))
+    if keep_count is None:
+        raise ValueError(f"mask_bits: no counting rule for column offsets {column_offsets(offsets_rc)}")
+    return keep_count
+
+
+@cute.jit
 def apply_mask_bits(
     acc_S: cute.Tensor,
     coords_rc: cute.Tensor,
@@ -125,18 +146,11 @@ def apply_mask_bits(
     (tests/test_fa3_mask.py checks the counting rule against the per-element compare).
     """
     s_rc = acc_as_rows_cols(acc_S)
-    ncols = cute.size(s_rc, mode=[1])
-    keep_count = keep_count_rule(column_offsets(offsets_rc))
-    if cutlass.const_expr(keep_count is None):
-        raise ValueError(f"mask_bits: no counting rule for column offsets {column_offsets(offsets_rc)}")
+    keep_count = thread_keep_count(offsets_rc)
     first_col = coords_rc[0, 0][1]
     for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
         col_limit = row_col_limit(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, causal)
-        n = keep_count(col_limit - first_col, cutlass.min, cutlass.max)
-        # A shift by 32 is undefined for 32-bit values: n == 32 takes all bits instead.
-        bits = Int32(-1) if n >= 32 else (Int32(1) << cutlass.min(n, 31)) - 1
-        for c in cutlass.range_constexpr(ncols):
-            s_rc[r, c] = s_rc[r, c] if ((bits >> c) & 1) != 0 else -Float32.inf
+        apply_row_bits(s_rc, r, prefix_bits(keep_count(col_limit - first_col, cutlass.min, cutlass.max)))
 
 
 def window_keep_range(keep_count, col_start, col_limit, first_col, mn=min, mx=max):
@@ -164,18 +178,10 @@ def apply_window_mask_bits(
     two prefixes (window_keep_range), so a row costs two counts and a few integer ops
     instead of two compares per column; same result (tests/test_fa3_mask.py)."""
     s_rc = acc_as_rows_cols(acc_S)
-    ncols = cute.size(s_rc, mode=[1])
-    keep_count = keep_count_rule(column_offsets(offsets_rc))
-    if cutlass.const_expr(keep_count is None):
-        raise ValueError(f"mask_bits: no counting rule for column offsets {column_offsets(offsets_rc)}")
+    keep_count = thread_keep_count(offsets_rc)
     first_col = coords_rc[0, 0][1]
     for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
         col_start, col_limit = window_cols(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k,
                                            tile_m, tile_n, left, right)
         n_lo, n_hi = window_keep_range(keep_count, col_start, col_limit, first_col, cutlass.min, cutlass.max)
-        # A shift by 32 is undefined for 32-bit values: a count of 32 takes all bits instead.
-        hi_bits = Int32(-1) if n_hi >= 32 else (Int32(1) << cutlass.min(n_hi, 31)) - 1
-        lo_bits = Int32(-1) if n_lo >= 32 else (Int32(1) << cutlass.min(n_lo, 31)) - 1
-        bits = hi_bits & (lo_bits ^ Int32(-1))
-        for c in cutlass.range_constexpr(ncols):
-            s_rc[r, c] = s_rc[r, c] if ((bits >> c) & 1) != 0 else -Float32.inf
+        apply_row_bits(s_rc, r, prefix_bits(n_hi) & (prefix_bits(n_lo) ^ Int32(-1)))
