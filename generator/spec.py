@@ -233,6 +233,13 @@ DECODE_DEFAULT = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
                  "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True], "tile_m": [64]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
+    # flash_attn_func's decode-shaped calls at the other head dims and fp16 (the dispatcher's
+    # decode rules route them here): the dense kernel's 128-192-row tiles spend 2-3x the
+    # tensor work per key byte of these 64-row forms, and one split leaves the SMs idle at
+    # long keys (bench --decode cells 0.42-0.79 of the best anchor, final/results.md).
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128, 256], "causal": [False, True],
+                 "split_kv": [False, True], "pack_gqa": [True], "tile_m": [64]}),
+    ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 256]}),
     ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),
     ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128]}),
 ]

@@ -73,6 +73,14 @@ PREFERENCES: tuple[Preference, ...] = (
         "--decode cells: one split's tiles fill under 80% of the SMs)",
         params={"num_splits": "decode_splits"}),
     Preference(
+        # hd64's dense tile is 192 rows: for 1-64 query tokens it does 3x the tensor work per
+        # key byte of the 64-row pack-GQA form, and the plain kernel stayed at 0.64-0.79 of the
+        # best anchor on the --decode cells even where one split fills the SMs (8k keys).
+        "decode-pack-hd64", {"family": "fa3_fwd", "head_dim": 64, "seqlen_q": (1, 64), "decode_splits": (1, 1)},
+        {"pack_gqa": True, "split_kv": False},
+        "H200 2026-12-01 (bench/results/2026-12-01-h200/final/results.md): bf16/fp16 hd64 --decode cells "
+        "0.64-0.79 of the best anchor through the 192-row plain kernel"),
+    Preference(
         "hd128-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (None, 768)},
         {"scheduler": "persistent"},
         f"{_AB}: persistent + separate O 0.84 of the best anchor at 512 keys, lpt 0.76; lpt leads from 1k"),

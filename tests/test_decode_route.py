@@ -109,3 +109,37 @@ def test_plan_attention_binds_the_plain_kernel(mock):
     q, k, v = arr((b, 1, 16, 128)), arr((b, sk, 16, 128)), arr((b, sk, 16, 128))
     plan = attention.plan_attention(q, k, v, out=arr(q.shape), lse=arr((b, 16, 1), "f32"), source=SRC)
     assert "splitkv" not in plan.variant and "packgqa" not in plan.variant
+
+
+def _forms(dtype, d, split):
+    return [m for m in _found if bool(m.axes.get("split_kv")) == split and m.axes.get("pack_gqa")
+            and m.axes.get("dtype") == dtype and m.axes.get("head_dim") == d and not m.axes.get("paged_kv")]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_hd64_decode_cells_take_the_64_row_form(mock, dtype, causal):
+    # bench --decode at hd64, 8k keys: 32 heads, batch 16; one split fills the SMs.
+    if not _forms(dtype, 64, False):
+        pytest.skip(f"no {dtype} hd64 pack-GQA form in {SRC.home}")
+    b, sq, sk, h, d = 16, 1, 8192, 32, 64
+    q, k, v = arr((b, sq, h, d), dtype), arr((b, sk, h, d), dtype), arr((b, sk, h, d), dtype)
+    attention.flash_attn_func(q, k, v, causal=causal, out=arr(q.shape, dtype), lse=arr((b, h, sq), "f32"),
+                              source=SRC)
+    assert mock.counts["cuLaunchKernelEx"] == 1                     # no split, no combine
+    want = [m.variant for m in _forms(dtype, 64, False) if m.axes["causal"] == causal]
+    assert last_launch().variant in want
+
+
+@pytest.mark.parametrize("dtype,d", [("fp16", 128), ("bf16", 256), ("fp16", 256), ("bf16", 64)])
+def test_long_decode_cells_of_every_head_dim_split(mock, dtype, d):
+    # bench --decode at 32k keys: batch 4, 2048 / d heads (hd64: 2 x 32 so the tiles under-fill).
+    if not _forms(dtype, d, True):
+        pytest.skip(f"no {dtype} hd{d} split-KV form in {SRC.home}")
+    h = 2048 // d
+    b = 2 if d == 64 else 4
+    q, k, v = arr((b, 1, h, d), dtype), arr((b, 32768, h, d), dtype), arr((b, 32768, h, d), dtype)
+    attention.flash_attn_func(q, k, v, causal=True, out=arr(q.shape, dtype), lse=arr((b, h, 1), "f32"), source=SRC)
+    assert mock.counts["cuLaunchKernelEx"] == 2                     # forward + combine
+    assert last_launch().variant in [m.variant for m in _forms(dtype, d, True)]
+    assert "attn-combine" in last_launch().note

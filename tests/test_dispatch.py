@@ -104,9 +104,8 @@ def test_every_preferred_value_exists_in_the_default_set():
                 and not any(v.axes.get(a) for a in ("softcap", "local", "learnable_sink"))]
         dtypes = sorted(v.axes["dtype"] for v in fits)
         if set(p.prefer) & form_axes():
-            # The decode forms are built for bf16 hd128 only so far; elsewhere the plain
-            # kernel serves (test_decode_rule_falls_back_to_the_plain_kernel).
-            assert "bf16" in dtypes, (p.name, [v.name for v in fits])
+            # The dense decode forms are built for bf16 and fp16 (the paged ones bf16 only).
+            assert {"bf16", "fp16"} <= set(dtypes), (p.name, [v.name for v in fits])
         else:
             assert dtypes in (["bf16", "fp16"], ["bf16", "e4m3", "fp16"]), (p.name, [v.name for v in fits])
 
@@ -182,7 +181,7 @@ def test_a_form_axis_asked_for_is_never_moved():
 
 
 def test_decode_rule_falls_back_to_the_plain_kernel():
-    # fp16 has no decode forms built: the rule applies, says so, and the plain kernel serves.
+    # A registry without the decode forms: the rule applies, says so, and the plain kernel serves.
     choice = rank(_problem(batch=4, seqlen_q=1, seqlen_k=32768, **DECODE_SIZES), DECODE[:2])
     assert choice.best.variant == "hd128-causal-persistent" and choice.params == {}
     assert any("decode-split-kv" in r and "no fitting variant has it" in r for r in choice.reasons)
@@ -194,3 +193,32 @@ def test_a_rule_that_needs_the_sm_count_says_so():
     # Prefill shapes do not mention it.
     choice = rank(_problem(batch=4, seqlen_q=4096, seqlen_k=4096), DECODE)
     assert not any("decode-split-kv" in r for r in choice.reasons)
+
+
+DECODE_HD64 = [_fa3("hd64-causal-persistent", head_dim=64, scheduler="persistent"),
+               _fa3("hd64-causal-packgqa-m64n128", head_dim=64, pack_gqa=True, tile_m=64),
+               _fa3("hd64-causal-packgqa-splitkv-m64n128", head_dim=64, pack_gqa=True, split_kv=True, tile_m=64)]
+
+
+@pytest.mark.parametrize("sq", [1, 16, 64])
+def test_hd64_decode_that_fills_the_sms_takes_the_unsplit_pack_form(sq):
+    # The --decode cells at hd64 (32 heads) and 8k keys: 512 tiles, one split; the 64-row
+    # form instead of the 192-row plain kernel.
+    p = Problem("fa3_fwd", {"arch": "sm_90a", "dtype": "bf16", "head_dim": 64, "causal": True},
+                batch=16, seqlen_q=sq, seqlen_k=8192, heads_q=32, heads_kv=32, sm_count=132)
+    choice = rank(p, DECODE_HD64)
+    assert choice.best.variant == "hd64-causal-packgqa-m64n128" and choice.params == {}
+    assert any(r.startswith("decode-pack-hd64: prefer") for r in choice.reasons)
+    # Under-filled (4 x 32 heads at 32k keys is 128 tiles on 132 SMs: still one split; 2 x 32
+    # is 64 tiles): the split rule comes first.
+    p2 = Problem("fa3_fwd", p.axes, batch=2, seqlen_q=sq, seqlen_k=32768, heads_q=32, heads_kv=32, sm_count=132)
+    assert rank(p2, DECODE_HD64).best.variant == "hd64-causal-packgqa-splitkv-m64n128"
+    # Prefill keeps the plain kernel.
+    p3 = Problem("fa3_fwd", p.axes, batch=16, seqlen_q=1024, seqlen_k=1024, heads_q=32, heads_kv=32, sm_count=132)
+    assert rank(p3, DECODE_HD64).best.variant == "hd64-causal-persistent"
+
+
+def test_hd128_decode_that_fills_the_sms_keeps_the_plain_kernel():
+    # hd128's 128-row plain kernel measured 0.99-1.00 of the best anchor at 8k keys: no rule moves it.
+    choice = rank(_problem(batch=16, seqlen_q=1, seqlen_k=8192, **DECODE_SIZES), DECODE)
+    assert not choice.best.axes["split_kv"] and not choice.best.axes["pack_gqa"]
