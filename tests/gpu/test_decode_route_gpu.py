@@ -101,3 +101,34 @@ def test_cache_batch_idx_reads_and_appends_the_indexed_rows(s_cache, s_new):
     assert np.array_equal(G.download(k), want), "the append wrote other rows than cache_batch_idx names"
     ref_o, ref_lse = G.reference(qh, k_rows, v_rows, lens + s_new, 1 / math.sqrt(d), True)
     G.check(G.download(o), G.download(lse), ref_o, ref_lse, f"cache_batch_idx s_cache={s_cache} s_new={s_new}")
+
+
+# The bench's --decode cells outside bf16 hd128 (2048 / d heads; batch * seqlen_k = 128k, or
+# fewer rows where the float64 reference would be slow): the pack-GQA form alone where one
+# split fills the SMs (hd64 at 8k keys, rule decode-pack-hd64), split-KV + combine elsewhere.
+OTHER_CELLS = [("bf16", 64, 16, 1, 8192), ("fp16", 64, 4, 16, 32768), ("bf16", 256, 4, 1, 32768),
+               ("fp16", 256, 4, 16, 8192), ("fp16", 128, 4, 4, 32768), ("bf16", 64, 2, 3, 30000)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype,d,b,sq,sk", OTHER_CELLS)
+def test_routed_decode_of_other_head_dims_matches_reference(dtype, d, b, sq, sk, causal):
+    G.need(dtype=dtype, head_dim=d, pack_gqa=True, paged_kv=False, causal=causal)
+    h = 2048 // d
+    choice = choose(Problem("fa3_fwd", {"arch": G.ARCH, "dtype": dtype, "head_dim": d, "causal": causal},
+                            batch=b, seqlen_q=sq, seqlen_k=sk, heads_q=h, heads_kv=h,
+                            sm_count=driver.sm_count(0)), G.SRC)
+    if not choice.best.axes.get("pack_gqa"):
+        pytest.skip(f"the dispatcher keeps the plain kernel here ({choice.best.variant})")
+    rng = np.random.default_rng(d * 7 + b * 1000 + sq + causal)
+    qh, q = G.rand(rng, (b, sq, h, d), dtype)
+    kh, k = G.rand(rng, (b, sk, h, d), dtype)
+    vh, v = G.rand(rng, (b, sk, h, d), dtype)
+    o, lse = G.poisoned((b, sq, h, d), dtype), G.poisoned((b, h, sq), "f32")
+    flash_attn_func(q, k, v, causal=causal, out=o, lse=lse, source=G.SRC)
+    rec = last_launch()
+    assert rec.variant == choice.best.variant
+    assert ("attn-combine" in rec.note) == bool(choice.best.axes.get("split_kv")), rec.note
+    ref_o, ref_lse = G.reference(qh, list(kh), list(vh), [sk] * b, 1 / math.sqrt(d), causal)
+    G.check(G.download(o), G.download(lse), ref_o, ref_lse,
+            f"{dtype} hd{d} b={b} sq={sq} sk={sk} causal={causal} via {rec.variant}")
