@@ -11,6 +11,7 @@
 # .cubinforge-ab / .cubinforge-ab-fp8 by `python -m cubinforge.bench.ab build`):
 #   PART=tests OUT=<dir> bash bench/h200_check.sh   # carry .cubinforge* and .stage_fa4a
 #   PART=bench OUT=<dir> bash bench/h200_check.sh   # carry .stage_fa4b
+#   PART=cpp OUT=<dir> bash bench/h200_check.sh     # the C++ loader vs Python alone (carry .cubinforge)
 # SKIP="fp8-ab host-overhead" leaves those steps out; GPU_TESTS names the test files to run.
 set -uo pipefail
 OUT=${OUT:-bench/results/$(date +%F)-h200/check}
@@ -26,7 +27,21 @@ step() {  # step NAME SECONDS CMD...: run under a time limit, log to $OUT/NAME.l
     tail -${TAIL:-25} "$OUT/$name.log"
 }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"; echo "commit $CUBINFORGE_COMMIT"; } > "$OUT/env-$PART.txt" 2>&1
-if [ "${PART:-tests}" = tests ]; then
+# The C++ loader against the Python runtime: every entry point (dense, kvcache, varlen,
+# combine) in one process against one build (examples/cpp/compare_inference_with_python.py).
+step_cpp() {
+    cpp() {
+        rm -rf /tmp/cfb /tmp/cfbuild
+        python3 -c "from cubinforge.generator.cpp_bundle import main; raise SystemExit(main(['--home', '.cubinforge', '--out', '/tmp/cfb']))" \
+          && cmake -S examples/cpp -B /tmp/cfbuild -DCUBINFORGE_BUNDLE_DIR=/tmp/cfb > /dev/null \
+          && cmake --build /tmp/cfbuild -j 16 --target cubinforge_check > /dev/null \
+          && python3 examples/cpp/compare_inference_with_python.py --lib /tmp/cfbuild/libcubinforge_check.so
+    }
+    export -f cpp; TAIL=32 step cpp ${CPP_S:-120} bash -c cpp
+}
+if [ "${PART:-tests}" = cpp ]; then
+    step_cpp
+elif [ "${PART:-tests}" = tests ]; then
     mkdir -p /root/stage && cp .stage_fa4a/part_aa /root/stage/ 2>/dev/null
     TAIL=40 step gpu-tests ${GPU_TESTS_S:-330} python3 -m pytest -q -ra -m gpu -p no:cacheprovider \
         --continue-on-collection-errors ${GPU_TESTS:-tests}
@@ -50,13 +65,5 @@ else
         --ab-home .cubinforge-ab --out "$OUT/model_variants_ab.json"
     step host-overhead 70 python3 -m cubinforge.bench.host_overhead --iters 2000 --repeats 5 \
         --out "$OUT/host_overhead.json"
-    cpp() {
-        rm -rf /tmp/cfb /tmp/cfbuild /tmp/cfruns
-        python3 -c "from cubinforge.generator.cpp_bundle import main; raise SystemExit(main(['--home', '.cubinforge', '--out', '/tmp/cfb']))" \
-          && cmake -S examples/cpp -B /tmp/cfbuild -DCUBINFORGE_BUNDLE_DIR=/tmp/cfb > /dev/null \
-          && cmake --build /tmp/cfbuild -j 16 > /dev/null \
-          && python3 examples/cpp/compare_with_python.py --exe /tmp/cfbuild/flash_attn_example --matrix --out /tmp/cfruns \
-          && python3 examples/cpp/compare_kvcache_with_python.py --exe /tmp/cfbuild/kvcache_example --matrix
-    }
-    export -f cpp; step cpp ${CPP_S:-240} bash -c cpp
+    step_cpp
 fi

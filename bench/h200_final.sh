@@ -39,9 +39,9 @@ else
           && cmake --build /tmp/cfbuild -j 8 > /dev/null \
           && rm -rf /tmp/cfruns \
           && timeout 120 python3 examples/cpp/compare_with_python.py --exe /tmp/cfbuild/flash_attn_example --matrix --out /tmp/cfruns 2>&1 | tail -12
-        echo "== C++ kvcache (split-KV + combine, paged) vs Python flash_attn_with_kvcache (bit for bit)"
-        [ -x /tmp/cfbuild/kvcache_example ] \
-          && timeout 120 python3 examples/cpp/compare_kvcache_with_python.py --exe /tmp/cfbuild/kvcache_example --matrix 2>&1 | tail -10
+        echo "== C++ kvcache / varlen / combine vs the Python runtime (bit for bit)"
+        [ -f /tmp/cfbuild/libcubinforge_check.so ] \
+          && timeout 120 python3 examples/cpp/compare_inference_with_python.py --lib /tmp/cfbuild/libcubinforge_check.so 2>&1 | tail -32
         for run in /tmp/cfruns/run*; do
             [ -f "$run/meta.json" ] && timeout 60 python3 examples/cpp/check.py "$run" 2>&1 | tail -4
         done

@@ -59,9 +59,10 @@ SYNC_EVERY = 64
 class MockDriver:
     """Fast fakes for the driver calls on the launch path; counts calls by name."""
 
-    def __init__(self, arch=(9, 0)):
+    def __init__(self, arch=(9, 0), real=()):
         from cuda.bindings import driver as d
         self.d = d
+        self.real = tuple(real)    # calls left to the bindings (bench --fake-libcuda)
         self.counts: collections.Counter = collections.Counter()
         self.saved: dict = {}
         self.arch = arch
@@ -177,6 +178,8 @@ class MockDriver:
     def install(self) -> "MockDriver":
         reset_runtime_caches()
         for name, fn in self._fakes().items():
+            if name in self.real:
+                continue
             self.saved[name] = getattr(self.d, name)
             setattr(self.d, name, fn)
         return self
@@ -642,9 +645,65 @@ def _make(kind, mock, dtype, head_dim, causal, shapes, stack):
     return _call(inputs, stream, causal, given=kind != "torch-alloc"), sync, backend
 
 
+# A libcuda.so.1 for --fake-libcuda: cuda-bindings resolves its entry points through
+# cuGetProcAddress, and the launch replay's two (cuCtxGetCurrent, cuLaunchKernelEx) succeed at
+# once, the context being the mock's (0xC0C0). With it the real cuda-bindings wrappers (and
+# runtime/rawlaunch.py's ctypes calls) run on a CPU, against a driver that costs nothing.
+_FAKE_LIBCUDA_C = r"""
+#include <stddef.h>
+#include <string.h>
+typedef int CUresult;
+typedef unsigned long long cuuint64_t;
+CUresult cuInit(unsigned f) { (void)f; return 0; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+CUresult cuCtxGetCurrent(void **c) { *c = (void *)0xC0C0; return 0; }
+CUresult cuLaunchKernelEx(const void *cfg, void *f, void **p, void **e) { (void)cfg; (void)f; (void)p; (void)e; return 0; }
+CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_UNKNOWN"; return 0; }
+CUresult cuGetErrorString(CUresult e, const char **s) { (void)e; *s = "unknown"; return 0; }
+static const struct { const char *name; void *fn; } table[] = {
+  {"cuInit", (void *)cuInit}, {"cuDriverGetVersion", (void *)cuDriverGetVersion},
+  {"cuCtxGetCurrent", (void *)cuCtxGetCurrent}, {"cuLaunchKernelEx", (void *)cuLaunchKernelEx},
+  {"cuGetErrorName", (void *)cuGetErrorName}, {"cuGetErrorString", (void *)cuGetErrorString}};
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, int *status) {
+  (void)ver; (void)flags;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
+    if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; if (status) *status = 0; return 0; }
+  *pfn = NULL; if (status) *status = 1; return 500;
+}
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags) {
+  return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
+"""
+REAL_UNDER_FAKE = ("cuCtxGetCurrent", "cuLaunchKernelEx")   # left to the bindings with --fake-libcuda
+
+
+def load_fake_libcuda(out_dir: Path) -> None:
+    """Build the fake libcuda.so.1 and load it before cuda-bindings opens the driver (dlopen
+    then finds it by its soname). Refuses where a libcuda is already loaded."""
+    import subprocess
+    try:
+        ctypes.CDLL("libcuda.so.1", mode=getattr(os, "RTLD_NOLOAD", 0))
+        raise RuntimeError("--fake-libcuda: a libcuda.so.1 is already loaded in this process (a real driver?)")
+    except OSError:
+        pass
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        raise RuntimeError("--fake-libcuda needs a C compiler (cc)")
+    src, lib = out_dir / "fake_libcuda.c", out_dir / "libcuda.so.1"
+    src.write_text(_FAKE_LIBCUDA_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", str(src), "-o", str(lib), "-Wl,-soname,libcuda.so.1"], check=True)
+    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+
+
 def run(mock: bool, iters: int, repeats: int, dtype: str, causal: bool, head_dim: int,
-        registry: Path, profile: str | None = None, kinds=KINDS, shapes=None) -> dict:
+        registry: Path, profile: str | None = None, kinds=KINDS, shapes=None, raw: str = "auto",
+        fake_libcuda: bool = False) -> dict:
+    """``raw``: the launch replay through libcuda by ctypes where the runtime would use it
+    ("auto"), or never ("off": the cuda-bindings path, as before runtime/rawlaunch.py).
+    ``fake_libcuda`` (with ``mock``): the replay's two driver calls go through the real
+    cuda-bindings (or ctypes) into a fake libcuda that returns at once, not to Python fakes."""
     import contextlib
+    from cubinforge.runtime import rawlaunch
     results = {}
     skipped = {}
     mockdrv = None
@@ -657,8 +716,14 @@ def run(mock: bool, iters: int, repeats: int, dtype: str, causal: bool, head_dim
             os.environ["CUBINFORGE_HOME"] = str(home)
             os.environ.pop("CUBINFORGE_REGISTRY_URL", None)
             reset_runtime_caches()
-            mockdrv = MockDriver().install()
-        elif registry is not None and "CUBINFORGE_HOME" not in os.environ:
+            if fake_libcuda:
+                load_fake_libcuda(home)
+            mockdrv = MockDriver(real=REAL_UNDER_FAKE if fake_libcuda else ()).install()
+        elif fake_libcuda:
+            raise ValueError("--fake-libcuda is for --mock: on a GPU the real driver is used")
+        if raw == "off":
+            rawlaunch.use_library(None)
+        if not mock and registry is not None and "CUBINFORGE_HOME" not in os.environ:
             os.environ["CUBINFORGE_HOME"] = str(registry)
         for kind in kinds:
             with contextlib.ExitStack() as stack:
@@ -711,6 +776,7 @@ def run(mock: bool, iters: int, repeats: int, dtype: str, causal: bool, head_dim
                         p.__dlpack__(stream=s or 1)
             results["producer"] = time_calls(export, iters, repeats)
     finally:
+        rawlaunch.use_library("auto")
         if mockdrv is not None:
             mockdrv.uninstall()
         for k, v in saved_env.items():
@@ -738,6 +804,12 @@ def main(argv=None) -> int:
     ap.add_argument("--registry", type=Path, default=REPO_ROOT / ".cubinforge",
                     help="CUBINFORGE_HOME to copy the manifest from (--mock) or to use")
     ap.add_argument("--profile", choices=KINDS, help="cProfile one kind's loop (to stderr)")
+    ap.add_argument("--raw", default="auto", choices=("auto", "off"),
+                    help="launch replay through libcuda by ctypes where it applies (auto), or never (off: "
+                         "cuda-bindings, the path before runtime/rawlaunch.py)")
+    ap.add_argument("--fake-libcuda", action="store_true",
+                    help="with --mock: the replay's cuCtxGetCurrent / cuLaunchKernelEx run through the real "
+                         "cuda-bindings (or ctypes) into a fake libcuda.so.1 built here")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--out", type=Path, help="also write the results, with commit and versions, to this JSON file")
     a = ap.parse_args(argv)
@@ -746,11 +818,11 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown kinds {unknown}; choose from {','.join(KINDS)}")
     res = run(a.mock, a.iters, a.repeats, a.dtype, not a.noncausal, a.head_dim, a.registry,
-              a.profile, kinds)
+              a.profile, kinds, raw=a.raw, fake_libcuda=a.fake_libcuda)
     if a.out is not None:
         from . import env as E
         meta = {"command": " ".join(sys.argv), "commit": E.commit(), "versions": E.versions(),
-                "mock": a.mock, "dtype": a.dtype, "head_dim": a.head_dim, "causal": not a.noncausal,
+                "mock": a.mock, "raw": a.raw, "fake_libcuda": a.fake_libcuda, "dtype": a.dtype, "head_dim": a.head_dim, "causal": not a.noncausal,
                 "shapes": problem_shapes(d=a.head_dim), "sync_every": SYNC_EVERY}
         if not a.mock:
             meta["gpu"], meta["driver"] = E.gpu_and_driver()
@@ -759,7 +831,8 @@ def main(argv=None) -> int:
     if a.json:
         print(json.dumps(res, indent=1))
         return 0
-    mode = "mocked driver" if a.mock else "real driver"
+    mode = ("mocked driver" + (" + fake libcuda" if a.fake_libcuda else "") if a.mock else "real driver") \
+        + f", raw launch {a.raw}"
     print(f"host cost per attention call ({mode}, {a.dtype} hd{a.head_dim}, "
           f"{'noncausal' if a.noncausal else 'causal'}, shapes {problem_shapes(d=a.head_dim)['q']}):")
     for k in (*kinds, "producer"):

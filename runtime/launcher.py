@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from . import driver
+from . import driver, rawlaunch
 from .arrays import DeviceArray, as_device_array
 from .contract import Bound, Contract, bind
 from .errors import CudaError, InputError
@@ -281,17 +281,24 @@ class Kernel:
     def run(self, plan: "_Plan", stream: int) -> LaunchRecord:
         """Step 4 for a checked plan: load the module (once per context), set the dynamic
         smem limit (once per function) and launch on ``stream`` (an int handle)."""
-        ctx = _current_context()
         fast = plan.fast
-        if fast is not None and fast[0] == ctx and fast[1] == stream:
+        if fast is not None and fast[1] == stream:
             # The plan's last launch was in this context on this stream: the same function,
-            # config and parameter array, so one driver call.
-            res = driver._drv.cuLaunchKernelEx(fast[2], fast[3], fast[4], 0)
-            if (res[0] if type(res) is tuple else res) == driver._SUCCESS:
-                _launches[0] += 1
-                _local.record = fast[5]
-                return fast[5]
+            # config and parameter array, so one context query and one launch.
+            raw = fast[6]
+            if raw is not None:      # libcuda through ctypes, arguments prebuilt (rawlaunch.py)
+                if raw.current() == fast[0] and raw.launch(*fast[7]) == 0:
+                    _launches[0] += 1
+                    _local.record = fast[5]
+                    return fast[5]
+            elif _current_context() == fast[0]:
+                res = driver._drv.cuLaunchKernelEx(fast[2], fast[3], fast[4], 0)
+                if (res[0] if type(res) is tuple else res) == driver._SUCCESS:
+                    _launches[0] += 1
+                    _local.record = fast[5]
+                    return fast[5]
             plan.fast = None         # the full path below launches again and says what failed
+        ctx = _current_context()
         c = self.contract
         fn = self._functions.get(ctx) if ctx else None
         if fn is not None and driver._ctx_devices.get(ctx) == plan.device:
@@ -317,7 +324,9 @@ class Kernel:
         _local.record = rec
         cfg = plan.pointers._configs.get(stream) if hasattr(plan.pointers, "_configs") else None
         if fn is not None and cfg is not None:
-            plan.fast = (ctx, stream, cfg[0], fn.handle, plan.pointers._addr, rec)
+            raw = rawlaunch.available(driver._drv)
+            args = rawlaunch.launch_args(cfg[0], fn.handle, plan.pointers._addr) if raw is not None else None
+            plan.fast = (ctx, stream, cfg[0], fn.handle, plan.pointers._addr, rec, raw, args)
         return rec
 
     def _run_in_context(self, plan: "_Plan", stream: int) -> None:
@@ -365,7 +374,7 @@ class _Plan:
     records: dict = field(default_factory=dict)
     bound: Any = None        # build_plan's: the Bound it was packed from (rewrite_pointers uses it)
     keep_arrays: bool = True
-    fast: Any = None         # (context, stream, config, function, params, record) of the last launch
+    fast: Any = None         # (context, stream, config, function, params, record, raw, raw args) of the last launch
 
 
 def _view(a: DeviceArray) -> DeviceArray:

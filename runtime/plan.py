@@ -30,7 +30,8 @@ class AttentionPlan:
     """A bound attention call (see the module doc). ``out`` and ``lse`` are the outputs it
     writes (the caller's objects when given, else arrays allocated at planning)."""
 
-    __slots__ = ("kernel", "device", "stream", "out", "lse", "_call", "_plan", "_arrays", "_tma_align", "_keep")
+    __slots__ = ("kernel", "device", "stream", "out", "lse", "_call", "_plan", "_arrays", "_tma_align", "_keep",
+                 "_copies", "_run")
 
     def __init__(self, call, stream: int, keep: Any = None):
         self._keep = keep                         # the caller's stream object, if one was given
@@ -42,8 +43,11 @@ class AttentionPlan:
         self._arrays = dict(call.arrays)          # keeps the bound buffers alive
         self._plan = None
         self._tma_align = {}
+        self._copies = tuple(call.copies.values())   # (src, dst) pairs: read per launch, so kept flat
+        self._run = None
         if self.kernel is not None:
             self._plan = self.kernel.build_plan(call.arrays, call.scalars, stream)
+            self._run = self.kernel.run
             specs = self.kernel.contract.tensors
             tma = {p.spec.get("tensor") for p in self.kernel.contract.params if p.kind == "tensormap"}
             self._tma_align = {n: max(specs[n].align_bytes, 16 if n in tma else 1) for n in specs}
@@ -62,12 +66,15 @@ class AttentionPlan:
             handle = stream
         else:
             handle = driver.resolve_stream(stream)[0]
-        if self._plan is not None:
-            for src, dst in self._call.copies.values():     # inputs TMA cannot read in place
-                restage.copy_into(src, dst, handle)
-            rec = self.kernel.run(self._plan, handle)
-            if self._call.copies:
-                record_copies(rec, tuple(self._call.copies))
+        run = self._run
+        if run is not None:
+            copies = self._copies
+            if copies:
+                for src, dst in copies:                     # inputs TMA cannot read in place
+                    restage.copy_into(src, dst, handle)
+                record_copies(run(self._plan, handle), tuple(self._call.copies))
+            else:
+                run(self._plan, handle)
         else:
             from .attention import run_without_kernel
             run_without_kernel(self._call, handle)
@@ -113,6 +120,7 @@ class AttentionPlan:
             copies = self._call.copies
             for n in [n for n in new if n in copies]:      # a copied input: copy from the new one
                 copies[n] = (new.pop(n), copies[n][1])
+            self._copies = tuple(copies.values())
             self.kernel.rewrite_pointers(self._plan, {n: a for n, a in new.items() if n in self._call.arrays})
         else:
             self._call.fills = [(new.get(_key_of(self._call, a), a), bits) for a, bits in self._call.fills]

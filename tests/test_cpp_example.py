@@ -133,7 +133,7 @@ def test_check_rejects_a_wrong_output(tmp_path: Path, capsys):
     assert _load_check().main([str(tmp_path)]) == 1
 
 
-@pytest.mark.parametrize("script", ["compare_with_python.py", "compare_kvcache_with_python.py"])
+@pytest.mark.parametrize("script", ["compare_with_python.py", "compare_inference_with_python.py"])
 def test_compare_script_is_importable(script):
     """The compare scripts run on the GPU machine; here only their syntax and CLI are checked."""
     spec = importlib.util.spec_from_file_location("cmp", harness.EXAMPLE / script)

@@ -596,6 +596,26 @@ def test_plan_replays_in_a_cuda_graph():
 
 
 @needs_variants
+def test_plan_replay_through_libcuda_by_ctypes_matches_reference():
+    """The replay of a prepared launch calls libcuda's cuLaunchKernelEx through ctypes
+    (runtime/rawlaunch.py) with the bindings' own launch config struct: it is in use here, and
+    what it launches is right."""
+    from cubinforge.runtime import plan_attention
+    dtype, d, causal, (qh, kh, vh), (q, k, v), o, lse = _case(16)
+    plan = plan_attention(q, k, v, causal=causal, out=o, lse=lse)
+    plan.launch()                                    # loads the module in the context
+    plan.launch()                                    # the replay is built
+    fast = plan._plan.fast
+    assert fast is not None and fast[6] is not None, "the ctypes replay is not in use on this machine"
+    repoison(o)
+    repoison(lse)
+    plan.launch()
+    errs = compare(download(o), download(lse), *reference(qh, kh, vh, 1 / math.sqrt(d), causal),
+                   "plan.launch through rawlaunch")
+    assert not errs, "\n".join(errs)
+
+
+@needs_variants
 @pytest.mark.parametrize("dims", [dict(b=0), dict(sq=0), dict(hq=0, hkv=0)])
 def test_empty_inputs_give_empty_outputs_and_launch_nothing(dims):
     from cubinforge.runtime import launch_count, plan_attention

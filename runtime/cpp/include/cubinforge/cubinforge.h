@@ -18,3 +18,4 @@
 #include "cubinforge/prepared.h"   // launches bound and packed once: run() only launches (graph capture)
 #include "cubinforge/kvcache.h"    // flash_attn_with_kvcache: append, cache_batch_idx, split-KV + combine, paged
 #include "cubinforge/varlen.h"     // flash_attn_varlen_func: packed and paged varlen
+#include "cubinforge/combine.h"    // flash_attn_combine: split partials reduced

@@ -1,0 +1,398 @@
+"""Every C++ loader entry point against the Python runtime, bit for bit, in one process.
+
+    python examples/cpp/compare_inference_with_python.py --lib build/cpp/libcubinforge_check.so
+
+The C++ side is examples/cpp/check_lib.cpp built as a shared library (CMake target
+``cubinforge_check``) against a bundle rendered from the registry the Python runtime reads;
+it is loaded here with ctypes and runs on the same device tensors. For each case of CASES the
+inputs are generated on the GPU (CuPy, seeded), outputs are poisoned with NaN, the Python
+runtime runs the call (flash_attn_func, prepare_kvcache, prepare_varlen, flash_attn_combine),
+the C++ loader runs the same call on its own copy of what the call writes (O, LSE, and the
+caches when k/v are appended), and the variants launched, the split count and every byte of
+O, LSE and the caches are compared on the device. No host copies of the data, no files.
+
+The case list is plain data (``CASES``; ``tensors(case)`` gives each tensor's shape and dtype
+without a GPU): tests/test_cpp_compare_cases.py checks on the CPU that it covers every entry
+point and that both sides' host checks accept every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+D = 128
+# Each entry point's cases. kvcache: capacity keys per sequence (the cache holds exactly that,
+# paged: ceil(capacity / page_size) pages per sequence, shuffled out of a pool of 3 spare
+# pages), page_size 0 = dense, num_splits 0 = auto, seqlen_new k/v appended first, batch_idx
+# = a cache_batch_idx over a dense cache with 2 spare rows. Key counts are ragged in
+# [room / 2, room] (room = capacity - seqlen_new), the last sequence full.
+KV = ("batch", "seqlen_q", "capacity", "heads_q", "heads_kv", "causal", "page_size", "num_splits", "seqlen_new",
+      "batch_idx")
+KV_CASES = [
+    (8, 1, 32768, 32, 8, 1, 0, 0, 0, 0),       # long-context dense decode: auto splits, pack-GQA, combine
+    (8, 1, 32768, 32, 8, 1, 256, 0, 0, 0),     # long-context paged, page 256
+    (4, 1, 8192, 16, 16, 1, 0, 0, 0, 0),       # no GQA to pack
+    (4, 16, 4096, 16, 16, 0, 0, 0, 0, 0),      # 16 query tokens, non-causal
+    (32, 4, 2048, 32, 8, 1, 0, 0, 0, 0),       # speculative: 4 query tokens, pack-GQA
+    (2, 3, 5000, 8, 2, 1, 16, 5, 0, 0),        # explicit 5 splits, page 16
+    (64, 1, 1024, 32, 8, 1, 256, 1, 0, 0),     # never split (num_splits 1), page 256
+    (8, 1, 2048, 32, 8, 1, 0, 0, 1, 0),        # append 1 token into a dense cache, then attend
+    (8, 4, 2048, 32, 8, 1, 256, 0, 4, 0),      # append 4 into a paged cache (page 256)
+    (4, 2, 1024, 16, 4, 1, 16, 2, 2, 0),       # append 2 into page 16, 2 splits
+    (4, 1, 1024, 32, 8, 1, 0, 0, 0, 1),        # cache_batch_idx: shuffled rows of a larger cache
+    (4, 2, 1024, 32, 8, 1, 0, 3, 2, 1),        # cache_batch_idx + append, 3 splits
+    (3, 1, 1000, 16, 4, 1, 1, 0, 0, 0),        # page size 1: gathered first
+    (3, 2, 1000, 16, 4, 1, 24, 0, 2, 0),       # page 24 (not a multiple of 16) + append: gathered
+]
+# varlen: per-sequence query / key slot lengths; used_q / used_k shorten them (None: the
+# slots); page_size 0 = packed k/v, else a paged cache read through seqused_k = used_k.
+VL = ("q_lens", "k_lens", "heads_q", "heads_kv", "head_dim", "causal", "page_size", "used_q", "used_k")
+VL_CASES = [
+    ([0, 1, 17, 300], [5, 1, 40, 700], 16, 4, 128, 0, 0, None, None),          # 0- and 1-token sequences
+    ([0, 1, 17, 300], [5, 1, 40, 700], 16, 4, 128, 1, 0, [0, 1, 9, 250], [5, 0, 40, 333]),  # seqused < slot
+    ([64, 129, 3], [64, 129, 1000], 8, 8, 64, 1, 0, None, None),               # hd64
+    ([1, 17, 128], [100, 17, 2000], 16, 4, 128, 1, 16, None, [100, 17, 2000]),  # paged, page 16
+    ([7, 200], [4096, 333], 16, 2, 128, 0, 256, None, [4096, 333]),           # paged, page 256
+    ([5, 9], [77, 300], 16, 4, 128, 1, 24, None, [77, 300]),                  # page 24: gathered
+]
+# dense flash_attn_func: (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, dtype)
+DENSE = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "dtype")
+DENSE_CASES = [
+    (2, 512, 512, 8, 8, 128, 0, "bf16"),
+    (2, 512, 512, 8, 8, 128, 1, "bf16"),
+    (1, 300, 777, 16, 4, 128, 1, "bf16"),   # seqlen_q != seqlen_k: bottom-right causal, GQA
+    (1, 777, 300, 16, 16, 128, 1, "bf16"),  # rows that see no key
+    (3, 129, 65, 4, 1, 64, 0, "bf16"),      # MQA, ragged tiles
+    (2, 256, 256, 8, 8, 128, 1, "fp16"),
+]
+# flash_attn_combine on partials of its own (some splits' LSE -inf, one row with none left).
+CB = ("num_splits", "batch", "seqlen_q", "heads", "head_dim")
+CB_CASES = [(3, 2, 3, 8, 128), (16, 4, 1, 32, 128)]
+
+CASES = ([{"entry": "dense", **dict(zip(DENSE, c))} for c in DENSE_CASES]
+         + [{"entry": "kvcache", **dict(zip(KV, c))} for c in KV_CASES]
+         + [{"entry": "varlen", **dict(zip(VL, c))} for c in VL_CASES]
+         + [{"entry": "combine", **dict(zip(CB, c))} for c in CB_CASES])
+for _i, _c in enumerate(CASES):
+    _c["seed"] = _i
+
+CUPY = {"bf16": "uint16", "fp16": "float16", "f32": "float32", "i32": "int32"}
+WRITTEN = ("o", "lse")                 # outputs: poisoned, each side writes its own
+APPENDED = ("k_cache", "v_cache")      # written in place when k/v are appended
+
+
+def label(case: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in case.items() if k not in ("entry", "seed"))
+
+
+def _pages(n: int, size: int) -> int:
+    return (n + size - 1) // size
+
+
+def tensors(case: dict) -> dict:
+    """name -> (shape, dtype) of every tensor the call takes, outputs included."""
+    e = case["entry"]
+    if e == "dense":
+        b, sq, sk, hq, hkv, d, dt = (case[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv",
+                                                        "head_dim", "dtype"))
+        return {"q": ((b, sq, hq, d), dt), "k": ((b, sk, hkv, d), dt), "v": ((b, sk, hkv, d), dt),
+                "o": ((b, sq, hq, d), dt), "lse": ((b, hq, sq), "f32")}
+    if e == "kvcache":
+        b, sq, cap, hq, hkv, ps, sn = (case[k] for k in ("batch", "seqlen_q", "capacity", "heads_q", "heads_kv",
+                                                          "page_size", "seqlen_new"))
+        t = {"q": ((b, sq, hq, D), "bf16"), "o": ((b, sq, hq, D), "bf16"), "lse": ((b, hq, sq), "f32"),
+             "cache_seqlens": ((b,), "i32")}
+        if ps:
+            pages = _pages(cap, ps)
+            t["k_cache"] = t["v_cache"] = ((b * pages + 3, ps, hkv, D), "bf16")
+            t["page_table"] = ((b, pages), "i32")
+        else:
+            t["k_cache"] = t["v_cache"] = ((b + 2 if case["batch_idx"] else b, cap, hkv, D), "bf16")
+            if case["batch_idx"]:
+                t["cache_batch_idx"] = ((b,), "i32")
+        if sn:
+            t["k"] = t["v"] = ((b, sn, hkv, D), "bf16")
+        return t
+    if e == "varlen":
+        ql, kl, hq, hkv, d, ps = (case[k] for k in ("q_lens", "k_lens", "heads_q", "heads_kv", "head_dim",
+                                                     "page_size"))
+        b, tq = len(ql), sum(ql)
+        t = {"q": ((tq, hq, d), "bf16"), "o": ((tq, hq, d), "bf16"), "lse": ((hq, tq), "f32"),
+             "cu_seqlens_q": ((b + 1,), "i32")}
+        if ps:
+            mp = max(_pages(n, ps) for n in case["used_k"])
+            t["k"] = t["v"] = ((b * mp + 3, ps, hkv, d), "bf16")
+            t["page_table"] = ((b, mp), "i32")
+        else:
+            t["k"] = t["v"] = ((sum(kl), hkv, d), "bf16")
+            t["cu_seqlens_k"] = ((b + 1,), "i32")
+        if case["used_q"] is not None:
+            t["seqused_q"] = ((b,), "i32")
+        if case["used_k"] is not None:
+            t["seqused_k"] = ((b,), "i32")
+        return t
+    s, b, sq, h, d = (case[k] for k in CB)
+    return {"out_partial": ((s, b, sq, h, d), "f32"), "lse_partial": ((s, b, h, sq), "f32"),
+            "o": ((b, sq, h, d), "bf16"), "lse": ((b, h, sq), "f32")}
+
+
+def int_values(case: dict) -> dict:
+    """The int32 tensors' values (host numpy, small): key counts, offsets, page tables, rows."""
+    rng = np.random.default_rng(case["seed"])
+    shapes = tensors(case)
+    out = {}
+    if case["entry"] == "kvcache":
+        b, cap, sn = case["batch"], case["capacity"], case["seqlen_new"]
+        room = cap - sn
+        lens = [room if i == b - 1 else room // 2 + int(rng.integers(0, room // 2 + 1)) for i in range(b)]
+        out["cache_seqlens"] = lens
+        if "page_table" in shapes:
+            pool = shapes["k_cache"][0][0]
+            out["page_table"] = rng.permutation(pool)[: b * shapes["page_table"][0][1]]
+        if "cache_batch_idx" in shapes:
+            out["cache_batch_idx"] = rng.permutation(b + 2)[:b]
+    elif case["entry"] == "varlen":
+        out["cu_seqlens_q"] = np.concatenate([[0], np.cumsum(case["q_lens"])])
+        if "cu_seqlens_k" in shapes:
+            out["cu_seqlens_k"] = np.concatenate([[0], np.cumsum(case["k_lens"])])
+        for n in ("used_q", "used_k"):
+            if case[n] is not None:
+                out["seq" + n] = case[n]
+        if "page_table" in shapes:
+            pool = shapes["k"][0][0]
+            out["page_table"] = rng.permutation(pool)[: int(np.prod(shapes["page_table"][0]))]
+    return {n: np.asarray(v, dtype=np.int32).reshape(shapes[n][0]) for n, v in out.items()}
+
+
+def request(case: dict, arrays: dict) -> str:
+    """check_lib.cpp's request text; arrays: name -> (ptr, shape, strides in elements, dtype)."""
+    e = case["entry"]
+    head = {"dense": f"dense {case.get('causal', 0)}",
+            "kvcache": f"kvcache {case.get('num_splits', 0)} -1 {case.get('causal', 0)}",
+            "varlen": f"varlen 0 -1 {case.get('causal', 0)}", "combine": "combine"}[e]
+    lines = [head]
+    for n, (ptr, shape, strides, dtype) in arrays.items():
+        lines.append(f"t {n} {dtype} {ptr} {len(shape)} {' '.join(map(str, shape))} {' '.join(map(str, strides))}")
+    return "\n".join(lines + ["end", ""])
+
+
+def compact(shape) -> tuple:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def load(lib: Path):
+    so = ctypes.CDLL(str(lib))
+    so.cubinforge_check_run.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    so.cubinforge_check_run.restype = ctypes.c_int
+
+    def call(text: str, launch: bool) -> str:
+        buf = ctypes.create_string_buffer(8192)
+        so.cubinforge_check_run(text.encode(), int(launch), buf, len(buf))
+        return buf.value.decode()
+    return call
+
+
+# --------------------------------------------------------------------------- on the GPU
+
+class CuPyArrays:
+    """Device arrays through CuPy (bf16 travels as uint16, reinterpreted by dtype=)."""
+    name = "cupy"
+
+    def __init__(self):
+        import cupy as cp
+        self.cp = cp
+        self._bf16 = cp.ElementwiseKernel(
+            "float32 f", "uint16 h", "unsigned int x = __float_as_uint(f); h = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;",
+            "cf_to_bf16")   # round to nearest even, as the C++ examples' float_to_bf16
+        self._bf16(cp.zeros(1, cp.float32))   # NVRTC must work here, else the torch backend
+
+    def normal(self, shape, dtype, seed, lse_partial=False):
+        cp = self.cp
+        f = cp.random.RandomState(seed).standard_normal(shape, dtype=cp.float32)
+        if lse_partial:
+            _infs(f, 3, -cp.inf)
+        return self._bf16(f) if dtype == "bf16" else f.astype(CUPY[dtype])
+
+    def nan(self, shape, dtype):
+        return self.cp.full(shape, 0x7FC0 if dtype == "bf16" else np.nan, dtype=CUPY[dtype])
+
+    def ints(self, host):
+        return self.cp.asarray(host)
+
+    def copy(self, x):
+        return x.copy()
+
+    def sync(self):
+        self.cp.cuda.Device().synchronize()
+
+    def describe(self, x):
+        return x.data.ptr, tuple(x.shape), tuple(s // x.itemsize for s in x.strides)
+
+    def differ(self, a, b) -> int:
+        """How many elements differ bit for bit (NaN bits included)."""
+        bits = {2: self.cp.uint16, 4: self.cp.uint32}[a.itemsize]
+        return int(self.cp.count_nonzero(a.view(bits) != b.view(bits)))
+
+
+class TorchArrays:
+    """The same through torch, where CuPy cannot compile kernels (no NVRTC)."""
+    name = "torch"
+
+    def __init__(self):
+        import torch
+        self.torch = torch
+        self._dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}
+
+    def normal(self, shape, dtype, seed, lse_partial=False):
+        t = self.torch
+        f = t.randn(shape, dtype=t.float32, device="cuda", generator=t.Generator("cuda").manual_seed(seed))
+        if lse_partial:
+            _infs(f, 3, -float("inf"))
+        return f.to(self._dt[dtype])   # round to nearest even
+
+    def nan(self, shape, dtype):
+        return self.torch.full(shape, float("nan"), dtype=self._dt[dtype], device="cuda")
+
+    def ints(self, host):
+        return self.torch.from_numpy(np.ascontiguousarray(host)).to("cuda")
+
+    def copy(self, x):
+        return x.clone()
+
+    def sync(self):
+        self.torch.cuda.synchronize()
+
+    def describe(self, x):
+        return x.data_ptr(), tuple(x.shape), tuple(x.stride())
+
+    def differ(self, a, b) -> int:
+        bits = {2: self.torch.int16, 4: self.torch.int32}[a.element_size()]
+        return int((a.view(bits) != b.view(bits)).sum())
+
+
+def backend(which: str):
+    if which in ("auto", "cupy"):
+        try:
+            return CuPyArrays()
+        except Exception as e:  # noqa: BLE001  no CuPy, or no NVRTC for its kernels
+            if which == "cupy":
+                raise
+            print(f"note: CuPy unusable here ({type(e).__name__}: {str(e)[:120]}); generating with torch")
+    return TorchArrays()
+
+
+def _infs(f, scale, neg_inf):
+    f *= scale
+    f[1, 0, :, 0] = neg_inf       # a split that counts for nothing
+    f[:, -1, 0, -1] = neg_inf     # a row no split reached
+
+
+def _device_inputs(xp, case: dict) -> dict:
+    ints = int_values(case)
+    arrays = {}
+    for i, (n, (shape, dtype)) in enumerate(tensors(case).items()):
+        if n in ints:
+            arrays[n] = xp.ints(ints[n])
+        elif n in WRITTEN:   # NaN everywhere: rows no one writes must stay NaN on both sides
+            arrays[n] = xp.nan(shape, dtype)
+        else:
+            arrays[n] = xp.normal(shape, dtype, case["seed"] * 64 + i, lse_partial=n == "lse_partial")
+    return arrays
+
+
+def _python_side(case: dict, a: dict, dt: dict):
+    """Runs the call through the Python runtime; (kernels, num_splits)."""
+    from cubinforge.runtime import as_device_array, flash_attn_func, last_launch
+    from cubinforge.runtime.kvcache import flash_attn_combine, prepare_kvcache
+    from cubinforge.runtime.varlen import prepare_varlen
+
+    w = {n: as_device_array(x, dtype=dt[n], what=n) for n, x in a.items()}
+    g = w.get
+    e = case["entry"]
+    if e == "dense":
+        flash_attn_func(w["q"], w["k"], w["v"], causal=bool(case["causal"]), out=w["o"], lse=w["lse"])
+        return [last_launch().variant], 1
+    if e == "combine":
+        flash_attn_combine(w["out_partial"], w["lse_partial"], out=w["o"], lse=w["lse"])
+        return [last_launch().variant], case["num_splits"]
+    if e == "kvcache":
+        p = prepare_kvcache(w["q"], w["k_cache"], w["v_cache"], k=g("k"), v=g("v"), cache_seqlens=w["cache_seqlens"],
+                            cache_batch_idx=g("cache_batch_idx"), page_table=g("page_table"),
+                            causal=bool(case["causal"]), num_splits=case["num_splits"], out=w["o"], lse=w["lse"])
+    else:
+        p = prepare_varlen(w["q"], w["k"], w["v"], w["cu_seqlens_q"], g("cu_seqlens_k"), seqused_q=g("seqused_q"),
+                           seqused_k=g("seqused_k"), page_table=g("page_table"), causal=bool(case["causal"]),
+                           out=w["o"], lse=w["lse"])
+    p.run()
+    return p.kernels, p.plan.num_splits
+
+
+def compare(call, xp, case: dict) -> str:
+    """'ok', 'skip' (the bundle or registry lacks a variant) or 'fail'; prints one line."""
+    t0 = time.perf_counter()
+    shapes = tensors(case)
+    dt = {n: d for n, (_, d) in shapes.items()}
+    py = _device_inputs(xp, case)
+    appended = "k" in shapes and case["entry"] == "kvcache"
+    mine = [*WRITTEN, *(APPENDED if appended else ())]
+    cpp = {**py, **{n: xp.copy(py[n]) for n in mine}}   # the C++ side's own outputs (and caches)
+    xp.sync()
+    name = f"{case['entry']:8s} {label(case)}"
+    try:
+        kernels, splits = _python_side(case, py, dt)
+    except Exception as e:  # noqa: BLE001  reported, the matrix goes on
+        skip = type(e).__name__ == "VariantNotFound"
+        print(f"{'SKIP' if skip else 'FAIL'} {name}: Python: {type(e).__name__}: {e}")
+        return "skip" if skip else "fail"
+    xp.sync()
+    reply = call(request(case, {n: (*xp.describe(x), dt[n]) for n, x in cpp.items()}), True)
+    if not reply.startswith("ok "):
+        skip = "CUDA_ERROR_NOT_FOUND" in reply
+        print(f"{'SKIP' if skip else 'FAIL'} {name}: C++: {reply}")
+        return "skip" if skip else "fail"
+    _, cpp_kernels, cpp_splits = reply.split()
+    bad = []
+    if cpp_kernels.split(",") != list(kernels) or int(cpp_splits) != splits:
+        bad.append(f"Python ran {kernels} with {splits} split(s), C++ {cpp_kernels} with {cpp_splits}")
+    for n in mine:
+        k = xp.differ(py[n], cpp[n])
+        if k:
+            bad.append(f"{n} differs in {k} elements")
+    if bad:
+        print(f"FAIL {name}: " + "; ".join(bad))
+        return "fail"
+    what = "O, LSE and caches" if appended else "O and LSE"
+    print(f"OK   {name}: {' + '.join(kernels)}, {splits} split(s): {what} identical "
+          f"({time.perf_counter() - t0:.2f} s)")
+    return "ok"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", type=Path, required=True, help="libcubinforge_check.so (CMake target cubinforge_check)")
+    ap.add_argument("--entries", default="dense,kvcache,varlen,combine", help="which entry points' cases to run")
+    ap.add_argument("--arrays", default="auto", choices=["auto", "cupy", "torch"],
+                    help="what generates the inputs on the GPU (auto: CuPy, else torch)")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    call = load(a.lib)
+    xp = backend(a.arrays)
+    want = set(a.entries.split(","))
+    results = [compare(call, xp, c) for c in CASES if c["entry"] in want]
+    print(f"{results.count('ok')} agree, {results.count('skip')} skipped, {results.count('fail')} differ "
+          f"({time.perf_counter() - t0:.1f} s)")
+    return 1 if "fail" in results or not results.count("ok") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
