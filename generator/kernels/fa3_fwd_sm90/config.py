@@ -79,6 +79,9 @@ SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", 
 LPT_L2_SECTION_MIB = 32
 
 SUPPORTED_DTYPES = ("bf16", "fp16", "e4m3")
+# FwdConfig.rescale_threshold's bound per dtype: P <= 2^threshold fits it (e4m3's largest is
+# 448, fp16's 65504; bf16 has fp32's range, 16 keeps O's fp32 sums far from overflow).
+RESCALE_THRESHOLD_MAX = {"bf16": 16.0, "fp16": 15.0, "e4m3": 8.0}
 # FP8 (e4m3): the head dims built so far, and the output dtype (the PV accumulator is fp32).
 E4M3_HEAD_DIMS = (64, 128, 256)
 E4M3_OUT_DTYPE = "bf16"
@@ -142,6 +145,15 @@ class FwdConfig:
     chunked_p_convert: bool | None = None
     # Sum softmax rows in order instead of as a tree (softmax.py says why).
     in_order_row_sum: bool | None = None
+    # The softmax's exp2 for this many of every 8 columns of a row on the FMA pipe instead of
+    # the MUFU (softmax.exp2_fma, a polynomial of exp2_emu_degree: exp2_poly.COEFFS), where
+    # the MUFU's 16 ex2/clk/SM is the limit (hd64 16-bit, hd128 e4m3). 0: all on the MUFU.
+    exp2_emu_eighths: int = 0
+    exp2_emu_degree: int = 3
+    # > 0: keep a row's stale maximum until a block raises it by more than this many log2
+    # units, skipping O's rescale when no row of a warp needs it (FA4's conditional
+    # rescaling; softmax.OnlineSoftmax). P then reaches 2^threshold. 0: rescale every block.
+    rescale_threshold: float = 0.0
     # How V arrives: "rowmajor" (batch, seqlen_k, heads_kv, head_dim) or, for e4m3,
     # "colmajor" (batch, heads_kv, head_dim, seqlen_k): WGMMA reads an 8-bit B operand
     # K-major only, which a column-major V already is.
@@ -208,6 +220,7 @@ class FwdConfig:
                                  f"(got {', '.join(on)}); build e4m3 with none of them, or use bf16/fp16")
         elif self.v_layout != "rowmajor":
             raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
+        self._check_softmax_switches()
         if self.fp8_local_p is None:
             object.__setattr__(self, "fp8_local_p", self.v_transpose)
         if self.fp8_local_p and not self.v_transpose:
@@ -283,6 +296,22 @@ class FwdConfig:
                 f"tiles {self.tile_m}x{self.tile_n} at head_dim {self.head_dim} with {self.stages} stages"
                 f"{' and a separate O buffer' if self.separate_o_smem else ''} need {self.smem_bytes} B"
                 f" of shared memory; sm_90 allows {SMEM_LIMIT}")
+
+    def _check_softmax_switches(self):
+        from .exp2_poly import COEFFS
+
+        if not 0 <= self.exp2_emu_eighths <= 8:
+            raise ValueError(f"exp2_emu_eighths counts columns out of 8: 0..8, got {self.exp2_emu_eighths}")
+        if self.exp2_emu_degree not in COEFFS:
+            raise ValueError(f"exp2_emu_degree must be one of {sorted(COEFFS)}, got {self.exp2_emu_degree}")
+        # P = 2^(s - stale max) <= 2^threshold must stay finite in P's own dtype.
+        cap = RESCALE_THRESHOLD_MAX[self.dtype]
+        if not 0.0 <= self.rescale_threshold <= cap:
+            raise ValueError(f"rescale_threshold for {self.dtype} must be in [0, {cap}] (P <= 2^threshold "
+                             f"must fit {self.dtype}), got {self.rescale_threshold}")
+        if self.inference and (self.exp2_emu_eighths or self.rescale_threshold):
+            raise ValueError("exp2_emu_eighths and rescale_threshold are built for the dense forward only, "
+                             "not split_kv, pack_gqa, paged_kv or varlen")
 
     @property
     def l2_section_mib(self) -> int:
