@@ -278,9 +278,10 @@ def experiment_config(overrides: dict):
     it turns it on, so a label means what it says whatever the shipped configuration
     (config.TUNED) is."""
     from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
-    from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES, VALUE_SWITCHES
 
-    return FwdConfig(**{"arch": "sm_90a", "dtype": "bf16", **{s: False for s in SWITCHES}, **overrides})
+    return FwdConfig(**{"arch": "sm_90a", "dtype": "bf16", **{s: False for s in SWITCHES}, **VALUE_SWITCHES,
+                        **overrides})
 
 
 def ab_name(cfg, label: str) -> str:

@@ -1,7 +1,9 @@
 """SASS of the softmax-on-FMA candidates (bench.ab's `mufu` sets), on the CPU: registers,
 spills, and per key block of each overlapped loop the MUFU.EX2 / FFMA / FMUL / ALU work.
 
-    .venv/bin/python bench/mufu_sass.py [--sets mufu-fp8,mufu-bf16] [--match SUBSTR] [--out FILE]
+    .venv/bin/python bench/mufu_sass.py [--home .cubinforge-ab-mufu] [--sets mufu] [--match REGEX] [--out FILE]
+
+With --home, the cubins `bench.ab build` put there; without, each variant is compiled here.
 
 A key block's softmax is the window from the QK^T wait (WARPGROUP.DEPBAR.LE gsb0, 0x1) to the
 next warpgroup op after the PV wait (generator/sass.py pv_wait_windows); the counts are the
@@ -11,6 +13,7 @@ largest loop's (the unmasked one; causal's masked loop adds its mask).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections import Counter
@@ -52,10 +55,19 @@ def main(argv=None) -> int:
     from cubinforge.generator.sass import cuobjdump
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sets", default="mufu-fp8,mufu-bf16")
-    ap.add_argument("--match", default="")
+    ap.add_argument("--home", type=Path, help="an A/B registry home (bench.ab build) to read the cubins from")
+    ap.add_argument("--sets", default="mufu")
+    ap.add_argument("--match", default="", help="only variants whose name matches this regex")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+
+    def cubin_and_metadata(name, cfg):
+        if a.home is None:
+            built = describe_build(name, cfg.arch, compile_variant(cfg))
+            return built.cubin, built.metadata
+        man = json.loads((a.home / "manifests" / f"{name}.json").read_text())
+        sha = man["cubin"]["sha256"]
+        return (a.home / "blobs" / "sha256" / sha[:2] / sha).read_bytes(), man["metadata"]
     head = ["variant", "regs", "spill B", "insts/block", *OPS]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     seen = set()
@@ -63,12 +75,11 @@ def main(argv=None) -> int:
         for label, over in EXPERIMENTS[s]:
             cfg = experiment_config(over)
             name = ab_name(cfg, label)
-            if name in seen or a.match not in name:
+            if name in seen or not re.search(a.match, name):
                 continue
             seen.add(name)
-            built = describe_build(name, cfg.arch, compile_variant(cfg))
-            m = built.metadata
-            sass = cuobjdump(["-sass"], built.cubin) or ""
+            cubin, m = cubin_and_metadata(name, cfg)
+            sass = cuobjdump(["-sass"], cubin) or ""
             wins = block_windows(sass)
             w = max(wins, key=lambda c: c["total"]) if wins else Counter()
             spill = (m.get("spill_store_bytes") or 0) + (m.get("spill_load_bytes") or 0)

@@ -34,7 +34,7 @@ HEAD_DIM_V_TILES = {(192, 128): (128, 128), (128, 64): (128, 128), (96, 64): (12
 #   sequence variant with bit masks too 0.88 / 0.92 / 0.96 / 1.09 (was 0.75 / 0.81 / 0.87 / 0.98).
 # Which scheduler each ships with is the set's business (spec.SETS "default"); the key's last
 # item is the tile, None for the head dim's default tile.
-TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
+TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int | float]] = {
     (64, False, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True},
     (96, False, "persistent", None): {"separate_o_smem": True},
     (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True},
@@ -69,10 +69,13 @@ TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[st
 # e4m3, keyed (head_dim, causal, scheduler, tile, v_layout); separate O is always on. H200 A/B
 # 2026-12-01 (bench/results/2026-12-01-h200/check/fp8-ab.log), hd128 non-causal 16k:
 # column-major V at 128 x 192 with the in-order row sum 890 TFLOPS against 851 at 128 x 128.
-TUNED_FP8: dict[tuple[int, bool, str, tuple[int, int] | None, str], dict[str, bool]] = {
+TUNED_FP8: dict[tuple[int, bool, str, tuple[int, int] | None, str], dict[str, bool | int | float]] = {
     (128, False, "persistent", (128, 192), "colmajor"): {"in_order_row_sum": True},
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum")
+# The softmax's switches that take a value, with the value that turns each off (the tables
+# above may name them like the others once measured).
+VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0}
 # L2 section of the lpt order (FA4's); persistent causal orders all (head, batch) pairs
 # together. 24 MiB sections for persistent causal and one global order for lpt lost on
 # every cell of the A/B, so neither is a knob any more.
@@ -148,12 +151,13 @@ class FwdConfig:
     # The softmax's exp2 for this many of every 8 columns of a row on the FMA pipe instead of
     # the MUFU (softmax.exp2_fma, a polynomial of exp2_emu_degree: exp2_poly.COEFFS), where
     # the MUFU's 16 ex2/clk/SM is the limit (hd64 16-bit, hd128 e4m3). 0: all on the MUFU.
-    exp2_emu_eighths: int = 0
-    exp2_emu_degree: int = 3
+    # None (these three): TUNED's value, else VALUE_SWITCHES' off value.
+    exp2_emu_eighths: int | None = None
+    exp2_emu_degree: int | None = None
     # > 0: keep a row's stale maximum until a block raises it by more than this many log2
     # units, skipping O's rescale when no row of a warp needs it (FA4's conditional
     # rescaling; softmax.OnlineSoftmax). P then reaches 2^threshold. 0: rescale every block.
-    rescale_threshold: float = 0.0
+    rescale_threshold: float | None = None
     # How V arrives: "rowmajor" (batch, seqlen_k, heads_kv, head_dim) or, for e4m3,
     # "colmajor" (batch, heads_kv, head_dim, seqlen_k): WGMMA reads an 8-bit B operand
     # K-major only, which a column-major V already is.
@@ -220,7 +224,6 @@ class FwdConfig:
                                  f"(got {', '.join(on)}); build e4m3 with none of them, or use bf16/fp16")
         elif self.v_layout != "rowmajor":
             raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
-        self._check_softmax_switches()
         if self.fp8_local_p is None:
             object.__setattr__(self, "fp8_local_p", self.v_transpose)
         if self.fp8_local_p and not self.v_transpose:
@@ -273,6 +276,10 @@ class FwdConfig:
         for name in SWITCHES:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, False))
+        for name, off in VALUE_SWITCHES.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, tuned.get(name, off))
+        self._check_softmax_switches()
         if self.fp8 and not self.separate_o_smem:
             raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
         if self.local and self.causal:
