@@ -212,10 +212,60 @@ VARLEN = [
     ("mask-bits+in-order-sum", dict(_VL, causal=True, mask_bits=True, in_order_row_sum=True)),
     ("o-smem+mask-bits", dict(_VL, causal=True, o_smem_store=True, mask_bits=True)),
 ]
+# The softmax's MUFU (16 ex2/clk/SM) against the tensor cores' work per score: hd64 16-bit and
+# hd128 e4m3 need about as many exp2 per clock as it gives. Candidates (softmax.py): part of
+# each row's exp2 on the FMA pipe (emu-<k>of8: k of every 8 columns, a degree-3 polynomial;
+# -deg2 for e4m3, whose P is rounded to 3 mantissa bits anyway), FA4's conditional rescaling
+# (lazy-rescale-8: the stale row max kept until it is 8 log2 units behind, O's rescale
+# skipped when no row of a warp moved), and both. The first row of each base is the shipped
+# configuration (config.TUNED / TUNED_FP8 / the default and fp8 sets), all switches named.
+# An emulated exp2 costs ~7.7 more issue slots than a MUFU one (bench/mufu_sass.py), and one
+# warp issues one instruction a clock while its MUFU takes 8 clocks a warp: the SASS counts put
+# the balance near 1/8 of the columns for e4m3 hd128 (703 instructions against 98 MUFU per
+# block) and 1/8-1/4 for bf16 hd64 (358 against 66), hence 1-3 eighths.
+_MUFU_CANDIDATES = [
+    *[(f"emu-{k}of8", dict(exp2_emu_eighths=k)) for k in (1, 2, 3)],
+    ("lazy-rescale-8", dict(rescale_threshold=8.0)),
+    *[(f"emu-{k}of8+lazy-rescale-8", dict(exp2_emu_eighths=k, rescale_threshold=8.0)) for k in (1, 2, 3)],
+]
+_MUFU_DEG2 = [
+    *[(f"emu-{k}of8-deg2+lazy-rescale-8", dict(exp2_emu_eighths=k, exp2_emu_degree=2, rescale_threshold=8.0))
+      for k in (1, 2)],
+]
+
+
+def _with_candidates(base_label: str, base: dict, extra=()) -> list:
+    return [(base_label, base), *[(f"{base_label}+{label}", dict(base, **over))
+                                  for label, over in (*_MUFU_CANDIDATES, *extra)]]
+
+
+MUFU_FP8 = [
+    # TUNED_FP8: column-major V, 128 x 192, in-order row sum (952 TFLOPS at 16k).
+    *_with_candidates("tile-128x192+in-order-sum", dict(_E4M3_NC, tile_m=128, tile_n=192, in_order_row_sum=True),
+                      _MUFU_DEG2),
+    # SET=fp8's row-major V at 128 x 224.
+    *_with_candidates("v-rowmajor+tile-128x224", dict(_E4M3_NC, v_layout="rowmajor", tile_m=128, tile_n=224),
+                      _MUFU_DEG2),
+    # The default set's causal e4m3 hd128 (lpt, column-major V, 128 x 128).
+    *_with_candidates("default", dict(_E4M3, causal=True, scheduler="lpt", v_layout="colmajor"), _MUFU_DEG2),
+]
+_HD64 = dict(head_dim=64, scheduler="persistent", separate_o_smem=True, wg_epilogue=True)
+MUFU_BF16 = [
+    # config.TUNED's hd64 non-causal, hd64 causal (192 x 128 and the 128 x 128 short-sequence
+    # one, with bit masks) and hd128 non-causal.
+    *_with_candidates("persistent+separate-o+wg-epilogue", dict(_HD64, causal=False)),
+    *_with_candidates("persistent-lpt+separate-o+wg-epilogue", dict(_HD64, causal=True)),
+    *_with_candidates("persistent-lpt+tile-128x128+separate-o+wg-epilogue+mask-bits",
+                      dict(_HD64, causal=True, tile_m=128, tile_n=128, mask_bits=True)),
+    *_with_candidates("persistent+in-order-sum+separate-o",
+                      dict(head_dim=128, causal=False, scheduler="persistent", in_order_row_sum=True,
+                           separate_o_smem=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
-               "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS, "varlen": VARLEN}
+               "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS, "varlen": VARLEN,
+               "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
@@ -228,9 +278,10 @@ def experiment_config(overrides: dict):
     it turns it on, so a label means what it says whatever the shipped configuration
     (config.TUNED) is."""
     from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
-    from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES, VALUE_SWITCHES
 
-    return FwdConfig(**{"arch": "sm_90a", "dtype": "bf16", **{s: False for s in SWITCHES}, **overrides})
+    return FwdConfig(**{"arch": "sm_90a", "dtype": "bf16", **{s: False for s in SWITCHES}, **VALUE_SWITCHES,
+                        **overrides})
 
 
 def ab_name(cfg, label: str) -> str:
@@ -288,9 +339,35 @@ def build(home: Path, experiments: str) -> int:
 CHECK_SHAPES = ((2, 777, 1000, 8, 2), (2, 4097, 3000, 8, 2), (1, 1000, 16000, 64, 8))
 
 
-def check_variant(ours, name: str, hd: int, causal: bool, device: str = "cuda", shapes=CHECK_SHAPES):
+# Scores that rise as the kernel walks the key blocks (last to first): every 64 keys lift a
+# row's max by ~16 log2 units until 50 (then flat), at a slope per row in [0.5, 1.5]: the
+# conditional rescale's both branches (stale max kept, max moved) run, in warps that vote
+# differently. Set on channel 0 of q and k; the rest stays Gaussian noise.
+RISING_SHAPES = ((2, 777, 1000, 8, 2),)
+RISING_LOG2_PER_KEY, RISING_CAP_LOG2 = 0.25, 50.0
+
+
+def rising(q, k, hd: int, generator):
+    """q, k (float, (b, s, h, d)) with channel 0 set so that row i's score on key j rises as
+    j falls: q0_i k0_j * hd^-0.5 = u_i * min((sk - 1 - j) * 0.25, 50) log2 units."""
+    import math
+
+    import torch
+
+    sk = k.shape[1]
+    r = torch.clamp((sk - 1 - torch.arange(sk, device=k.device)) * RISING_LOG2_PER_KEY, max=RISING_CAP_LOG2)
+    q = q.clone()
+    k = k.clone()
+    u = torch.rand(q.shape[0], q.shape[1], q.shape[2], device=q.device, generator=generator) + 0.5
+    q[..., 0] = u.to(q.dtype)
+    k[..., 0] = (r * math.sqrt(hd) / math.log2(math.e))[None, :, None].to(k.dtype)
+    return q, k
+
+
+def check_variant(ours, name: str, hd: int, causal: bool, device: str = "cuda", shapes=CHECK_SHAPES,
+                  rising_scores: bool = False):
     """(max rel err of O, max LSE err, passed) of one variant against the fp32 reference,
-    outputs poisoned with NaN before each launch."""
+    outputs poisoned with NaN before each launch (`rising_scores`: the inputs of rising())."""
     import torch
 
     from .reference import attention_torch
@@ -300,6 +377,8 @@ def check_variant(ours, name: str, hd: int, causal: bool, device: str = "cuda", 
         g = torch.Generator(device=device).manual_seed(sq)
         q = torch.randn(b_, sq, hq, hd, device=device, dtype=torch.bfloat16, generator=g)
         k, v = (torch.randn(b_, sk, hkv, hd, device=device, dtype=torch.bfloat16, generator=g) for _ in range(2))
+        if rising_scores:
+            q, k = rising(q, k, hd, g)
         o = torch.full_like(q, float("nan"))
         lse = torch.full((b_, hq, sq), float("nan"), device=device)
         ours.launch(q, k, v, causal, o, lse, variant=name)
@@ -315,14 +394,17 @@ def check_variant(ours, name: str, hd: int, causal: bool, device: str = "cuda", 
     return rel, lse_err, ok
 
 
-def fp8_inputs(b_, sq, sk, hq, hkv, hd, v_layout, seed, device="cuda"):
+def fp8_inputs(b_, sq, sk, hq, hkv, hd, v_layout, seed, device="cuda", rising_scores=False):
     """e4m3 q, k, v (v as the layout wants it: colmajor (b, hkv, d, sk) with seqlen_k storage
-    padded to 16 B) and v row-major for the reference."""
+    padded to 16 B) and v row-major for the reference (`rising_scores`: rising()'s q and k)."""
     import torch
 
     g = torch.Generator(device=device).manual_seed(seed)
-    q, k, v = (torch.randn(b_, s, h, hd, device=device, generator=g).to(torch.float8_e4m3fn)
+    q, k, v = (torch.randn(b_, s, h, hd, device=device, generator=g)
                for s, h in ((sq, hq), (sk, hkv), (sk, hkv)))
+    if rising_scores:
+        q, k = rising(q, k, hd, g)  # k0 <= 50 * sqrt(128) / log2(e) = 392 < e4m3's 448
+    q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
     v_in = v
     if v_layout == "colmajor":
         pad = -(-sk // 16) * 16
@@ -348,7 +430,8 @@ def fp8_call(ours, name: str, causal: bool, v_layout: str, q, k, v_in, out, lse)
                            stream=stream, **pin)
 
 
-def check_fp8_variant(ours, name: str, hd: int, causal: bool, v_layout: str, shapes=CHECK_SHAPES):
+def check_fp8_variant(ours, name: str, hd: int, causal: bool, v_layout: str, shapes=CHECK_SHAPES,
+                      rising_scores: bool = False):
     """check_variant for e4m3: against the fp32 reference on the same e4m3 values; P rounded to
     e4m3 costs ~2e-2 relative (tests/gpu/test_fp8_gpu.py), so 4e-2 / LSE 2e-2."""
     import torch
@@ -357,7 +440,7 @@ def check_fp8_variant(ours, name: str, hd: int, causal: bool, v_layout: str, sha
 
     rel, lse_err, ok = 0.0, 0.0, True
     for b_, sq, sk, hq, hkv in shapes:
-        q, k, v_in, v = fp8_inputs(b_, sq, sk, hq, hkv, hd, v_layout, seed=sq)
+        q, k, v_in, v = fp8_inputs(b_, sq, sk, hq, hkv, hd, v_layout, seed=sq, rising_scores=rising_scores)
         o = torch.full((b_, sq, hq, hd), float("nan"), device="cuda", dtype=torch.bfloat16)
         lse = torch.full((b_, hq, sq), float("nan"), device="cuda")
         fp8_call(ours, name, causal, v_layout, q, k, v_in, o, lse)()
@@ -408,6 +491,11 @@ def run(home: Path, out: Path, seqlens) -> int:
             rel, lse_err, ok = check_fp8_variant(ours, name, hd, causal, v_layout)
         else:
             rel, lse_err, ok = check_variant(ours, name, hd, causal)
+        if "lazy-rescale" in name:  # the conditional rescale's own case (rising()), in the same gate
+            rise = (check_fp8_variant(ours, name, hd, causal, v_layout, RISING_SHAPES, rising_scores=True) if fp8
+                    else check_variant(ours, name, hd, causal, shapes=RISING_SHAPES, rising_scores=True))
+            print(f"{name}: rising scores rel {rise[0]:.2e} lse {rise[1]:.1e} {'ok' if rise[2] else 'FAIL'}", flush=True)
+            rel, lse_err, ok = max(rel, rise[0]), max(lse_err, rise[1]), ok and rise[2]
         failed += not ok
         for s in seqlens:
             cell = fa3_cell("bf16", hd, s, causal)

@@ -136,3 +136,24 @@ def test_o_smem_store_is_varlen_only_and_mask_bits_not_under_pack_gqa():
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, split_kv=True, o_smem_store=True)
     with pytest.raises(ValueError, match="pack_gqa"):
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, pack_gqa=True, tile_m=64, mask_bits=True)
+
+
+def test_rising_scores_move_the_max_past_the_rescale_threshold_and_pass_a_correct_kernel():
+    """The gate's case for lazy-rescale candidates: walking the key blocks from the last, each
+    64 keys raise most rows' max by more than 8 log2 units until the cap (so the rescale
+    branch runs), then the max stays (so the stale-max branch runs)."""
+    torch = pytest.importorskip("torch")
+    import math
+
+    from cubinforge.bench.ab import rising
+
+    g = torch.Generator().manual_seed(0)
+    hd = 64
+    q, k = rising(torch.randn(1, 40, 2, hd, generator=g), torch.randn(1, 1000, 2, hd, generator=g), hd, g)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd) * math.log2(math.e)
+    block_max = torch.stack([s[..., j:j + 64].amax(-1) for j in range(1000 - 64, -1, -64)], -1)
+    jumps = block_max.cummax(-1).values.diff(dim=-1)
+    assert (jumps[..., :2] > 8).float().mean() > 0.8  # the first blocks visited: rescale
+    assert (jumps[..., -5:] <= 8).float().mean() > 0.8  # past the cap: the stale max stays
+    assert check_variant(FakeOurs(), "x", hd, False, device="cpu", shapes=((1, 40, 300, 2, 1),),
+                         rising_scores=True)[2]

@@ -34,7 +34,7 @@ HEAD_DIM_V_TILES = {(192, 128): (128, 128), (128, 64): (128, 128), (96, 64): (12
 #   sequence variant with bit masks too 0.88 / 0.92 / 0.96 / 1.09 (was 0.75 / 0.81 / 0.87 / 0.98).
 # Which scheduler each ships with is the set's business (spec.SETS "default"); the key's last
 # item is the tile, None for the head dim's default tile.
-TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
+TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int | float]] = {
     (64, False, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True},
     (96, False, "persistent", None): {"separate_o_smem": True},
     (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True},
@@ -69,16 +69,22 @@ TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[st
 # e4m3, keyed (head_dim, causal, scheduler, tile, v_layout); separate O is always on. H200 A/B
 # 2026-12-01 (bench/results/2026-12-01-h200/check/fp8-ab.log), hd128 non-causal 16k:
 # column-major V at 128 x 192 with the in-order row sum 890 TFLOPS against 851 at 128 x 128.
-TUNED_FP8: dict[tuple[int, bool, str, tuple[int, int] | None, str], dict[str, bool]] = {
+TUNED_FP8: dict[tuple[int, bool, str, tuple[int, int] | None, str], dict[str, bool | int | float]] = {
     (128, False, "persistent", (128, 192), "colmajor"): {"in_order_row_sum": True},
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum")
+# The softmax's switches that take a value, with the value that turns each off (the tables
+# above may name them like the others once measured).
+VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0}
 # L2 section of the lpt order (FA4's); persistent causal orders all (head, batch) pairs
 # together. 24 MiB sections for persistent causal and one global order for lpt lost on
 # every cell of the A/B, so neither is a knob any more.
 LPT_L2_SECTION_MIB = 32
 
 SUPPORTED_DTYPES = ("bf16", "fp16", "e4m3")
+# FwdConfig.rescale_threshold's bound per dtype: P <= 2^threshold fits it (e4m3's largest is
+# 448, fp16's 65504; bf16 has fp32's range, 16 keeps O's fp32 sums far from overflow).
+RESCALE_THRESHOLD_MAX = {"bf16": 16.0, "fp16": 15.0, "e4m3": 8.0}
 # FP8 (e4m3): the head dims built so far, and the output dtype (the PV accumulator is fp32).
 E4M3_HEAD_DIMS = (64, 128, 256)
 E4M3_OUT_DTYPE = "bf16"
@@ -142,6 +148,16 @@ class FwdConfig:
     chunked_p_convert: bool | None = None
     # Sum softmax rows in order instead of as a tree (softmax.py says why).
     in_order_row_sum: bool | None = None
+    # The softmax's exp2 for this many of every 8 columns of a row on the FMA pipe instead of
+    # the MUFU (softmax.exp2_fma, a polynomial of exp2_emu_degree: exp2_poly.COEFFS), where
+    # the MUFU's 16 ex2/clk/SM is the limit (hd64 16-bit, hd128 e4m3). 0: all on the MUFU.
+    # None (these three): TUNED's value, else VALUE_SWITCHES' off value.
+    exp2_emu_eighths: int | None = None
+    exp2_emu_degree: int | None = None
+    # > 0: keep a row's stale maximum until a block raises it by more than this many log2
+    # units, skipping O's rescale when no row of a warp needs it (FA4's conditional
+    # rescaling; softmax.OnlineSoftmax). P then reaches 2^threshold. 0: rescale every block.
+    rescale_threshold: float | None = None
     # How V arrives: "rowmajor" (batch, seqlen_k, heads_kv, head_dim) or, for e4m3,
     # "colmajor" (batch, heads_kv, head_dim, seqlen_k): WGMMA reads an 8-bit B operand
     # K-major only, which a column-major V already is.
@@ -260,6 +276,10 @@ class FwdConfig:
         for name in SWITCHES:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, False))
+        for name, off in VALUE_SWITCHES.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, tuned.get(name, off))
+        self._check_softmax_switches()
         if self.fp8 and not self.separate_o_smem:
             raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
         if self.local and self.causal:
@@ -283,6 +303,22 @@ class FwdConfig:
                 f"tiles {self.tile_m}x{self.tile_n} at head_dim {self.head_dim} with {self.stages} stages"
                 f"{' and a separate O buffer' if self.separate_o_smem else ''} need {self.smem_bytes} B"
                 f" of shared memory; sm_90 allows {SMEM_LIMIT}")
+
+    def _check_softmax_switches(self):
+        from .exp2_poly import COEFFS
+
+        if not 0 <= self.exp2_emu_eighths <= 8:
+            raise ValueError(f"exp2_emu_eighths counts columns out of 8: 0..8, got {self.exp2_emu_eighths}")
+        if self.exp2_emu_degree not in COEFFS:
+            raise ValueError(f"exp2_emu_degree must be one of {sorted(COEFFS)}, got {self.exp2_emu_degree}")
+        # P = 2^(s - stale max) <= 2^threshold must stay finite in P's own dtype.
+        cap = RESCALE_THRESHOLD_MAX[self.dtype]
+        if not 0.0 <= self.rescale_threshold <= cap:
+            raise ValueError(f"rescale_threshold for {self.dtype} must be in [0, {cap}] (P <= 2^threshold "
+                             f"must fit {self.dtype}), got {self.rescale_threshold}")
+        if self.inference and (self.exp2_emu_eighths or self.rescale_threshold):
+            raise ValueError("exp2_emu_eighths and rescale_threshold are built for the dense forward only, "
+                             "not split_kv, pack_gqa, paged_kv or varlen")
 
     @property
     def l2_section_mib(self) -> int:

@@ -504,7 +504,8 @@ class FlashFwdSm90:
 
         coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
         softmax = OnlineSoftmax(
-            softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum
+            softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum,
+            self.cfg.exp2_emu_eighths, self.cfg.exp2_emu_degree, self.cfg.rescale_threshold,
         )
 
         gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O)
@@ -667,7 +668,7 @@ class FlashFwdSm90:
         if n_block >= n_block_causal:
             mask(acc_S, n_block, True)
         row_scale = softmax.step(acc_S, is_first=False)
-        rescale_rows(acc_O, row_scale)
+        softmax.rescale_o(acc_O, row_scale)
         to_p(acc_S)
         pipe_v.consumer_wait(kv_state)
         gemm_pv(kv_state.index, False)
@@ -705,7 +706,7 @@ class FlashFwdSm90:
         if const_expr(self.rescale_early):
             scale_prev.store(row_scale.load())
         else:
-            rescale_rows(acc_O, row_scale)
+            softmax.rescale_o(acc_O, row_scale)
         return kv_state
 
     def schedule_wait(self, wg):

@@ -11,7 +11,10 @@ import math
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 
+from .exp2_poly import COEFFS, ROUND_MAGIC, X_MIN, emulated_column
 from .layouts import acc_as_rows_cols
 
 LN2 = math.log(2.0)
@@ -19,9 +22,20 @@ LOG2E = math.log2(math.e)
 
 
 class OnlineSoftmax:
-    def __init__(self, scale_log2: Float32, rows: int, in_order_sum: bool = False):
+    def __init__(self, scale_log2: Float32, rows: int, in_order_sum: bool = False, exp2_emu_eighths: int = 0,
+                 exp2_emu_degree: int = 3, rescale_threshold: float = 0.0):
         self.scale_log2 = scale_log2
         self.rows = rows
+        # exp2 of `exp2_emu_eighths` of every 8 columns of a row on the FMA pipe (exp2_fma),
+        # the rest on the MUFU: where the MUFU is the limit, the two pipes share the work.
+        self.emu_eighths = exp2_emu_eighths
+        self.emu_degree = exp2_emu_degree
+        # > 0: a row keeps its stale maximum until a block raises it by more than this (log2
+        # units), so P <= 2^threshold; O, its factor's exp2 and the row sum's rescale are skipped
+        # when no row of the warp needs one (a warp vote, kept in self.rescaled for rescale_o).
+        # Sum and O share the reference maximum, so finish() stays exact (FA4's rescaling).
+        self.rescale_threshold = rescale_threshold
+        self.rescaled = None
         # How a row's probabilities are summed. "tree": four independent chains, short
         # latency. In order, seeded with the rescaled running sum: one long chain, which is
         # what makes ptxas hoist the FFMAs and part of the exp2s above the PV GEMM's wait, as
@@ -34,6 +48,8 @@ class OnlineSoftmax:
     @cute.jit
     def step(self, acc_S: cute.Tensor, is_first: cutlass.Constexpr[bool]) -> cute.Tensor:
         """Turn S into unnormalised P in place; return each row's factor for O."""
+        if cutlass.const_expr(self.rescale_threshold > 0 and not is_first):
+            return self._step_lazy(acc_S)
         s_rc = acc_as_rows_cols(acc_S)
         row_scale = cute.make_rmem_tensor(self.rows, Float32)
         for r in cutlass.range_constexpr(self.rows):
@@ -45,8 +61,7 @@ class OnlineSoftmax:
             self.row_max[r] = m_new
             # A row with every key masked so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
             m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
-            row = s_rc[r, None].load()
-            s_rc[r, None].store(cute.math.exp2(row * self.scale_log2 - m_safe * self.scale_log2, fastmath=True))
+            self._exp2_row(s_rc, r, m_safe)
             if cutlass.const_expr(self.in_order_sum):
                 seed = Float32(0.0)
                 if cutlass.const_expr(is_first):
@@ -66,6 +81,67 @@ class OnlineSoftmax:
                     row_scale[r] = scale
                     self.row_sum[r] = self.row_sum[r] * scale + p_sum
         return row_scale
+
+    @cute.jit
+    def _step_lazy(self, acc_S: cute.Tensor) -> cute.Tensor:
+        """step() past the first block under rescale_threshold: the maximum moves (and O, the
+        row sum are rescaled) only where a warp's vote says some row grew past the threshold."""
+        s_rc = acc_as_rows_cols(acc_S)
+        row_scale = cute.make_rmem_tensor(self.rows, Float32)
+        row_scale.fill(1.0)
+        m_cand = cute.make_rmem_tensor(self.rows, Float32)
+        grow = False
+        for r in cutlass.range_constexpr(self.rows):
+            m_local = cute.arch.fmax(_tree_reduce(s_rc, r, cute.arch.fmax), self.row_max[r])
+            m_cand[r] = cute.arch.warp_reduction_max(m_local, threads_in_group=4)
+            # A row that saw no key yet has -inf: any key makes it grow; -inf - -inf is NaN, no.
+            grow = grow | ((m_cand[r] - self.row_max[r]) * self.scale_log2 > Float32(self.rescale_threshold))
+        rescaled = cute.arch.vote_any_sync(grow)
+        # Locals: the `if` below runs on the device and cannot carry `self`.
+        row_max, row_sum, scale_log2 = self.row_max, self.row_sum, self.scale_log2
+        if rescaled:
+            for r in cutlass.range_constexpr(self.rows):
+                m_safe = m_cand[r] if m_cand[r] != -Float32.inf else Float32(0.0)
+                scale = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
+                row_scale[r] = scale
+                row_sum[r] = row_sum[r] * scale
+                row_max[r] = m_cand[r]
+        self.rescaled = rescaled
+        for r in cutlass.range_constexpr(self.rows):
+            m = self.row_max[r]
+            m_safe = m if m != -Float32.inf else Float32(0.0)
+            self._exp2_row(s_rc, r, m_safe)
+            if cutlass.const_expr(self.in_order_sum):
+                self.row_sum[r] = s_rc[r, None].load().reduce(cute.ReductionOp.ADD, self.row_sum[r], 0)
+            else:
+                self.row_sum[r] = self.row_sum[r] + _tree_reduce(s_rc, r, _add)
+        return row_scale
+
+    @cute.jit
+    def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
+        """O *= the last step's factors; under rescale_threshold only when that step's vote
+        moved a maximum (the factors are all 1 otherwise)."""
+        if cutlass.const_expr(self.rescale_threshold > 0):
+            rescaled = self.rescaled
+            if rescaled:
+                rescale_rows(acc_O, row_scale)
+        else:
+            rescale_rows(acc_O, row_scale)
+
+    @cute.jit
+    def _exp2_row(self, s_rc: cute.Tensor, r: cutlass.Constexpr[int], m_safe: Float32):
+        """Row r of S <- 2^(S * scale - m * scale), emu_eighths of each 8 columns on the FMA pipe."""
+        if cutlass.const_expr(self.emu_eighths == 0):
+            row = s_rc[r, None].load()
+            s_rc[r, None].store(cute.math.exp2(row * self.scale_log2 - m_safe * self.scale_log2, fastmath=True))
+        else:
+            m_scaled = m_safe * self.scale_log2
+            for c in cutlass.range_constexpr(cute.size(s_rc, mode=[1])):
+                x = s_rc[r, c] * self.scale_log2 - m_scaled
+                if cutlass.const_expr(emulated_column(c, self.emu_eighths)):
+                    s_rc[r, c] = exp2_fma(x, self.emu_degree)
+                else:
+                    s_rc[r, c] = cute.math.exp2(x, fastmath=True)
 
     @cute.jit
     def finish(self, sink=None) -> tuple[cute.Tensor, cute.Tensor]:
@@ -98,6 +174,38 @@ class OnlineSoftmax:
 
 def _add(a, b):
     return a + b
+
+
+def _f32_hex(v: float) -> str:
+    import struct
+
+    return "0f%08X" % struct.unpack("<I", struct.pack("<f", v))[0]
+
+
+@dsl_user_op
+def exp2_fma(x: Float32, degree: int, *, loc=None, ip=None) -> Float32:
+    """2^x without the MUFU, exp2_poly's steps (its numpy model is the same arithmetic):
+    FMNMX, FADD.RM, 2 FADD, `degree` FFMA, then SHL + IADD (one LEA). x <= 127."""
+    cs = [_f32_hex(c) for c in COEFFS[degree]]
+    horner = [f"fma.rn.f32 p, p, f, {c};" for c in reversed(cs[:-1])]
+    asm = "\n".join([
+        "{", ".reg .f32 xc, xr, xb, f, p;", ".reg .b32 xi, pi;",
+        f"max.f32 xc, $1, {_f32_hex(X_MIN)};",
+        f"add.rm.f32 xr, xc, {_f32_hex(ROUND_MAGIC)};",
+        f"sub.rn.f32 xb, xr, {_f32_hex(ROUND_MAGIC)};",
+        "sub.rn.f32 f, xc, xb;",
+        f"mov.f32 p, {cs[-1]};",
+        *horner,
+        "fma.rn.f32 p, p, f, 0f3F800000;",
+        "mov.b32 xi, xr;", "mov.b32 pi, p;",
+        "shl.b32 xi, xi, 23;",
+        "add.s32 xi, xi, pi;",
+        "mov.b32 $0, xi;", "}",
+    ])
+    return Float32(llvm.inline_asm(
+        T.f32(), [Float32(x).ir_value(loc=loc, ip=ip)], asm, "=f,f",
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+    ))
 
 
 @cute.jit
