@@ -261,11 +261,21 @@ MUFU_BF16 = [
                       dict(head_dim=128, causal=False, scheduler="persistent", in_order_row_sum=True,
                            separate_o_smem=True)),
 ]
+# The few a short device call can time: the shipped base of e4m3 hd128 (column-major,
+# 128 x 192) and of bf16 hd64 (non-causal and causal 192 x 128) with 1 or 2 eighths emulated,
+# the lazy rescale, and 1 eighth with it (e4m3: also its degree-2 form).
+_MUFU_LITE_LABELS = ("", "+emu-1of8", "+emu-2of8", "+lazy-rescale-8", "+emu-1of8+lazy-rescale-8",
+                     "+emu-1of8-deg2+lazy-rescale-8")
+MUFU_LITE = [(label, over) for base, rows in (("tile-128x192+in-order-sum", MUFU_FP8),
+                                               ("persistent+separate-o+wg-epilogue", MUFU_BF16),
+                                               ("persistent-lpt+separate-o+wg-epilogue", MUFU_BF16))
+             for label, over in rows if label in {base + t for t in _MUFU_LITE_LABELS}]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
                "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS, "varlen": VARLEN,
-               "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16}
+               "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16,
+               "mufu-lite": MUFU_LITE}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
