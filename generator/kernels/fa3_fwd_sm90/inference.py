@@ -644,9 +644,6 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
                 q_state, kv_state,
             )
-            if const_expr(not self.cfg.o_smem_store):
-                # This warp's last QK^T completed inside the loop: Q's slot may be refilled.
-                pipe_q.consumer_release(q_state)
         inv_sum, lse = softmax.finish()
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
@@ -656,15 +653,22 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 # them and the stmatrix writes before the next Q's TMA writes, then release.
                 cute.arch.fence_view_async_shared()
                 pipe_q.consumer_release(q_state)
+                q_state = self._advanced(q_state)
             else:
                 self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, 0, head, batch, group, seqlen_q,
                                 offset_q)
         else:
             self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, 0, head, batch, group, seqlen_q,
                             offset_q)
-        if hi > lo:
-            q_state.advance()
         return q_state, kv_state
+
+    @staticmethod
+    def _advanced(state):
+        """The state after `state`, as a new value: assigned inside a traced `if`, it leaves the
+        branch (an in-place advance() there would not)."""
+        nxt = state.clone()
+        nxt.advance()
+        return nxt
 
     @cute.jit
     def mainloop(
@@ -716,6 +720,11 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 kv_state, hi - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
                 softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False,
             )
+        if const_expr(self.persistent_varlen and not self.cfg.o_smem_store):
+            # This warp's last QK^T has completed: the producer may load the next tile's Q
+            # under the last PV and the epilogue (with o_smem_store, O needs the buffer first).
+            pipe_q.consumer_release(q_state)
+            q_state.advance()
         if const_expr(self.rescale_early):
             rescale_rows(acc_O, scale_prev)
         pipe_v.consumer_wait(kv_state)
