@@ -270,12 +270,31 @@ MUFU_LITE = [(label, over) for base, rows in (("tile-128x192+in-order-sum", MUFU
                                                ("persistent+separate-o+wg-epilogue", MUFU_BF16),
                                                ("persistent-lpt+separate-o+wg-epilogue", MUFU_BF16))
              for label, over in rows if label in {base + t for t in _MUFU_LITE_LABELS}]
+# The persistent varlen scheduler (check2/NOTES.md: one tile per CTA leaves each tile's
+# prologue and epilogue exposed): min(tiles, SMs) CTAs walk the (tile, head) list in zigzag
+# rounds, non-causal tiles ordered by their sequence's key blocks, causal in the shipped
+# rounds of descending m block (schedule.varlen_persistent_walk); alone and with the two
+# switches that gained 2-3% one tile per CTA. The paged form is built for the GPU tests
+# (tests/gpu/test_varlen_persist_gpu.py); --ab-home times the packed ones.
+VARLEN_PERSIST = [
+    *[(label, dict(_VL, causal=c, scheduler="persistent", **over)) for c in (False, True) for label, over in (
+        ("persistent", {}),
+        ("persistent+in-order-sum", dict(in_order_row_sum=True)),
+        ("persistent+o-smem", dict(o_smem_store=True)),
+        ("persistent+o-smem+in-order-sum", dict(o_smem_store=True, in_order_row_sum=True)),
+        ("persistent+stages-2", dict(stages=2)),
+    )],
+    ("persistent+mask-bits", dict(_VL, causal=True, scheduler="persistent", mask_bits=True)),
+    ("persistent+o-smem+mask-bits+in-order-sum",
+     dict(_VL, causal=True, scheduler="persistent", o_smem_store=True, mask_bits=True, in_order_row_sum=True)),
+    *[("persistent", dict(_VL, causal=c, scheduler="persistent", paged_kv=True)) for c in (False, True)],
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
                "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS, "varlen": VARLEN,
                "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16,
-               "mufu-lite": MUFU_LITE}
+               "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -60,6 +60,8 @@ else
         ${INFERENCE_CASES:+--cases $INFERENCE_CASES}
     [ -d .cubinforge-ab-varlen ] && step varlen-ab 150 env CUBINFORGE_HOME=.cubinforge \
         python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab-varlen --iters 20
+    [ -d .cubinforge-ab-varlen-persist ] && step varlen-persist-ab 150 env CUBINFORGE_HOME=.cubinforge \
+        python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab-varlen-persist --iters 20
     step model-variants 90 python3 bench/model_variants.py --out "$OUT/model_variants.json"
     [ -d .cubinforge-ab ] && step model-variants-ab 180 python3 bench/model_variants.py \
         --ab-home .cubinforge-ab --out "$OUT/model_variants_ab.json"

@@ -181,7 +181,9 @@ class FwdConfig:
     paged_kv: bool = False
     # varlen: packed q/k/v (total_tokens, heads, d) with cu_seqlens_q/k (batch + 1) and optional
     # seqused_q/k; a 1-D grid of (tile, head) over the ragged batch (inference.py varlen_tile).
-    # With paged_kv, K/V stay the paged cache and only q/o/lse are packed.
+    # With paged_kv, K/V stay the paged cache and only q/o/lse are packed. scheduler
+    # "persistent": min(tiles, SMs) CTAs stride over the (tile, head) list instead
+    # (schedule.varlen_persistent_walk), so a tile's epilogue overlaps the next one's loads.
     varlen: bool = False
     # varlen: O goes out through Q's shared-memory buffer (stmatrix, then 16-byte row stores
     # predicated per row) instead of 32-bit stores straight from the accumulator's registers.
@@ -286,8 +288,9 @@ class FwdConfig:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
-        if self.inference and self.scheduler != "single":
-            raise ValueError("split_kv, pack_gqa, paged_kv and varlen run one tile per CTA: use scheduler 'single'")
+        if self.inference and self.scheduler != "single" and not (self.varlen and self.scheduler == "persistent"):
+            raise ValueError("split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler 'single' "
+                             "(varlen takes 'single' or 'persistent')")
         if self.inference and (self.separate_o_smem or self.wg_epilogue):
             raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
         if self.o_smem_store and not self.varlen:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..common import i32_struct, lay_out, tensor_struct, tensormap
 from .config import FwdConfig
+from .schedule import varlen_grid_expr
 
 # sm_90 kernels' parameters start at this constant-bank offset; alignment holds for bank
 # addresses, so a 64-byte-aligned tensor map can sit at parameter offset 112.
@@ -263,8 +264,8 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     paged cache (num_pages, page_size, heads_kv, d) with page_table (batch, max_pages); lse
     (heads_q, total_q); cu_seqlens_q / cu_seqlens_k int32 (batch + 1,); seqused_q / seqused_k
     int32 (batch,), read only where the scalars has_seqused_q / has_seqused_k are 1 (the
-    runtime binds a view of cu_seqlens otherwise). Grid: schedule.varlen_tile_bound tiles
-    times heads_q, 1-D.
+    runtime binds a view of cu_seqlens otherwise). Grid: schedule.varlen_ctas (the bound's
+    tiles times heads_q, 1-D; persistent: at most sm_count of them).
     """
     swz = swizzle if isinstance(swizzle, dict) else {t: swizzle for t in "qkvo"}
     d = cfg.head_dim
@@ -353,7 +354,7 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
                        "message": f"page_size must be a multiple of {PAGE_CHUNK} for this variant"})
     tm = cfg.tile_m
     return {
-        "grid": [["total_q", "batch", tm - 1, "*", "+", tm, "//", "heads_q", "*"], [1], [1]],
+        "grid": [varlen_grid_expr(tm, cfg.scheduler == "persistent"), [1], [1]],
         "symbols": symbols,
         "tensors": tensors,
         "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]},

@@ -13,7 +13,11 @@ softmax, and changes what the inference axes change:
   total_q); sequence b's rows come from seqlens.SeqLens (cu_seqlens, seqused); a 1-D grid of
   (tile, head) over the ragged batch, mapped by varlen_tile (schedule.varlen_tile's order).
   TMA loads may read past a sequence's rows (other sequences' rows: masked in the scores or
-  never stored); O and LSE stores are predicated per row.
+  never stored); O and LSE stores are predicated per row. With scheduler "persistent",
+  min(tiles, SMs) CTAs stride over that (tile, head) list (schedule.varlen_persistent_walk:
+  zigzag rounds; non-causal tiles ordered by their sequence's key blocks, varlen_tile_by_keys),
+  the pipeline states carried from tile to tile, so the producer loads the next tile's K and Q
+  while the consumers finish this one's last PV and epilogue.
 O and LSE leave from registers (rows map to (token, head) at run time). The dense default
 variants never reach this module, so their cubins stay as they were.
 """
@@ -28,10 +32,10 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from .barriers import Barrier
 from .config import PAGE_CHUNK, FwdConfig
-from .kernel import FlashFwdSm90, _inner_cols
+from .kernel import PERSISTENT_CTAS, FlashFwdSm90, _inner_cols
 from .mask import apply_mask_bits
 from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, smem_store_atom, transpose_view
-from .schedule import split_range
+from .schedule import TileScheduler, split_range, varlen_ctas
 from .seqlens import SeqLens
 from .softmax import OnlineSoftmax, rescale_rows
 
@@ -47,9 +51,17 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self.pack = cfg.pack_gqa
         self.paged = cfg.paged_kv
         self.varlen = cfg.varlen
+        self.persistent_varlen = cfg.varlen and cfg.scheduler == "persistent"
+        # The persistent varlen walk (schedule.varlen_persistent_walk); single keeps one tile
+        # per CTA and its code as it was.
+        self.vsched = TileScheduler("persistent", cfg.causal, varlen=True)
         if self.paged and self.num_wg == 2:
             # The producer computes page addresses: FA3's split for a non-TMA producer
             # (24 registers spilled in the paged variants).
+            self.consumer_regs, self.producer_regs = 232, 40
+        if self.persistent_varlen and self.num_wg == 2:
+            # The producer works out every tile's place in the walk (warp reductions over the
+            # batch): 24 registers spill 48 B there, so the paged split.
             self.consumer_regs, self.producer_regs = 232, 40
 
     # ------------------------------------------------------------------ host side
@@ -120,9 +132,11 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         num_m = cute.ceil_div(rows_q, self.tile_m)
         splits = cute.size(mO.shape[0]) if const_expr(self.split) else 1
         if const_expr(self.varlen):
-            # schedule.varlen_tile_bound tiles per head; the contract carries the same rule.
+            # schedule.varlen_ctas, the contract's rule too (launchers take the contract's, with
+            # the device's SM count; PERSISTENT_CTAS only reaches the DSL's unused launcher).
             batch = cute.size(mCuSeqlensQ.shape[0]) - 1
-            grid = ((rows_q + batch * (self.tile_m - 1)) // self.tile_m * heads, 1, 1)
+            grid = (varlen_ctas(rows_q, batch, self.tile_m, heads, PERSISTENT_CTAS, self.persistent_varlen,
+                                mn=cutlass.min), 1, 1)
         else:
             grid = (num_m * splits, heads, cute.size(mQ.shape[3]))
         self.kernel(
@@ -177,6 +191,13 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
         sQ, sK, sV = self._smem_qkv(storage, sQ_layout, sK_layout, sV_layout)
 
+        if const_expr(self.persistent_varlen):
+            self.persistent_walk(
+                warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
+                pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
+                mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
+            )
+            return
         m_block, split, head, batch, group, seq, lo, hi = self.tile_work(
             mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k)
         seqlen_q, seqlen_k = seq.seqlen_q, seq.seqlen_k
@@ -203,19 +224,84 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             )
 
     @cute.jit
-    def tile_work(self, mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k):
+    def persistent_walk(
+        self, warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
+        pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
+        mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
+    ):
+        """The persistent varlen loop: CTA blockIdx.x of gridDim.x walks linear tiles
+        L = tile * heads + head by self.vsched's stride while L < real tiles * heads (each warp
+        counts the real tiles itself), carrying the pipeline states across tiles. A tile with
+        no key blocks loads nothing (its O = 0, LSE = -inf leave from registers)."""
+        cta = cute.arch.block_idx()[0]
+        ctas = cute.arch.grid_dim()[0]
+        heads = mQ.shape[2]
+        work = (mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k)
+        num_lin = self.varlen_tile_count(mCuSeqlensQ, mSeqUsedQ, has_seqused_q) * heads
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp_idx == 0:
+                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+                k = Int32(0)
+                lin = self.vsched.first(k, cta, ctas)
+                while lin < num_lin:
+                    m_block, split, head, batch, group, seq, lo, hi = self.tile_work(*work, lin=lin)
+                    if hi > lo:
+                        q_state, kv_state = self.produce_range(
+                            mQ, mK, mV, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
+                            pipe_q, pipe_k, pipe_v, m_block, head, batch, group, seq.seqlen_k, lo, hi,
+                            mPageTable, seq.offset_q, seq.offset_k, q_state, kv_state,
+                        )
+                    k += 1
+                    lin = self.vsched.next(k, lin, cta, ctas)
+                # Keep the CTA alive until the consumers released every slot filled.
+                pipe_v.producer_tail(kv_state)
+        else:
+            cute.arch.setmaxregister_increase(self.consumer_regs)
+            ctidx = tidx - 128
+            if const_expr(self.pingpong):
+                if ctidx < 128:
+                    cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1), number_of_threads=2 * 128)
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            k = Int32(0)
+            lin = self.vsched.first(k, cta, ctas)
+            while lin < num_lin:
+                m_block, split, head, batch, group, seq, lo, hi = self.tile_work(*work, lin=lin)
+                q_state, kv_state = self.consume_range(
+                    mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
+                    softmax_scale_log2, ctidx, m_block, split, head, batch, group, seq.seqlen_q, seq.seqlen_k,
+                    lo, hi, seq.offset_q, q_state, kv_state,
+                )
+                k += 1
+                lin = self.vsched.next(k, lin, cta, ctas)
+
+    @cute.jit
+    def tile_work(self, mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
+                  lin=None):
         """(m_block, split, head, batch, group, seq, lo, hi): this CTA's tile, where its
         sequence's rows are (seqlens.SeqLens) and the [lo, hi) key blocks it visits. `head` is
         the KV head under pack_gqa. A varlen CTA past the last tile gets seqlen_q = 0 and no
-        key blocks: it loads nothing and stores nothing."""
+        key blocks: it loads nothing and stores nothing. `lin`: the persistent walk's linear
+        tile (else blockIdx.x is)."""
         group = mQ.shape[2] // mK.shape[2]
         split = Int32(0)
         num_splits = 1
         if const_expr(self.varlen):
             heads = mQ.shape[2]
-            t = cute.arch.block_idx()[0] // heads
-            head = cute.arch.block_idx()[0] - t * heads
-            batch, m_block, valid = self.varlen_tile(t, mCuSeqlensQ, mSeqUsedQ, has_seqused_q)
+            if const_expr(lin is None):
+                t = cute.arch.block_idx()[0] // heads
+                head = cute.arch.block_idx()[0] - t * heads
+                batch, m_block, valid = self.varlen_tile(t, mCuSeqlensQ, mSeqUsedQ, has_seqused_q)
+            else:
+                t = lin // heads
+                head = lin - t * heads
+                if const_expr(self.causal):
+                    batch, m_block, valid = self.varlen_tile(t, mCuSeqlensQ, mSeqUsedQ, has_seqused_q)
+                else:
+                    batch, m_block, valid = self.varlen_tile_by_keys(
+                        t, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, has_seqused_q, has_seqused_k)
             seq = SeqLens.varlen(batch, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, has_seqused_q,
                                  has_seqused_k, paged_k=self.paged)
             seq = SeqLens(seq.offset_q, seq.seqlen_q * valid, seq.offset_k, seq.seqlen_k * valid)
@@ -250,6 +336,101 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         if b < num_batch:
             n = (SeqLens.q_len(b, mCuSeqlensQ, mSeqUsedQ, has_seqused_q) + self.tile_m - 1) // self.tile_m
         return n
+
+    @cute.jit
+    def varlen_tile_count(self, mCuSeqlensQ, mSeqUsedQ, has_seqused_q):
+        """The real tiles of the batch (schedule.tiles_from(tiles, 0)): sum of its m blocks."""
+        num_batch = mCuSeqlensQ.shape[0] - 1
+        total = Int32(0)
+        for c in cutlass.range((num_batch + 31) // 32, unroll=1):
+            total += cute.arch.warp_redux_sync(self.lane_tiles(c, num_batch, mCuSeqlensQ, mSeqUsedQ, has_seqused_q),
+                                               "add")
+        return total
+
+    @cute.jit
+    def lane_keyed_tiles(self, c, num_batch, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, has_seqused_q,
+                         has_seqused_k):
+        """(m blocks, key blocks) of the sequence this lane holds in chunk c (0, 0 past the batch)."""
+        b = c * 32 + cute.arch.lane_idx()
+        n = Int32(0)
+        kb = Int32(0)
+        if b < num_batch:
+            seq = SeqLens.varlen(b, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, has_seqused_q, has_seqused_k,
+                                 paged_k=self.paged)
+            n = (seq.seqlen_q + self.tile_m - 1) // self.tile_m
+            kb = (seq.seqlen_k + self.tile_n - 1) // self.tile_n
+        return n, kb
+
+    @cute.jit
+    def varlen_tile_by_keys(self, t, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, has_seqused_q, has_seqused_k):
+        """(batch, m_block, valid) of linear tile t in schedule.varlen_tile_by_keys's order
+        (sequences by key blocks descending, m blocks from the last), valid 0 past the last
+        tile: a lane per sequence as in varlen_tile, the k-th tile of a level found by a warp
+        prefix sum over the level's sequences."""
+        num_batch = mCuSeqlensQ.shape[0] - 1
+        chunks = (num_batch + 31) // 32
+        args = (num_batch, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK, has_seqused_q, has_seqused_k)
+        n0, kb0 = self.lane_keyed_tiles(0, *args)
+        total = cute.arch.warp_redux_sync(n0, "add")
+        top = cute.arch.warp_redux_sync(kb0, "max")
+        for c in cutlass.range(1, chunks, unroll=1):
+            n, kb = self.lane_keyed_tiles(c, *args)
+            total += cute.arch.warp_redux_sync(n, "add")
+            top = cutlass.max(top, cute.arch.warp_redux_sync(kb, "max"))
+        # The largest level x with tiles_keyed(x) > t: tiles_keyed(lo) > t >= tiles_keyed(hi) = a_hi.
+        lo = Int32(0)
+        hi = top + 1
+        a_hi = Int32(0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            a = Int32(0)
+            for c in cutlass.range(chunks, unroll=1):
+                n, kb = n0, kb0
+                if c > 0:
+                    n, kb = self.lane_keyed_tiles(c, *args)
+                sel = Int32(0)
+                if kb >= mid:
+                    sel = n
+                a += cute.arch.warp_redux_sync(sel, "add")
+            if a > t:
+                lo = mid
+            else:
+                hi = mid
+                a_hi = a
+        # Tile k of level lo: in the sequence whose run [before, before + n) of the level's
+        # tiles (batch order) holds k; its m blocks from the last.
+        k = t - a_hi
+        batch = Int32(0)
+        m_block = Int32(0)
+        before = Int32(0)
+        lane = cute.arch.lane_idx()
+        for c in cutlass.range(chunks, unroll=1):
+            n, kb = n0, kb0
+            if c > 0:
+                n, kb = self.lane_keyed_tiles(c, *args)
+            sel = Int32(0)
+            if kb == lo:
+                sel = n
+            incl = sel
+            for i in cutlass.range_constexpr(5):
+                up = cute.arch.shuffle_sync_up(incl, 1 << i)
+                if lane >= (1 << i):
+                    incl += up
+            first = before + incl - sel
+            mine_b = Int32(0)
+            mine_m = Int32(0)
+            if sel > 0:
+                if first <= k:
+                    if k < first + sel:
+                        mine_b = c * 32 + lane
+                        mine_m = sel - 1 - (k - first)
+            batch = cutlass.max(batch, cute.arch.warp_redux_sync(mine_b, "max"))
+            m_block = cutlass.max(m_block, cute.arch.warp_redux_sync(mine_m, "max"))
+            before += cute.arch.warp_redux_sync(sel, "add")
+        valid = Int32(0)
+        if t < total:
+            valid = Int32(1)
+        return batch, m_block, valid
 
     @cute.jit
     def varlen_tile(self, t, mCuSeqlensQ, mSeqUsedQ, has_seqused_q):
@@ -309,11 +490,14 @@ class FlashFwdSm90Inference(FlashFwdSm90):
     def produce_range(
         self, mQ, mK, mV, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
         pipe_q, pipe_k, pipe_v, m_block, head, batch, group, seqlen_k, lo, hi, mPageTable,
-        offset_q=0, offset_k=0,
+        offset_q=0, offset_k=0, q_state=None, kv_state=None,
     ):
+        """One tile's loads; the persistent walk passes its states in and takes them back
+        (its CTA's tail comes after the last tile)."""
         head_kv = head if const_expr(self.pack) else head // group
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        if const_expr(q_state is None):
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         one = cute.make_layout(1)
         k_args = (mK, mKc, sK, tma_k, tma_kc, pipe_k)
         v_args = (mV, mVc, sV, tma_v, tma_vc, pipe_v)
@@ -329,6 +513,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, one, cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
             pipe_q.producer_acquire(q_state)
             cute.copy(tma_q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            if const_expr(self.persistent_varlen):
+                q_state.advance()
         # Consumers take K[j] then V[j+1]: load in that order.
         for i in cutlass.range(hi - 1 - lo, unroll=1):
             n_block = hi - 1 - i
@@ -341,7 +527,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         pipe_v.producer_acquire(kv_state)
         self.load_block(*v_args, kv_state, lo, *where)
         kv_state.advance()
-        pipe_v.producer_tail(kv_state)
+        if const_expr(not self.persistent_varlen):
+            pipe_v.producer_tail(kv_state)
+        return q_state, kv_state
 
     @cute.jit
     def load_block(self, mX, mXc, sX, tma_x, tma_xc, pipe, state, n_block, head_kv, batch, seqlen_k, mPageTable,
@@ -395,8 +583,11 @@ class FlashFwdSm90Inference(FlashFwdSm90):
     def consume_range(
         self, mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
         softmax_scale_log2, tidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
-        offset_q=0,
+        offset_q=0, q_state=None, kv_state=None,
     ):
+        """One tile: main loop over [lo, hi), then O and LSE. The persistent walk passes its
+        pipeline states in and takes them back; Q's slot goes back to the producer once this
+        tile is done with it (after the last QK^T, or with o_smem_store after O left it)."""
         wg = cute.arch.make_warp_uniform(tidx // 128)
         wg_first_thread = cute.make_layout(self.num_wg, stride=128)
         wg_mma_qk = tiled_mma_qk.get_slice(wg_first_thread(wg))
@@ -418,6 +609,12 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         softmax.row_max.fill(-Float32.inf)
         softmax.row_sum.fill(0.0)
 
+        if const_expr(self.persistent_varlen):
+            return self.consume_tile_persistent(
+                mQ, mO, mLSE, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
+                tiled_mma_pv, pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k,
+                lo, hi, offset_q, q_state, kv_state,
+            )
         if hi > lo:
             self.mainloop(
                 mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
@@ -433,11 +630,54 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                         offset_q)
 
     @cute.jit
+    def consume_tile_persistent(
+        self, mQ, mO, mLSE, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
+        tiled_mma_pv, pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k,
+        lo, hi, offset_q, q_state, kv_state,
+    ):
+        """consume_range's tile in the persistent walk. An empty tile (no key blocks: no Q was
+        loaded for it) writes its O = 0 from registers even with o_smem_store, since the
+        producer may already be filling Q's buffer with the next tile's Q."""
+        if hi > lo:
+            q_state, kv_state = self.mainloop(
+                mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
+                pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+                q_state, kv_state,
+            )
+        inv_sum, lse = softmax.finish()
+        rescale_rows(acc_O, inv_sum)
+        if const_expr(self.cfg.o_smem_store):
+            if hi > lo:
+                self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q)
+                # This thread's reads of O in Q's buffer are done (registers loaded): order
+                # them and the stmatrix writes before the next Q's TMA writes, then release.
+                cute.arch.fence_view_async_shared()
+                pipe_q.consumer_release(q_state)
+                q_state = self._advanced(q_state)
+            else:
+                self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, 0, head, batch, group, seqlen_q,
+                                offset_q)
+        else:
+            self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, 0, head, batch, group, seqlen_q,
+                            offset_q)
+        return q_state, kv_state
+
+    @staticmethod
+    def _advanced(state):
+        """The state after `state`, as a new value: assigned inside a traced `if`, it leaves the
+        branch (an in-place advance() there would not)."""
+        nxt = state.clone()
+        nxt.advance()
+        return nxt
+
+    @cute.jit
     def mainloop(
         self, mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
         pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+        q_state=None, kv_state=None,
     ):
-        """Key blocks hi-1 down to lo: FA3's overlapped loop (kernel.consume) over [lo, hi)."""
+        """Key blocks hi-1 down to lo: FA3's overlapped loop (kernel.consume) over [lo, hi).
+        Returns the pipeline states (the persistent walk's: kv_state past this tile's last V)."""
         gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O)
 
         def mask(acc_S, n_block, causal):
@@ -446,8 +686,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         def to_p(acc_S):
             tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
 
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        if const_expr(q_state is None):
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         if const_expr(self.pack):
             self.load_q_packed(mQ, sQ, tidx, m_block, head, batch, group, seqlen_q)
         else:
@@ -479,12 +720,20 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 kv_state, hi - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
                 softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False,
             )
+        if const_expr(self.persistent_varlen and not self.cfg.o_smem_store):
+            # This warp's last QK^T has completed: the producer may load the next tile's Q
+            # under the last PV and the epilogue (with o_smem_store, O needs the buffer first).
+            pipe_q.consumer_release(q_state)
+            q_state.advance()
         if const_expr(self.rescale_early):
             rescale_rows(acc_O, scale_prev)
         pipe_v.consumer_wait(kv_state)
         gemm_pv(kv_state.index, False)
         warpgroup.wait_group(0)
         pipe_v.consumer_release(kv_state)
+        if const_expr(self.persistent_varlen):
+            kv_state.advance()
+        return q_state, kv_state
 
     @cute.jit
     def apply_mask(self, acc_S, coords_rc, m_block, n_block, group, seqlen_q, seqlen_k,

@@ -75,6 +75,9 @@ class TileScheduler:
 
     kind: str  # "single", "persistent" or "lpt"
     causal: bool
+    # The varlen form's persistent CTAs zigzag whatever the mask: their tile orders put costly
+    # tiles first in both (varlen_tile, varlen_tile_by_keys).
+    varlen: bool = False
 
     @property
     def linear(self) -> bool:
@@ -83,7 +86,7 @@ class TileScheduler:
 
     @property
     def zigzag(self) -> bool:
-        return self.kind == "persistent" and self.causal
+        return self.kind == "persistent" and (self.causal or self.varlen)
 
     def grid(self, num_m, heads, batch, max_ctas, mn=min):
         """The launch grid (traced for the DSL's own launcher; the contract has the same rule)."""
@@ -134,6 +137,30 @@ def varlen_tile_bound(total_rows, batch, tile_m):
     return (total_rows + batch * (tile_m - 1)) // tile_m
 
 
+# A varlen CTA takes the whole SM: the register split (config.register_split) sums to the SM's
+# 64K registers, so one CTA per SM whatever the shared memory.
+VARLEN_CTAS_PER_SM = 1
+
+
+def varlen_ctas(total_rows, batch, tile_m, heads, sm_count, persistent: bool, mn=min):
+    """CTAs of the varlen grid (1-D): one per (tile, head) of the bound, or, persistent,
+    min(that, sm_count * VARLEN_CTAS_PER_SM) striding over them. The kernel (traced) and the
+    contract (varlen_grid_expr) both take it from here."""
+    per_head_tiles = varlen_tile_bound(total_rows, batch, tile_m)
+    if persistent:
+        return mn(per_head_tiles * heads, sm_count * VARLEN_CTAS_PER_SM)
+    return per_head_tiles * heads
+
+
+def varlen_grid_expr(tile_m: int, persistent: bool) -> list:
+    """varlen_ctas as the launch contract's postfix expression over its symbols (total_q,
+    batch, heads_q, sm_count); tests/test_fa3_schedule.py evaluates both on the same sizes."""
+    bound = ["total_q", "batch", tile_m - 1, "*", "+", tile_m, "//", "heads_q", "*"]
+    if persistent:
+        return bound + ["sm_count", VARLEN_CTAS_PER_SM, "*", "min"]
+    return bound
+
+
 def tiles_from(tiles, v):
     """Tiles with m block >= v: sum_b max(tiles_b - v, 0) (tiles before round v - 1)."""
     return sum(max(n - v, 0) for n in tiles)
@@ -160,3 +187,55 @@ def varlen_tile(t, tiles):
                 return b, lo
             seen += 1
     raise AssertionError("unreachable: round lo holds more than k tiles")
+
+
+def tiles_keyed(tiles, key_blocks, x):
+    """Tiles of the sequences with at least x key blocks: sum of tiles[b] where key_blocks[b] >= x."""
+    return sum(n for n, kb in zip(tiles, key_blocks) if kb >= x)
+
+
+def varlen_tile_by_keys(t, tiles, key_blocks):
+    """(batch, m_block) of linear tile t, sequences by key blocks descending (batch order among
+    equals), each sequence's m blocks from the last; None past the last tile. A non-causal tile
+    costs its sequence's key blocks whatever its m block, so this is longest first for the
+    persistent CTAs' static stride (varlen_tile's rounds mix costs inside a round: 18% over
+    the even split on bench/inference.py's case against 1.6% here, tests/test_fa3_schedule.py).
+    Sequences with no keys still own tiles (O = 0, LSE = -inf): the last level, 0."""
+    if t >= tiles_keyed(tiles, key_blocks, 0):
+        return None
+    lo, hi = 0, max(key_blocks, default=0) + 1  # tiles_keyed(lo) > t >= tiles_keyed(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if tiles_keyed(tiles, key_blocks, mid) > t:
+            lo = mid
+        else:
+            hi = mid
+    k = t - tiles_keyed(tiles, key_blocks, lo + 1)
+    before = 0
+    for b, (n, kb) in enumerate(zip(tiles, key_blocks)):
+        if kb == lo:
+            if before + n > k:
+                return b, n - 1 - (k - before)
+            before += n
+    raise AssertionError("unreachable: level lo holds more than k tiles")
+
+
+def varlen_persistent_walk(tiles, key_blocks, heads, ctas, causal: bool):
+    """Each CTA's (batch, m_block, head) in the order the persistent varlen kernel walks them:
+    linear tile L = tile * heads + head (heads fastest), tile in varlen_tile's rounds (causal)
+    or varlen_tile_by_keys's order (non-causal), L strided over the CTAs by TileScheduler
+    (zigzag rounds) while L < real tiles * heads. The CPU reference of the kernel's loop."""
+    sched = TileScheduler("persistent", causal, varlen=True)
+    total = sum(tiles) * heads
+    walks = []
+    for cta in range(ctas):
+        walk, k = [], 0
+        lin = sched.first(k, cta, ctas)
+        while lin < total:
+            t, head = lin // heads, lin % heads
+            b, m = varlen_tile(t, tiles) if causal else varlen_tile_by_keys(t, tiles, key_blocks)
+            walk.append((b, m, head))
+            k += 1
+            lin = sched.next(k, lin, cta, ctas)
+        walks.append(walk)
+    return walks

@@ -1,0 +1,120 @@
+"""GPU tests of the persistent varlen candidates (bench.ab's `varlen-persist` set) against the
+float64 reference of test_varlen_gpu.py, each candidate pinned (the runtime launches exactly
+it): ragged batches with 0-, 1- and 17-token sequences, queries with no keys, seqused shorter
+than the slots, more than 32 sequences, and batches of several hundred (tile, head) pairs so
+every CTA walks several tiles, empty ones among them; paged candidates through shuffled page
+tables. Out and LSE NaN-poisoned, every element checked (rows no sequence owns still NaN).
+
+The A/B home: $CUBINFORGE_AB_HOME, else ./.cubinforge-ab-varlen-persist, built here with
+`python -m cubinforge.bench.ab build --home .cubinforge-ab-varlen-persist --experiments
+varlen-persist`. Skips without a GPU or without the home. No cutlass import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import test_varlen_gpu as vg
+from cubinforge.runtime.registry_source import LocalSource
+from test_inference_gpu import NO_GPU
+
+HOME = Path(os.environ.get("CUBINFORGE_AB_HOME", ".cubinforge-ab-varlen-persist"))
+
+
+def _candidates() -> list[tuple[str, dict]]:
+    if not (HOME / "manifests").is_dir():
+        return []
+    out = []
+    for p in sorted((HOME / "manifests").glob("*.json")):
+        axes = json.loads(p.read_text()).get("axes", {})
+        if axes.get("varlen") and axes.get("scheduler") == "persistent":
+            out.append((p.stem, axes))
+    return out
+
+
+CANDIDATES = _candidates()
+PACKED = [n for n, a in CANDIDATES if not a.get("paged_kv")] or ["(no packed candidate)"]
+PAGED = [n for n, a in CANDIDATES if a.get("paged_kv")] or ["(no paged candidate)"]
+AXES = dict(CANDIDATES)
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
+
+
+class _Pinned:
+    """The home's registry showing one variant only: the runtime's selection can pick nothing else."""
+
+    def __init__(self, name: str):
+        self.base, self.name = LocalSource(HOME), name
+        self.home = HOME
+
+    def list(self):
+        return [self.name]
+
+    def get(self, name):
+        return self.base.get(name)
+
+    def blob(self, sha256):
+        return self.base.blob(sha256)
+
+
+@pytest.fixture
+def pin(monkeypatch):
+    def use(name):
+        if name not in AXES:
+            pytest.skip(f"no persistent varlen candidate in {HOME} (bench.ab build --experiments varlen-persist)")
+        monkeypatch.setattr(vg, "SRC", _Pinned(name))  # run_varlen launches with source=SRC
+        return AXES[name]["causal"]
+    return use
+
+
+# 304 (tile, head) pairs at 16 heads: more than the SMs, so each CTA walks two or three, empty
+# tiles among them (5 queries with no key; causal, 129 queries on 1 key leave the first tile
+# seeing none).
+WALK_Q = [0, 1, 17, 600, 129, 700, 5, 0, 300]
+WALK_K = [5, 0, 17, 600, 1, 800, 0, 3, 300]
+
+
+@pytest.mark.parametrize("name", PACKED)
+def test_ragged_self_attention(pin, name):
+    causal = pin(name)
+    for hq, hkv in ((8, 8), (16, 4)):
+        vg.run_varlen(np.random.default_rng(hq), vg.RAGGED, vg.RAGGED, hq=hq, hkv=hkv, causal=causal)
+
+
+@pytest.mark.parametrize("name", PACKED)
+def test_every_cta_walks_several_tiles(pin, name):
+    causal = pin(name)
+    vg.run_varlen(np.random.default_rng(3), WALK_Q, WALK_K, hq=16, hkv=4, causal=causal)
+
+
+@pytest.mark.parametrize("name", PACKED)
+def test_cross_lengths_tile_edges_and_seqused(pin, name):
+    causal = pin(name)
+    rng = np.random.default_rng(5)
+    vg.run_varlen(rng, [127, 128, 129, 1, 17, 0, 191, 192, 193], [300, 5, 129, 0, 1, 9, 1000, 192, 64],
+                  hq=16, hkv=4, causal=causal)
+    vg.run_varlen(rng, [20, 1, 300, 17, 0, 700], [40, 3, 300, 17, 2, 900], hq=8, hkv=8, causal=causal,
+                  used_q=[3, 0, 299, 17, 0, 1], used_k=[40, 1, 5, 0, 2, 650])
+
+
+@pytest.mark.parametrize("name", PACKED)
+def test_more_sequences_than_a_warp(pin, name):
+    causal = pin(name)
+    rng = np.random.default_rng(7)
+    lens = rng.integers(0, 100, size=70).tolist()
+    vg.run_varlen(rng, lens, lens, hq=16, hkv=4, causal=causal, host_cu=True)
+
+
+@pytest.mark.parametrize("name", PAGED)
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+def test_paged(pin, name, page_size):
+    causal = pin(name)
+    rng = np.random.default_rng(11 + page_size)
+    vg.run_varlen(rng, [0, 1, 17, 200, 129], [5, 300, 17, 1000, 129], hq=32, hkv=8, causal=causal,
+                  page_size=page_size, check=True)
+    vg.run_varlen(rng, WALK_Q, [max(n, 1) for n in WALK_K], hq=16, hkv=4, causal=causal, page_size=page_size,
+                  used_q=[0, 1, 17, 600, 100, 700, 5, 0, 300])
