@@ -242,6 +242,10 @@ SHORT_OVERLAP = [
     )],
     *[(f"{label}+wg-epilogue+q-double-buffer+deferred-o", dict(base, wg_epilogue=True, **_DEF))
       for label, base in _SHORT_SHIPPED if base["head_dim"] == 128],
+    # hd64 causal's short tile has room for a third K/V stage: the producer then runs one more
+    # block ahead, so the next tile's first K is in flight earlier too.
+    *[(f"{label}+stages-3{extra}", dict(base, stages=3, **over))
+      for label, base in _SHORT_SHIPPED[:1] for extra, over in (("", {}), ("+q-double-buffer+deferred-o", _DEF))],
 ]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
