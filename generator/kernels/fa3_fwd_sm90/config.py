@@ -72,7 +72,8 @@ TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[st
 TUNED_FP8: dict[tuple[int, bool, str, tuple[int, int] | None, str], dict[str, bool]] = {
     (128, False, "persistent", (128, 192), "colmajor"): {"in_order_row_sum": True},
 }
-SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum")
+SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
+            "q_double_buffer", "deferred_o_store")
 # L2 section of the lpt order (FA4's); persistent causal orders all (head, batch) pairs
 # together. 24 MiB sections for persistent causal and one global order for lpt lost on
 # every cell of the A/B, so neither is a knob any more.
@@ -171,17 +172,18 @@ class FwdConfig:
     # predicated per row) instead of 32-bit stores straight from the accumulator's registers.
     # Off unless asked (bench.ab's `varlen` set measures it).
     o_smem_store: bool = False
-    # Short-sequence overlaps (issue 10; bench.ab's `short-overlap` set), off unless asked.
+    # Short-sequence overlaps (issue 10; bench.ab's `short-overlap` set); None like the switches
+    # above (TUNED names none of them yet, so off).
     # Q in two shared-memory stages: a persistent CTA's producer loads tile t+1's Q as soon as
     # it has issued tile t's last V (with one stage it waits for tile t's last QK^T in every
     # consumer warpgroup), so the next tile's first GEMM never waits for Q. Needs
     # separate_o_smem (O cannot go out through a staged Q buffer) and scheduler "persistent".
-    q_double_buffer: bool = False
+    q_double_buffer: bool | None = None
     # Tile t's O store (stmatrix, LSE, TMA store) moved under tile t+1's first QK^T: the
     # consumers normalise and convert O into registers kept across the tile loop, issue the
     # next tile's first GEMM, then store, so the store's barriers and shared-memory writes run
     # while the tensor cores work. Needs q_double_buffer (tile t+1's Q must not wait for t).
-    deferred_o_store: bool = False
+    deferred_o_store: bool | None = None
     # What models ship with (runtime values are the contract's scalars and tensors):
     # scores become c * tanh(s * scale / c) before the softmax; c is the scalar `softcap`.
     softcap: bool = False
