@@ -289,12 +289,47 @@ VARLEN_PERSIST = [
      dict(_VL, causal=True, scheduler="persistent", o_smem_store=True, mask_bits=True, in_order_row_sum=True)),
     *[("persistent", dict(_VL, causal=c, scheduler="persistent", paged_kv=True)) for c in (False, True)],
 ]
+# Short prefill's per-tile fixed cost (issue 10; thousands of tiles of 2-8 key blocks at
+# 512-1k): each shipped configuration of the short cells (config.TUNED, runtime/dispatch.py)
+# beside the same build with Q double-buffered (the next tile's Q loads while this tile runs)
+# and then the O store deferred under the next tile's first QK^T. hd128's shipped short
+# variants store O with both warpgroups at once; their wg-epilogue rows add the per-
+# warpgroup store, which lets the deferred store's barrier couple one warpgroup only.
+_QDB = dict(q_double_buffer=True)
+_DEF = dict(q_double_buffer=True, deferred_o_store=True)
+_SHORT_SHIPPED = [
+    # (label of the shipped build, its switches)
+    ("persistent-lpt+tile-128x128+separate-o+wg-epilogue+mask-bits",  # hd64 causal <= 1536 rows
+     dict(head_dim=64, causal=True, scheduler="persistent", tile_m=128, tile_n=128, separate_o_smem=True,
+          wg_epilogue=True, mask_bits=True)),
+    ("persistent-lpt+separate-o+wg-epilogue",  # hd64 causal from 1537 rows (192 x 128)
+     dict(head_dim=64, causal=True, scheduler="persistent", separate_o_smem=True, wg_epilogue=True)),
+    ("persistent-lpt+separate-o",  # hd128 causal <= 768 rows
+     dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)),
+    ("persistent+in-order-sum+separate-o",  # hd128 non-causal
+     dict(head_dim=128, causal=False, scheduler="persistent", in_order_row_sum=True, separate_o_smem=True)),
+    ("persistent+separate-o+wg-epilogue",  # hd64 non-causal (192 x 128)
+     dict(head_dim=64, causal=False, scheduler="persistent", separate_o_smem=True, wg_epilogue=True)),
+]
+SHORT_OVERLAP = [
+    *[row for label, base in _SHORT_SHIPPED for row in (
+        (label, base),
+        (f"{label}+q-double-buffer", dict(base, **_QDB)),
+        (f"{label}+q-double-buffer+deferred-o", dict(base, **_DEF)),
+    )],
+    *[(f"{label}+wg-epilogue+q-double-buffer+deferred-o", dict(base, wg_epilogue=True, **_DEF))
+      for label, base in _SHORT_SHIPPED if base["head_dim"] == 128],
+    # hd64 causal's short tile has room for a third K/V stage: the producer then runs one more
+    # block ahead, so the next tile's first K is in flight earlier too.
+    *[(f"{label}+stages-3{extra}", dict(base, stages=3, **over))
+      for label, base in _SHORT_SHIPPED[:1] for extra, over in (("", {}), ("+q-double-buffer+deferred-o", _DEF))],
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
                "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS, "varlen": VARLEN,
                "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16,
-               "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST}
+               "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -72,7 +72,8 @@ TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[st
 TUNED_FP8: dict[tuple[int, bool, str, tuple[int, int] | None, str], dict[str, bool | int | float]] = {
     (128, False, "persistent", (128, 192), "colmajor"): {"in_order_row_sum": True},
 }
-SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum")
+SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
+            "q_double_buffer", "deferred_o_store")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0}
@@ -189,6 +190,18 @@ class FwdConfig:
     # predicated per row) instead of 32-bit stores straight from the accumulator's registers.
     # Off unless asked (bench.ab's `varlen` set measures it).
     o_smem_store: bool = False
+    # Short-sequence overlaps (issue 10; bench.ab's `short-overlap` set); None like the switches
+    # above (TUNED names none of them yet, so off).
+    # Q in two shared-memory stages: a persistent CTA's producer loads tile t+1's Q as soon as
+    # it has issued tile t's last V (with one stage it waits for tile t's last QK^T in every
+    # consumer warpgroup), so the next tile's first GEMM never waits for Q. Needs
+    # separate_o_smem (O cannot go out through a staged Q buffer) and scheduler "persistent".
+    q_double_buffer: bool | None = None
+    # Tile t's O store (stmatrix, LSE, TMA store) moved under tile t+1's first QK^T: the
+    # consumers normalise and convert O into registers kept across the tile loop, issue the
+    # next tile's first GEMM, then store, so the store's barriers and shared-memory writes run
+    # while the tensor cores work. Needs q_double_buffer (tile t+1's Q must not wait for t).
+    deferred_o_store: bool | None = None
     # What models ship with (runtime values are the contract's scalars and tensors):
     # scores become c * tanh(s * scale / c) before the softmax; c is the scalar `softcap`.
     softcap: bool = False
@@ -293,6 +306,12 @@ class FwdConfig:
                              "(varlen takes 'single' or 'persistent')")
         if self.inference and (self.separate_o_smem or self.wg_epilogue):
             raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
+        if self.q_double_buffer and not (self.scheduler == "persistent" and self.separate_o_smem):
+            raise ValueError("q_double_buffer needs scheduler 'persistent' and separate_o_smem "
+                             "(one tile per CTA loads Q once; O cannot go out through a staged Q)")
+        if self.deferred_o_store and not self.q_double_buffer:
+            raise ValueError("deferred_o_store needs q_double_buffer: the next tile's Q must not wait "
+                             "for this tile's O store")
         if self.o_smem_store and not self.varlen:
             raise ValueError("o_smem_store is built for the varlen forms only (varlen=True)")
         if self.pack_gqa and self.mask_bits:
@@ -334,13 +353,16 @@ class FwdConfig:
         return self.smem_for(self.stages)
 
     def smem_for(self, stages: int) -> int:
-        q = self.tile_m * self.head_dim * self.elem_bytes
-        q = self.tile_m * self.head_dim * self.elem_bytes
+        q = self.tile_m * self.head_dim * self.elem_bytes * self.q_stages
         kv = stages * self.tile_n * (self.head_dim + self.head_dim_v) * self.elem_bytes
         if self.v_transpose:
             kv += stages * self.tile_n * self.head_dim_v * self.elem_bytes  # sVt
         o = self.tile_m * self.head_dim_v * self.out_elem_bytes
         return q + kv + (o if self.separate_o_smem else 0)
+
+    @property
+    def q_stages(self) -> int:
+        return 2 if self.q_double_buffer else 1
 
     @property
     def inference(self) -> bool:

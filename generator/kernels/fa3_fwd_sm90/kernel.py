@@ -78,6 +78,8 @@ class FlashFwdSm90:
         self.wg_epilogue = cfg.wg_epilogue
         # Rows of O one TMA store writes: the whole tile, or one warpgroup's slab.
         self.o_rows = 64 if cfg.wg_epilogue else cfg.tile_m
+        self.q_stages = cfg.q_stages  # 2: the next tile's Q loads while this one runs
+        self.deferred_o = cfg.deferred_o_store
 
     # ------------------------------------------------------------------ host side
     def _tiled_mmas(self, warpgroups=None):
@@ -123,6 +125,10 @@ class FlashFwdSm90:
 
         tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
         sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
+        # One Q tile: the TMA box and, through Q's buffer, O's layout.
+        sQ_tile = sQ_layout
+        if const_expr(self.q_stages > 1):
+            sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim, self.q_stages)
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
         sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim_v, self.stages)
         if const_expr(self.fp8 and not self.v_transpose):
@@ -133,7 +139,7 @@ class FlashFwdSm90:
             sVt_layout = v_transpose.vt_layout(self.dtype, self.hdim_v, self.tile_n, self.stages)
             v_transpose.check_units(sV_layout, sVt_layout, self.tile_n, self.hdim_v)
         # wg_epilogue: one 64-row slab per warpgroup, each stored on its own.
-        sO_layout = smem_layout(self.dtype, 64, self.hdim_v, self.num_wg) if self.wg_epilogue else sQ_layout
+        sO_layout = smem_layout(self.dtype, 64, self.hdim_v, self.num_wg) if self.wg_epilogue else sQ_tile
         if const_expr(self.hdim_v != self.hdim and not self.wg_epilogue):
             # O's rows are dv wide; through Q's buffer it takes the first tile_m * dv of it.
             sO_layout = smem_layout(self.dtype, self.tile_m, self.hdim_v)
@@ -154,7 +160,7 @@ class FlashFwdSm90:
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
         store_op = cpasync.CopyBulkTensorTileS2GOp()
-        tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_layout, (self.tile_m, self.hdim))
+        tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_tile, (self.tile_m, self.hdim))
         tma_k, tK, tma_v, tV = self._kv_tma_atoms(
             load_op, mK, mV, sK_layout, sV_layout,
             (self.hdim_v, self.tile_n) if const_expr(self.fp8 and not self.v_transpose) else (self.tile_n, self.hdim_v),
@@ -165,7 +171,7 @@ class FlashFwdSm90:
         self.tma_boxes = {
             name: (_inner_cols(layout), rows)
             for name, layout, rows in (
-                ("q", sQ_layout, self.tile_m), ("k", sK_layout, self.tile_n),
+                ("q", sQ_tile, self.tile_m), ("k", sK_layout, self.tile_n),
                 ("v", sV_layout, self.hdim_v if self.fp8 and not self.v_transpose else self.tile_n), ("o", sO_layout, self.o_rows),
             )
         }
@@ -192,7 +198,7 @@ class FlashFwdSm90:
     def _storage_fields(self, sQ_layout, sK_layout, sV_layout) -> dict:
         """The shared-storage fields every form has: Q/K/V mbarriers and buffers."""
         return {
-            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2 * self.q_stages],
             "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
             "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
             "sQ": _smem_buffer(sQ_layout, self.dtype),
@@ -214,10 +220,12 @@ class FlashFwdSm90:
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
         consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
         q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
+        if const_expr(self.q_stages > 1):
+            q_bytes = cute.size_in_bytes(self.dtype, cute.select(sQ_layout, mode=[0, 1]))
         kv_bytes = cute.size_in_bytes(self.dtype, cute.select(sK_layout, mode=[0, 1]))
         v_bytes = cute.size_in_bytes(self.dtype, cute.select(sV_layout, mode=[0, 1]))
         pipe_q = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1,
+            barrier_storage=storage.mbar_q.data_ptr(), num_stages=self.q_stages,
             producer_group=producer, consumer_group=consumers, tx_count=q_bytes, defer_sync=True,
         )
         pipe_k = pipeline.PipelineTmaAsync.create(
@@ -335,7 +343,7 @@ class FlashFwdSm90:
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
-                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
                 kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
                 k = Int32(0)
                 tile = self.sched.first(k, cta, ctas)
@@ -365,8 +373,15 @@ class FlashFwdSm90:
                 # Warpgroup 1 goes first: open its own schedule barrier once.
                 if ctidx < 128:
                     cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1), number_of_threads=2 * 128)
-            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.q_stages)
             kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            if const_expr(self.deferred_o):
+                # The previous tile's O (converted) and LSE, stored under this tile's first QK^T;
+                # pend_m < 0: nothing pending.
+                o_shape = tiled_mma_pv.get_slice(0).partition_shape_C((self.tile_m, self.hdim_v))
+                rO_pend = cute.make_rmem_tensor(o_shape, self.o_dtype)
+                lse_pend = cute.make_rmem_tensor(cute.size(acc_as_rows_cols(rO_pend), mode=[0]), Float32)
+                pend_m, pend_head, pend_batch = Int32(-1), Int32(0), Int32(0)
             k = Int32(0)
             tile = self.sched.first(k, cta, ctas)
             while tile < num_tiles:
@@ -379,14 +394,28 @@ class FlashFwdSm90:
                     # FA3's folding: q and k descales into the softmax scale, v's into 1/rowsum.
                     scale_log2 = softmax_scale_log2 * mDescale[0, batch, head_kv] * mDescale[1, batch, head_kv]
                     v_descale = mDescale[2, batch, head_kv]
-                q_state, kv_state = self.consume(
-                    mO, mLSE, sQ, sK, sV_mma, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
-                    pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
-                    ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-                    n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
-                )
+                if const_expr(self.deferred_o):
+                    q_state, kv_state = self.consume(
+                        mO, mLSE, sQ, sK, sV_mma, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
+                        pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
+                        ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
+                        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
+                        (rO_pend, lse_pend, pend_m, pend_head, pend_batch),
+                    )
+                    pend_m, pend_head, pend_batch = m_block, head, batch
+                else:
+                    q_state, kv_state = self.consume(
+                        mO, mLSE, sQ, sK, sV_mma, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
+                        pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
+                        ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
+                        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
+                    )
                 k += 1
                 tile = self.sched.next(k, tile, cta, ctas)
+            if const_expr(self.deferred_o):
+                if pend_m >= 0:  # the CTA's last tile
+                    self.store_o(rO_pend, lse_pend, mO, mLSE, sO, tma_o, tiled_mma_pv, ctidx,
+                                 pend_m, pend_head, pend_batch, seqlen_q)
             if const_expr(self.separate_o):
                 # The last O store must have read shared memory before the CTA exits.
                 if ctidx % (128 if self.wg_epilogue else self.consumer_threads) == 0:
@@ -447,6 +476,8 @@ class FlashFwdSm90:
         cute.copy(tma_k, tKgK[None, n_block_max - 1], tKsK[None, kv_state.index],
                   tma_bar_ptr=pipe_k.producer_get_barrier(kv_state))
         pipe_q.producer_acquire(q_state)
+        if const_expr(self.q_stages > 1):
+            tQsQ = tQsQ[None, q_state.index]
         cute.copy(tma_q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         q_state.advance()
 
@@ -485,7 +516,7 @@ class FlashFwdSm90:
         self, mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
         pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
         tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None,
+        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None, pend=None,
     ):
         wg = cute.arch.make_warp_uniform(tidx // 128)
         wg_first_thread = cute.make_layout(self.num_wg, stride=128)
@@ -494,6 +525,8 @@ class FlashFwdSm90:
         thr_mma_qk = tiled_mma_qk.get_slice(tidx)
 
         tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        if const_expr(self.q_stages > 1):
+            tSrQ = tSrQ[None, None, None, q_state.index]
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
         # e4m3: sV is already (head_dim, keys), keys contiguous: the K-major B operand.
         sVt = sV if const_expr(self.fp8) else transpose_view(sV)
@@ -564,6 +597,12 @@ class FlashFwdSm90:
         n_block = n_block_max - 1
         pipe_k.consumer_wait(kv_state)
         acc_S = gemm_qk(kv_state.index)
+        if const_expr(self.deferred_o):
+            # The previous tile's O goes out while this first QK^T runs.
+            rO_pend, lse_pend, pend_m, pend_head, pend_batch = pend
+            if pend_m >= 0:
+                self.store_o(rO_pend, lse_pend, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx,
+                             pend_m, pend_head, pend_batch, seqlen_q)
         warpgroup.wait_group(0)
         pipe_k.consumer_release(kv_state)
         if const_expr(self.softcap):
@@ -638,7 +677,12 @@ class FlashFwdSm90:
             for r in cutlass.range_constexpr(cute.size(inv_sum)):
                 inv_sum[r] = inv_sum[r] * v_descale
         rescale_rows(acc_O, inv_sum)
-        self.epilogue(acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
+        if const_expr(self.deferred_o):
+            # Kept for the next tile's first QK^T (or the loop's end) to store.
+            rO_pend.store(acc_O.load().to(self.o_dtype))
+            lse_pend.store(lse.load())
+        else:
+            self.epilogue(acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
         if const_expr(self.persistent and not self.separate_o):
             # O left through Q's buffer: hand it back for the next tile's Q only once the TMA
             # store has read it (thread 0 waited for that inside the epilogue).
@@ -737,6 +781,11 @@ class FlashFwdSm90:
     def epilogue(self, acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
         rO = cute.make_rmem_tensor(acc_O.shape, self.o_dtype)
         rO.store(acc_O.load().to(self.o_dtype))
+        self.store_o(rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
+
+    @cute.jit
+    def store_o(self, rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
+        """O (converted, in registers) through sO and a TMA store; LSE straight from registers."""
         if const_expr(self.wg_epilogue):
             self.wg_store_o(rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
             return
