@@ -100,7 +100,7 @@ def _env(tmp: Path, url: str, **more) -> dict:
     return {"CUBINFORGE_HOME": str(tmp / "home"), "CUBINFORGE_DATABASE_URL": url, **SERVER_ENV, **more}
 
 
-def mixed(backend: str, clients: int, requests: int, tmp: Path) -> dict:
+def mixed(backend: str, clients: int, requests: int, tmp: Path, client: str = "python") -> dict:
     url = backend_url(backend, tmp)
     token = seed_token(url)
     info: dict = {}
@@ -120,7 +120,11 @@ def mixed(backend: str, clients: int, requests: int, tmp: Path) -> dict:
         load0 = os.getloadavg()
         cpu0, t0 = _cpu_s(pids), os.times()
         probe.start()
-        result = run_load(base, first[0], clients=clients, requests=requests, expect_len=first[1], mix=True)
+        if client == "wrk":
+            from .wrkload import run as run_wrk
+            result = run_wrk(base, first[0], clients, requests, first[1], tmp)
+        else:
+            result = run_load(base, first[0], clients=clients, requests=requests, expect_len=first[1], mix=True)
         t1 = os.times()
         probe.cancel()
         result["workers_rss"] = _workers_rss(info["pid"])
@@ -132,7 +136,9 @@ def mixed(backend: str, clients: int, requests: int, tmp: Path) -> dict:
         # CPU per request, server and load generator apart: on a shared machine the latency
         # figures depend on what else runs; these do not.
         result["server_cpu_us_per_request"] = round((_cpu_s(pids) - cpu0) / max(result["completed"], 1) * 1e6, 1)
-        client_s, server_s = t1.user + t1.system - t0.user - t0.system, _cpu_s(pids) - cpu0
+        client_s = (t1.user + t1.system - t0.user - t0.system
+                    + t1.children_user + t1.children_system - t0.children_user - t0.children_system)  # wrk
+        server_s = _cpu_s(pids) - cpu0
         result["client_cpu_us_per_request"] = round(client_s / max(result["completed"], 1) * 1e6, 1)
         # The generator shares the cores: its part of the CPU this run used, and of one core.
         result["client_cpu_share"] = round(client_s / max(client_s + server_s, 1e-9), 3)
@@ -203,6 +209,8 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--mb", type=int, default=90)
     p.add_argument("--cases", type=int, default=2000)
+    p.add_argument("--client", choices=["python", "wrk"], default="python",
+                   help="mixed: the load generator (loadtest.py, or wrk if installed: wrkload.py)")
     p.add_argument("--out", help="also write the JSON here")
     p.add_argument("--server-env", action="append", default=[], metavar="K=V",
                    help="extra environment for the server process (repeatable)")
@@ -211,7 +219,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="cubinforge-loadbench-") as d:
         tmp = Path(d)
         if a.what == "mixed":
-            result = mixed(a.backend, a.clients, a.requests, tmp)
+            result = mixed(a.backend, a.clients, a.requests, tmp, a.client)
         elif a.what == "bodies":
             result = bodies(a.backend, 12 if a.clients == 100 else a.clients, a.mb, tmp)
         else:
