@@ -1,5 +1,6 @@
 """The mixed load of loadtest.py driven by wrk (a C load generator, Debian's `wrk` package), as
-a cross-check: the Python generator shares the cores with the server, wrk costs far less.
+a cross-check on the Python generator. Measured here, wrk is not cheaper per request (its Lua
+response() gets every 128 KiB body as a Lua string): 30-47 us against 35-51 us.
 
 Same load: N keep-alive connections, each issuing requests back to back, thirds of list,
 select and blob, N x M requests in all. Unlike loadtest.py, wrk has no per-connection state in
