@@ -33,6 +33,22 @@ Every error is JSON: `{"error": code, "message": what to do}`.
 """
 
 
+class RegistryApp(FastAPI):
+    """FastAPI with the metrics and the read fast path (fastpath.py) in front of Starlette's own
+    middleware stack: a cached answer or blob then costs no ServerErrorMiddleware, telemetry or
+    body-limit layers (each a coroutine per request and a wrapper per sent message). Anything the
+    fast path does not answer goes through the whole FastAPI app, as before."""
+
+    _front = None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":  # lifespan, websocket
+            return await super().__call__(scope, receive, send)
+        if self._front is None:
+            self._front = MetricsMiddleware(FastPath(super().__call__, state=self.state))
+        await self._front(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
 
@@ -57,7 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # FastAPI's own OpenTelemetry hooks cost a provider lookup per request on the hot path; the
     # service has Prometheus metrics, so they are on only when asked for (CUBINFORGE_OTEL=1).
     otel = settings.otel
-    app = FastAPI(title="cubinforge registry", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+    app = RegistryApp(title="cubinforge registry", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   telemetry={"tracing": otel, "metrics": otel, "logs": otel})
     app.state.settings = settings
     app.state.db = Database(settings.database_url, settings.db_pool_size)
@@ -78,8 +94,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for r in (variants, blobs, select, artifacts, health, jobs):
         app.include_router(r.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(FastPath, state=app.state)
-    app.add_middleware(MetricsMiddleware)
     return app
 
 

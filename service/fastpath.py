@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from .metrics import BLOB_BYTES
+from .metrics import BLOB_BYTES_FAST
 
 _BLOB = re.compile(r"^/v1/blobs/([0-9a-f]{64})$")
 _DETAIL = re.compile(r"^/v1/variants/[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
@@ -74,7 +74,7 @@ class FastPath:
             (b"cache-control", IMMUTABLE)]})
         await send({"type": "http.response.body", "body": b"" if head else data})
         if not head:
-            BLOB_BYTES.inc(len(data))
+            BLOB_BYTES_FAST.inc(len(data))
         return True
 
     async def _cached(self, key: tuple, scope, receive, send):

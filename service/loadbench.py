@@ -21,7 +21,9 @@ import base64
 import json
 import os
 import platform
+import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from datetime import datetime, timezone
@@ -65,11 +67,40 @@ def _cpu_s(pids) -> float:
     return total / tick
 
 
+def _connections(pids, port: int) -> dict[int, int]:
+    """Established TCP connections on the server's port held by each of these processes."""
+    established = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                established.add(f[9])  # the socket's inode
+    out = {}
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        n = 0
+        for fd in fds:
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            n += link.startswith("socket:[") and link[8:-1] in established
+        out[pid] = n
+    return out
+
+
 def _env(tmp: Path, url: str, **more) -> dict:
     return {"CUBINFORGE_HOME": str(tmp / "home"), "CUBINFORGE_DATABASE_URL": url, **SERVER_ENV, **more}
 
 
-def mixed(backend: str, clients: int, requests: int, tmp: Path) -> dict:
+def mixed(backend: str, clients: int, requests: int, tmp: Path, client: str = "python") -> dict:
     url = backend_url(backend, tmp)
     token = seed_token(url)
     info: dict = {}
@@ -83,15 +114,35 @@ def mixed(backend: str, clients: int, requests: int, tmp: Path) -> dict:
                        json={"manifest": m, "cubin_b64": base64.b64encode(cubin).decode()}).raise_for_status()
             first = first or (m["cubin"]["sha256"], len(cubin))
         pids = [w["pid"] for w in _workers_rss(info["pid"])]
+        port = int(base.rsplit(":", 1)[1])
+        spread: dict = {}
+        probe = threading.Timer(1.0, lambda: spread.update(_connections(pids, port)))
+        load0 = os.getloadavg()
         cpu0, t0 = _cpu_s(pids), os.times()
-        result = run_load(base, first[0], clients=clients, requests=requests, expect_len=first[1], mix=True)
+        probe.start()
+        if client == "wrk":
+            from .wrkload import run as run_wrk
+            result = run_wrk(base, first[0], clients, requests, first[1], tmp)
+        else:
+            result = run_load(base, first[0], clients=clients, requests=requests, expect_len=first[1], mix=True)
         t1 = os.times()
+        probe.cancel()
         result["workers_rss"] = _workers_rss(info["pid"])
+        # Which worker holds how many of the clients' connections (1 s in): the kernel hands
+        # the shared listening socket's connections to whichever worker accepts first.
+        result["connections_per_worker"] = [n for pid in pids if (n := spread.get(pid, 0))]  # not the resource tracker
+        result["nice"] = os.nice(0)
+        result["load_average_before"] = load0
         # CPU per request, server and load generator apart: on a shared machine the latency
         # figures depend on what else runs; these do not.
         result["server_cpu_us_per_request"] = round((_cpu_s(pids) - cpu0) / max(result["completed"], 1) * 1e6, 1)
-        result["client_cpu_us_per_request"] = round((t1.user + t1.system - t0.user - t0.system)
-                                                    / max(result["completed"], 1) * 1e6, 1)
+        client_s = (t1.user + t1.system - t0.user - t0.system
+                    + t1.children_user + t1.children_system - t0.children_user - t0.children_system)  # wrk
+        server_s = _cpu_s(pids) - cpu0
+        result["client_cpu_us_per_request"] = round(client_s / max(result["completed"], 1) * 1e6, 1)
+        # The generator shares the cores: its part of the CPU this run used, and of one core.
+        result["client_cpu_share"] = round(client_s / max(client_s + server_s, 1e-9), 3)
+        result["client_cpu_percent_of_one_core"] = round(100 * client_s / max(result["seconds"], 1e-9), 1)
         result["load_average_after"] = os.getloadavg()
     return result
 
@@ -158,6 +209,8 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--mb", type=int, default=90)
     p.add_argument("--cases", type=int, default=2000)
+    p.add_argument("--client", choices=["python", "wrk"], default="python",
+                   help="mixed: the load generator (loadtest.py, or wrk if installed: wrkload.py)")
     p.add_argument("--out", help="also write the JSON here")
     p.add_argument("--server-env", action="append", default=[], metavar="K=V",
                    help="extra environment for the server process (repeatable)")
@@ -166,12 +219,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="cubinforge-loadbench-") as d:
         tmp = Path(d)
         if a.what == "mixed":
-            result = mixed(a.backend, a.clients, a.requests, tmp)
+            result = mixed(a.backend, a.clients, a.requests, tmp, a.client)
         elif a.what == "bodies":
             result = bodies(a.backend, 12 if a.clients == 100 else a.clients, a.mb, tmp)
         else:
             result = fuzz(a.backend, a.cases, tmp)
-    result = {"what": a.what, "backend": a.backend, "server_env": SERVER_ENV or None, "cpus": os.cpu_count(), "python": platform.python_version(),
+    result = {"what": a.what, "argv": sys.argv[1:], "backend": a.backend, "server_env": SERVER_ENV or None, "cpus": os.cpu_count(), "python": platform.python_version(),
               "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), **result}
     text = json.dumps(result, indent=2)
     print(text)

@@ -38,6 +38,18 @@ def _import_local(settings) -> None:
         (log.warning if status.startswith("refused") else log.info)("local variant %s: %s", name, status)
 
 
+def _http_protocol() -> str:
+    """One send() per answer (h1.py) where uvicorn's httptools protocol is available."""
+    if os.environ.get("CUBINFORGE_HTTP") == "auto":  # uvicorn's own protocol, for an A/B
+        return "auto"
+    try:
+        import httptools  # noqa: F401
+        import uvicorn.protocols.http.httptools_impl  # noqa: F401
+    except ImportError:
+        return "auto"
+    return "cubinforge.service.h1:HeldHttpToolsProtocol"
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -68,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         uvicorn.run("cubinforge.service.app:create_app", factory=True, host=args.host, port=args.port,
                     workers=args.workers, log_level=args.log_level, access_log=args.access_log,
-                    proxy_headers=False, server_header=False, timeout_keep_alive=30, backlog=2048)
+                    proxy_headers=False, server_header=False, timeout_keep_alive=30, backlog=2048,
+                    http=_http_protocol())
     finally:
         if prom_dir:
             shutil.rmtree(prom_dir, ignore_errors=True)
