@@ -123,10 +123,12 @@ FA3_FWD = Family(
         (lambda ax: ax["dtype"] == "e4m3" or ax["v_layout"] != "colmajor",
          "v_layout=colmajor is built for dtype=e4m3 only (bf16/fp16 read V row-major)"),
         (lambda ax: ax["dtype"] != "e4m3"
-         or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]
-                 or ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),
-         "dtype=e4m3 does not take the model variants (softcap, local, learnable_sink, head_dim_v != head_dim) "
-         "or the inference forms (split_kv, pack_gqa, paged_kv) yet"),
+         or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]),
+         "dtype=e4m3 does not take the model variants (softcap, local, learnable_sink, head_dim_v != head_dim) yet"),
+        # A KV cache holds V as it holds K: the e4m3 inference forms transpose it in smem.
+        (lambda ax: ax["dtype"] != "e4m3" or ax["v_layout"] == "rowmajor"
+         or not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),
+         "dtype=e4m3 with split_kv, pack_gqa or paged_kv reads V row-major as a cache holds it: v_layout=rowmajor"),
     ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={

@@ -199,13 +199,16 @@ class FwdConfig:
         if self.fp8:
             if self.head_dim not in E4M3_HEAD_DIMS:
                 raise ValueError(f"e4m3 builds head_dim {E4M3_HEAD_DIMS} so far, not {self.head_dim}")
-            if self.model_variant or self.inference:
-                on = [n for n in ("softcap", "local", "learnable_sink", "split_kv", "pack_gqa", "paged_kv", "varlen")
-                      if getattr(self, n)]
+            if self.model_variant or self.varlen:
+                on = [n for n in ("softcap", "local", "learnable_sink", "varlen") if getattr(self, n)]
                 if self.head_dim_v != self.head_dim:
                     on.append(f"head_dim_v={self.head_dim_v}")
-                raise ValueError(f"e4m3 does not take the model variants or the inference forms yet "
-                                 f"(got {', '.join(on)}); build e4m3 with none of them, or use bf16/fp16")
+                raise ValueError(f"e4m3 does not take the model variants or varlen yet (got {', '.join(on)}); "
+                                 f"build e4m3 without them (split_kv / pack_gqa / paged_kv are built), or use bf16/fp16")
+            if self.inference and self.v_layout != "rowmajor":
+                # A KV cache stores V as it stores K; the kernel transposes it in shared memory.
+                raise ValueError("e4m3 split_kv / pack_gqa / paged_kv read V row-major as a cache holds it: "
+                                 "use v_layout='rowmajor'")
         elif self.v_layout != "rowmajor":
             raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
         if self.fp8_local_p is None:
@@ -249,10 +252,11 @@ class FwdConfig:
             tuned = TUNED_VARIANTS.get((self.variant_token, *key), {}) if self.variant_token else {}
         else:
             tuned = TUNED.get(key, {})
-        if self.fp8:
-            # Nothing measured for e4m3 yet. O (bf16) cannot go out through Q's (e4m3) buffer,
-            # and P is converted through its own register permutation (fp8_p.py).
+        if self.fp8 and not self.inference:
+            # O (bf16) cannot go out through Q's (e4m3) buffer (the inference forms write O
+            # from registers), and P is converted through its own register permutation (fp8_p.py).
             tuned = {"separate_o_smem": True, **TUNED_FP8.get((*key, self.v_layout), {})}
+        if self.fp8:
             if self.chunked_p_convert:
                 raise ValueError("chunked_p_convert does not apply to e4m3 (P is permuted, not copied)")
             if self.tile_n % 32:
@@ -260,7 +264,7 @@ class FwdConfig:
         for name in SWITCHES:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, False))
-        if self.fp8 and not self.separate_o_smem:
+        if self.fp8 and not self.inference and not self.separate_o_smem:
             raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
         if self.local and self.causal:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
