@@ -240,7 +240,7 @@ DECODE_DEFAULT = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [128], "causal": [True],
                  "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64]}),
 ]
-# e4m3 decode for SET=fp8: pack-GQA (it serves GQA 1 too), split and unsplit, a dense or a
+# e4m3 decode and varlen for SET=fp8: pack-GQA (it serves GQA 1 too), split and unsplit, a dense or a
 # paged cache; hd256 at 64 x 64 (three stages of K, V and sVt in 160 KiB; bf16's 80-key tile
 # has no 32-key step for the 8-bit PV GEMM).
 FP8_DECODE = [
@@ -249,6 +249,11 @@ FP8_DECODE = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [256], "causal": [True],
                  "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64], "tile_n": [64]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64, 128, 256]}),
+    # e4m3 varlen prefill: packed q/k/v (V row-major), and paged chunked prefill at hd128.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64, 128], "causal": [False, True],
+                 "varlen": [True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [128], "causal": [False, True],
+                 "varlen": [True], "paged_kv": [True]}),
 ]
 # Varlen prefill (flash_attn_varlen_func): packed q/k/v, and paged chunked prefill at hd128.
 VARLEN_DEFAULT = [

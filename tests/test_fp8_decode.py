@@ -1,4 +1,4 @@
-"""e4m3 KV-cache decode on the CPU (issue 13): which variants the sets hold and their names,
+"""e4m3 KV-cache decode and varlen on the CPU (issue 13): which variants the sets hold and their names,
 what is refused (spec, FwdConfig, flash_attn_with_kvcache), the inference contract's e4m3
 tensors (bf16 O, stacked descales), and the kvcache plumbing bound against the built
 contracts with the driver faked."""
@@ -32,7 +32,7 @@ def test_default_set_holds_two_e4m3_decode_variants():
         assert spec.parse_name(n).name == n
 
 
-def test_fp8_set_holds_the_decode_forms_and_their_combines():
+def test_fp8_set_holds_the_decode_and_varlen_forms_and_their_combines():
     vs = spec.expand_set("fp8")
     dec = [v for v in vs if v.family == "fa3_fwd" and v.axes["pack_gqa"]]
     assert len(dec) == 18 and DECODE_DEFAULT <= {v.name for v in dec}
@@ -42,6 +42,9 @@ def test_fp8_set_holds_the_decode_forms_and_their_combines():
         itertools.product([False, True], repeat=2))
     # hd256 at 64 x 64: bf16's 80-key tile has no 32-key step.
     assert {v.axes["tile_n"] for v in dec if v.axes["head_dim"] == 256} == {64}
+    varlen = {v.name for v in vs if v.family == "fa3_fwd" and v.axes["varlen"]}
+    assert varlen == {f"fa3-fwd-sm_90a-e4m3-hd{d}-{m}-varlen" for d in (64, 128) for m in ("causal", "noncausal")} | {
+        f"fa3-fwd-sm_90a-e4m3-hd128-{m}-varlen-paged" for m in ("causal", "noncausal")}
     combines = {v.axes["head_dim"] for v in vs if v.family == "attn_combine" and v.axes["dtype"] == "bf16"}
     assert combines == {64, 128, 256}
 
@@ -49,7 +52,8 @@ def test_fp8_set_holds_the_decode_forms_and_their_combines():
 @pytest.mark.parametrize("axes, message", [
     ({"paged_kv": True, "v_layout": "colmajor"}, "v_layout=rowmajor"),
     ({"split_kv": True, "pack_gqa": True, "v_layout": "colmajor"}, "v_layout=rowmajor"),
-    ({"varlen": True}, "varlen runs one tile per CTA.*e4m3"),
+    ({"varlen": True, "v_layout": "colmajor"}, "v_layout=rowmajor"),
+    ({"varlen": True, "pack_gqa": True}, "varlen runs one tile per CTA"),
     ({"paged_kv": True, "tile_n": 80, "head_dim": 256}, "multiple of 32"),
 ])
 def test_unbuilt_e4m3_inference_combinations_are_refused(axes, message):
@@ -72,8 +76,10 @@ def test_e4m3_decode_config():
     assert _cfg(head_dim=256, tile_n=64).stages == 3
     with pytest.raises(ValueError, match="read V row-major as a cache holds it"):
         _cfg(v_layout="colmajor")
-    with pytest.raises(ValueError, match="e4m3 does not take the model variants or varlen yet.*varlen"):
-        _cfg(pack_gqa=False, varlen=True)
+    with pytest.raises(ValueError, match="o_smem_store stages O through Q's buffer"):
+        _cfg(pack_gqa=False, varlen=True, o_smem_store=True)
+    v = _cfg(pack_gqa=False, paged_kv=False, varlen=True, tile_m=0)
+    assert (v.tile_m, v.tile_n, v.stages, v.v_transpose) == (128, 128, 3, True)
 
 
 @pytest.mark.parametrize("split", [False, True])
@@ -114,6 +120,27 @@ def test_e4m3_cache_refusals(kw, message):
     extra = {"k": arr((1, 1, 2, 128), "e4m3"), "v": arr((1, 1, 2, 128), "e4m3")} if kw.get("append") else {}
     with pytest.raises(InputError, match=message):
         kvcache.prepare_kvcache(q, k, v, cache_seqlens=5, page_table=table, stream=0, **extra)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_e4m3_varlen_contract_has_bf16_o_and_the_descales(paged):
+    from cubinforge.generator.kernels.fa3_fwd_sm90.contract import varlen_contract
+    boxes = {"q": (128, 128), "k": (128, 128), "v": (128, 128), "kc": (128, 16), "vc": (128, 16)}
+    c = varlen_contract(_cfg(pack_gqa=False, paged_kv=paged, varlen=True, tile_m=0), boxes, 128)
+    assert c["tensors"]["o"]["dtype"] == "bf16" and c["tensors"]["descale"]["dims"] == [3, "batch", "heads_kv"]
+    assert c["params"][-1]["name"] == "descale"
+
+
+def test_e4m3_varlen_refusals():
+    from cubinforge.runtime import prepare_varlen
+    q, kv = arr((40, 4, 128), "e4m3"), arr((40, 2, 128), "e4m3")
+    with pytest.raises(InputError, match="e4m3 paged cache needs page_size a multiple of 16"):
+        prepare_varlen(q, arr((8, 8, 2, 128), "e4m3"), arr((8, 8, 2, 128), "e4m3"), [0, 40], None,
+                       seqused_k=[9], page_table=[[0, 1]], stream=0)
+    with pytest.raises(InputError, match="scale e4m3 inputs; q, k, v are bf16"):
+        prepare_varlen(arr((40, 4, 128), "bf16"), arr((40, 2, 128), "bf16"), arr((40, 2, 128), "bf16"), [0, 40],
+                       [0, 40], stream=0, q_descale=arr((1, 2), "f32"))
+    assert kv.dtype == "e4m3"
 
 
 def test_descales_on_a_bf16_cache_are_refused():

@@ -199,16 +199,18 @@ class FwdConfig:
         if self.fp8:
             if self.head_dim not in E4M3_HEAD_DIMS:
                 raise ValueError(f"e4m3 builds head_dim {E4M3_HEAD_DIMS} so far, not {self.head_dim}")
-            if self.model_variant or self.varlen:
-                on = [n for n in ("softcap", "local", "learnable_sink", "varlen") if getattr(self, n)]
+            if self.model_variant:
+                on = [n for n in ("softcap", "local", "learnable_sink") if getattr(self, n)]
                 if self.head_dim_v != self.head_dim:
                     on.append(f"head_dim_v={self.head_dim_v}")
-                raise ValueError(f"e4m3 does not take the model variants or varlen yet (got {', '.join(on)}); "
-                                 f"build e4m3 without them (split_kv / pack_gqa / paged_kv are built), or use bf16/fp16")
+                raise ValueError(f"e4m3 does not take the model variants yet (got {', '.join(on)}); "
+                                 f"build e4m3 without them, or use bf16/fp16")
             if self.inference and self.v_layout != "rowmajor":
-                # A KV cache stores V as it stores K; the kernel transposes it in shared memory.
-                raise ValueError("e4m3 split_kv / pack_gqa / paged_kv read V row-major as a cache holds it: "
-                                 "use v_layout='rowmajor'")
+                # A KV cache (or packed varlen k/v) holds V as it holds K; the kernel transposes it.
+                raise ValueError("e4m3 split_kv / pack_gqa / paged_kv / varlen read V row-major as a cache holds "
+                                 "it: use v_layout='rowmajor'")
+            if self.o_smem_store:
+                raise ValueError("o_smem_store stages O through Q's buffer, which is e4m3 here: not for e4m3")
         elif self.v_layout != "rowmajor":
             raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
         if self.fp8_local_p is None:

@@ -320,6 +320,8 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         add({"name": flag, "ordinal": 0, "kind": "scalar", "size": 4, "align": 4, "type": "i32", "value": [flag]})
     add({"name": "tiled_mma_qk", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
     add({"name": "tiled_mma_pv", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
+    if cfg.fp8:
+        add(descale_param(0))  # row b: sequence b's
 
     thd = {"contiguous_dim": 2, "align_bytes": 16}
     i32_vec = {"role": "input", "dtype": "i32", "contiguous_dim": 0, "align_bytes": 4}
@@ -343,7 +345,7 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
               "align_bytes": 16},
         "v": {"role": "input", "dtype": cfg.dtype, "dims": kv_dims, "contiguous_dim": len(kv_dims) - 1,
               "align_bytes": 16},
-        "o": {"role": "output", "dtype": cfg.dtype, "dims": ["total_q", "heads_q", "head_dim"], **thd},
+        "o": {"role": "output", "dtype": cfg.out_dtype, "dims": ["total_q", "heads_q", "head_dim"], **thd},
         "lse": {"role": "output", "dtype": "f32", "dims": ["heads_q", "total_q"], "contiguous_dim": 1,
                 "align_bytes": 4},
         "cu_seqlens_q": {**i32_vec, "dims": ["batch_plus_1"]},
@@ -353,6 +355,8 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     }
     if cfg.paged_kv:
         tensors["page_table"] = {**i32_vec, "dims": ["batch", "max_pages"], "contiguous_dim": 1}
+    if cfg.fp8:
+        tensors["descale"] = DESCALE_TENSOR
     checks = [
         {"expr": ["batch_plus_1", "batch", 1, "+", "=="],
          "message": "cu_seqlens_q and cu_seqlens_k must have batch + 1 entries (seqused_q / seqused_k batch)"},

@@ -1,8 +1,10 @@
-"""e4m3 KV-cache decode on the GPU (issue 13): flash_attn_with_kvcache with an FP8 cache (q,
-k_cache, v_cache e4m3, V row-major as the cache holds it), per-(batch, head_kv) descales,
+"""e4m3 KV-cache decode and varlen prefill on the GPU (issue 13). Decode:
+flash_attn_with_kvcache with an FP8 cache (q, k_cache, v_cache e4m3, V row-major as the
+cache holds it), per-(batch, head_kv) descales,
 dense or paged (pages 16 / 256, shuffled), split 1 or auto (then the bf16 combine),
 pack-GQA at GQA 1 and 8, against a float64 reference on the e4m3-decoded values times the
-descales; outputs NaN-poisoned, so a row never written shows.
+descales; outputs NaN-poisoned, so a row never written shows. Varlen: packed ragged e4m3
+sequences and chunked prefill against an e4m3 paged cache, descales per sequence.
 
 No cutlass import: this module collects on the device image.
 """
@@ -134,3 +136,76 @@ def test_e4m3_cache_refuses_append_and_bf16_q():
     with pytest.raises(InputError, match="an e4m3 cache takes e4m3 q"):
         flash_attn_with_kvcache(poisoned((1, 1, 4, 128), "bf16"), k8, k8, cache_seqlens=3, page_table=table,
                                 source=SRC)
+
+
+# --------------------------------------------------------------------------- varlen prefill
+
+def run_fp8_varlen(rng, slots, *, hq, hkv, causal, d=128, page_size=None, spare=3):
+    """Self-attention over packed e4m3 sequences (or chunked prefill against an e4m3 paged
+    cache, the keys per sequence = its query slots), descales random per (sequence, head_kv)."""
+    from cubinforge.runtime import flash_attn_varlen_func
+    from test_varlen_gpu import attend, cumsum0, i32
+
+    b, g = len(slots), hq // hkv
+    cu = cumsum0(slots)
+    total = cu[-1] + spare
+    desc = {n: rng.uniform(0.25, 2.0, (b, hkv)).astype(np.float32) for n in "qkv"}
+    q_bits, q_dec = e4m3_rand(rng, (total, hq, d))
+    if page_size is None:
+        k_bits, k_dec = e4m3_rand(rng, (total, hkv, d))
+        v_bits, v_dec = e4m3_rand(rng, (total, hkv, d))
+        k_rows = [k_dec[cu[i]:cu[i + 1]] for i in range(b)]
+        v_rows = [v_dec[cu[i]:cu[i + 1]] for i in range(b)]
+        table, cu_k, used_k = None, i32(cu), None
+    else:
+        pages = max(1, -(-max(slots) // page_size))
+        pool = b * pages + 5
+        k_bits, k_dec = e4m3_rand(rng, (pool, page_size, hkv, d))
+        v_bits, v_dec = e4m3_rand(rng, (pool, page_size, hkv, d))
+        t = rng.permutation(pool)[: b * pages].reshape(b, pages).astype(np.int32)
+        k_rows = [k_dec[t[i]].reshape(-1, hkv, d)[: slots[i]] for i in range(b)]
+        v_rows = [v_dec[t[i]].reshape(-1, hkv, d)[: slots[i]] for i in range(b)]
+        table, cu_k, used_k = upload(t.view(np.uint32), "i32"), None, i32(slots)
+    out, lse = poisoned((total, hq, d), "bf16"), poisoned((hq, total), "f32")
+    kw = {f"{n}_descale": upload_bits(desc[n], "f32") for n in "qkv"}
+    flash_attn_varlen_func(upload_bits(q_bits, "e4m3"), upload_bits(k_bits, "e4m3"), upload_bits(v_bits, "e4m3"),
+                           i32(cu), cu_k, max(slots), max(slots), seqused_k=used_k, page_table=table,
+                           causal=causal, out=out, lse=lse, source=SRC, **kw)
+    o, l = download(out), download(lse)
+    rows = np.zeros(total, bool)
+    want_o, want_l = np.zeros((total, hq, d)), np.full((hq, total), -np.inf)
+    for i in range(b):
+        r = slice(cu[i], cu[i + 1])
+        rows[r] = True
+        qq = q_dec[r] * np.repeat(desc["q"][i], g)[None, :, None]
+        kk = k_rows[i] * desc["k"][i][None, :, None]
+        vv = v_rows[i] * desc["v"][i][None, :, None]
+        want_o[r], want_l[:, r] = attend(qq, kk, vv, causal, 1 / math.sqrt(d))
+    what = f"e4m3 varlen hd{d} slots={slots[:8]} {hq}/{hkv} causal={causal} page={page_size}"
+    # Rows outside every sequence stay as poisoned.
+    assert np.isnan(o[~rows]).all() and np.isnan(l[:, ~rows]).all(), f"{what}: rows outside the sequences written"
+    errs = compare(o[rows][None], l[:, rows][None], want_o[rows][None], want_l[:, rows][None], what,
+                   rtol=RTOL_FP8, atol=ATOL_LSE)
+    assert not errs, "\n".join(errs)
+
+
+def need_varlen(d, causal, paged=False):
+    from test_varlen_gpu import need as need_v
+    need_v("e4m3", d, causal, paged)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hq,hkv", [(8, 8), (32, 4)], ids=["gqa1", "gqa8"])
+def test_e4m3_varlen_packed(d, causal, hq, hkv):
+    need_varlen(d, causal)
+    run_fp8_varlen(np.random.default_rng(d + causal + hq), [1, 17, 300, 129, 0, 1000, 128], hq=hq, hkv=hkv,
+                   causal=causal, d=d)
+
+
+@pytest.mark.parametrize("page_size", [16, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_e4m3_varlen_paged(page_size, causal):
+    need_varlen(128, causal, paged=True)
+    run_fp8_varlen(np.random.default_rng(page_size + causal), [700, 33, 256], hq=32, hkv=4, causal=causal,
+                   page_size=page_size)
