@@ -324,12 +324,28 @@ SHORT_OVERLAP = [
     *[(f"{label}+stages-3{extra}", dict(base, stages=3, **over))
       for label, base in _SHORT_SHIPPED[:1] for extra, over in (("", {}), ("+q-double-buffer+deferred-o", _DEF))],
 ]
+# e4m3 paged decode (issue 13): hd128 causal pack-GQA split-KV, the default set's form (64 x
+# 128, 3 stages of K, V and the transposed V, 152 KiB). Decode is memory-bound: what can move
+# it is bytes in flight per SM (stages, key tile) and the transposer's hop (V lands, warps
+# 1..3 transpose it, the consumers read sVt); local-p-off is the shuffled P (fp8_p.py).
+# Timed by bench/inference.py --ab-home beside the shipped e4m3 and bf16 decode.
+_FD = dict(dtype="e4m3", head_dim=128, causal=True, tile_m=64, pack_gqa=True, paged_kv=True, split_kv=True)
+FP8_DECODE = [
+    ("default", _FD),
+    ("stages-2", dict(_FD, stages=2)),
+    ("stages-4", dict(_FD, stages=4)),
+    ("tile-64x64", dict(_FD, tile_n=64)),
+    ("tile-64x64+stages-6", dict(_FD, tile_n=64, stages=6)),
+    ("tile-64x192", dict(_FD, tile_n=192)),
+    ("local-p-off", dict(_FD, fp8_local_p=False)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
                "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS, "varlen": VARLEN,
                "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16,
-               "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP}
+               "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP,
+               "fp8-decode": FP8_DECODE}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -1,9 +1,11 @@
 """Inference attention on the H200: ours (flash_attn_with_kvcache) vs FA4, as TB/s of K+V read.
 
     PYTHONPATH=. python3 -m cubinforge.bench.inference [--json out.json]
-    PYTHONPATH=. python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab   # varlen A/B
+    PYTHONPATH=. python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab   # varlen / e4m3 decode A/B
 
-Cases are issue 11's decode cells (bf16, hd128), and its varlen prefill and paged chunked
+Cases are issue 11's decode cells (bf16, hd128), issue 13's e4m3 decode cells (an FP8 KV
+cache, per-(batch, head_kv) descales; TB/s of the e4m3 K+V bytes, beside bf16's shipped
+decode of the same values and its own TB/s), and its varlen prefill and paged chunked
 prefill cells as TFLOPS (ours: flash_attn_varlen_func, prepared; FA4: its
 flash_attn_varlen_func with the same cu_seqlens / seqused_k / page_table). Each runs in its own try/except, so one
 failure leaves the rest of the table. Times are the median of CUDA-event timings after
@@ -32,6 +34,11 @@ CASES = [
     ("spec_decode_b32_q4_k8192_h32_8", 32, 4, 8192, 32, 8, None, True),
     ("paged_spec_decode_b32_q4_k8192_p256", 32, 4, 8192, 32, 8, 256, True),
 ]
+
+# e4m3 KV-cache decode (issue 13): the same cells with an FP8 cache (K+V bytes halve).
+FP8_CASES = [("e4m3_" + c[0], *c[1:]) for c in CASES if c[0] in (
+    "paged_decode_b64_k4096_p256", "paged_decode_b64_k4096_p16", "paged_decode_b8_k32768_p256",
+    "paged_decode_b128_k1024_p64", "paged_spec_decode_b32_q4_k8192_p256")]
 
 
 # Varlen cells, as shared/measurements/2026-12-01-h200/anchor_inference.py and
@@ -141,6 +148,8 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     names = [n for n in sorted(base.list())
              if json.loads((home / "manifests" / f"{n}.json").read_text())["axes"].get("varlen")
              and not json.loads((home / "manifests" / f"{n}.json").read_text())["axes"].get("paged_kv")]
+    if not names:
+        return 0
     stream = torch.cuda.current_stream().cuda_stream
     q, k, v, cu_q, cu_k, _, _, mq, mk, fl_full, fl_causal = varlen_case(torch, "varlen")
     rows, failed, pins, base_t = [], 0, [], {}
@@ -217,6 +226,112 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     return failed
 
 
+class _WithCombine:
+    """A candidate of the A/B registry alone, plus the default registry's attn_combine
+    variants (a split candidate needs its combine; bench.ab builds fa3_fwd only)."""
+
+    def __init__(self, base, name: str, companions):
+        self.base, self.name, self.companions = base, name, companions
+        self.others = [n for n in companions.list() if n.startswith("attn-combine-")]
+
+    def list(self):
+        return [self.name, *self.others]
+
+    def get(self, name: str):
+        return self.base.get(name) if name == self.name else self.companions.get(name)
+
+    def blob(self, sha256: str):
+        try:
+            return self.base.blob(sha256)
+        except Exception:
+            return self.companions.blob(sha256)
+
+
+def run_fp8_decode_ab(torch, timing, home, iters: int = 20) -> int:
+    """Each e4m3 decode candidate of bench.ab's registry at `home` (`bench.ab build
+    --experiments fp8-decode`) on the paged e4m3 cells: output poisoned, checked against the
+    shipped e4m3 decode's O (rel err <= 5e-3: only the split count and summation order may
+    differ) and bf16's on the same values (<= 4e-2: P in e4m3), then timed as TB/s of K+V
+    beside the shipped e4m3 and bf16 decode in alternating rounds. Returns the failures."""
+    from pathlib import Path
+
+    from cubinforge.runtime import LocalSource, prepare_kvcache
+    home = Path(home)
+    base, shipped_src = LocalSource(home), LocalSource()
+    names = [n for n in sorted(base.list())
+             if (lambda ax: ax.get("dtype") == "e4m3" and ax.get("paged_kv"))(
+                 json.loads((home / "manifests" / f"{n}.json").read_text())["axes"])]
+    if not names:
+        return 0
+    stream = torch.cuda.current_stream().cuda_stream
+    rows, failed, keep = [], 0, []
+    for case, b, sq, sk, hq, hkv, page, causal in FP8_CASES:
+        q, k, v, table, seqlens = make_case(torch, b, sq, sk, hq, hkv, page)
+        q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+        q, k, v = (x.to(torch.bfloat16) for x in (q8, k8, v8))
+        ones = torch.ones(b, hkv, dtype=torch.float32, device="cuda")
+        kv_bytes = 2 * b * sk * hkv * D
+
+        def e4m3(source=None):
+            out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+            lse = torch.full((b, hq, sq), float("nan"), dtype=torch.float32, device="cuda")
+            p = prepare_kvcache(q8, k8, v8, cache_seqlens=seqlens, page_table=table, causal=causal, out=out,
+                                lse=lse, stream=stream, q_descale=ones, k_descale=ones, v_descale=ones,
+                                source=source)
+            return (lambda: p.run(stream)), out, lse, p
+
+        def tbps(fn, nbytes):
+            t = timing.time_cuda(fn, warmup=3, min_iters=iters, max_iters=iters, budget_s=0.05)
+            return nbytes / (t.median_ms * 1e-3) / 1e12
+
+        bf_fn, _, bf_out = ours(torch, q, k, v, table, seqlens, causal, 0)
+        sh_fn, sh_out, sh_lse, sh_p = e4m3()
+        bf_fn()
+        sh_fn()
+        torch.cuda.synchronize()
+        for name in names:
+            pin = _WithCombine(base, name, shipped_src)
+            keep.append(pin)  # the runtime caches by id()
+            rec = {"variant": name, "case": case}
+            try:
+                fn, out, lse, p = e4m3(pin)
+                fn()
+                torch.cuda.synchronize()
+                rel = float((out.float() - sh_out.float()).norm() / sh_out.float().norm())
+                rel_bf = float((out.float() - bf_out.float()).norm() / bf_out.float().norm())
+                lse_err = float((lse - sh_lse).abs().max())
+                ok = (rel <= 5e-3 and rel_bf <= 4e-2 and lse_err <= 1e-3 and not bool(out.isnan().any())
+                      and not bool(lse.isnan().any()))
+                rec.update(rel_err=rel, rel_err_vs_bf16=rel_bf, lse_err=lse_err, ok=ok, kernels=p.kernels,
+                           shipped=sh_p.kernels)
+                if ok:
+                    fns = {"ab": (fn, kv_bytes), "shipped": (sh_fn, kv_bytes), "bf16": (bf_fn, 2 * kv_bytes)}
+                    ts = {x: [] for x in fns}
+                    for r in range(3):  # alternating order, so drift hits every backend alike
+                        for x in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+                            ts[x].append(tbps(*fns[x]))
+                    rec.update({x: sorted(y)[1] for x, y in ts.items()})
+            except Exception as e:
+                rec.update(ok=False, error=first_line(e))
+                traceback.print_exc(limit=2, file=sys.stderr)
+            failed += not rec["ok"]
+            rows.append(rec)
+            print(json.dumps(rec), flush=True)
+        del q, k, v, q8, k8, v8, table, seqlens
+        torch.cuda.empty_cache()
+    print()
+    print("| candidate | case | correct | rel err (vs shipped e4m3 / bf16) | TB/s | shipped e4m3 | bf16 "
+          "| / shipped |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        a, sh, bf = r.get("ab"), r.get("shipped"), r.get("bf16")
+        num = lambda x: f"{x:.2f}" if x else "-"  # noqa: E731
+        print(f"| {r['variant'].split('+', 1)[-1]} | {r['case']} | {'yes' if r['ok'] else 'NO ' + r.get('error', '')}"
+              f" | {r.get('rel_err', float('nan')):.1e} / {r.get('rel_err_vs_bf16', float('nan')):.1e} | {num(a)} "
+              f"| {num(sh)} | {num(bf)} | {f'{a / sh:.3f}' if a and sh else '-'} |")
+    return failed
+
+
 def print_varlen(rows) -> None:
     print(f"{'varlen case':48s} {'ours TF':>8s} {'FA4 TF':>8s} {'ours/FA4':>8s}")
     for name, r in rows:
@@ -231,6 +346,79 @@ def print_varlen(rows) -> None:
             print(f"    setup: {r['error']}")
         if "ours_rel_err_vs_fa4" in r:
             print(f"    ours rel err vs FA4: {r['ours_rel_err_vs_fa4']:.2e}")
+
+
+def run_fp8_cases(torch, timing, want, hbm) -> list:
+    """Each FP8 cell: q and the cache in e4m3 (random normal rounded), descales of 1 passed as
+    tensors (the kernel reads them either way); ours auto and 1-split, and bf16's shipped
+    decode on the same values (e4m3 is exact in bf16) as the speed and error reference."""
+    from cubinforge.runtime import prepare_kvcache
+    stream = torch.cuda.current_stream().cuda_stream
+    rows = []
+    for name, b, sq, sk, hq, hkv, page, causal in FP8_CASES:
+        if want and name not in want:
+            continue
+        r = {"b": b, "sq": sq, "sk": sk, "hq": hq, "hkv": hkv, "page": page, "causal": causal}
+        kv_bytes = 2 * b * sk * hkv * D  # 1 byte per element
+        try:
+            q, k, v, table, seqlens = make_case(torch, b, sq, sk, hq, hkv, page)
+            q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+            q, k, v = (x.to(torch.bfloat16) for x in (q8, k8, v8))  # the same values in bf16
+            ones = torch.ones(b, hkv, dtype=torch.float32, device="cuda")
+        except Exception as e:
+            r["error"] = first_line(e)
+            rows.append((name, r))
+            continue
+        ref = None
+        try:
+            fn, p, ref = ours(torch, q, k, v, table, seqlens, causal, 0)
+            fn()
+            t = timing.time_cuda(fn)
+            r["bf16_auto"] = {"ms": t.median_ms, "kv_TBps": 2 * kv_bytes / (t.median_ms * 1e-3) / 1e12,
+                              "splits": p.plan.num_splits, "kernels": p.kernels}
+        except Exception as e:
+            r["bf16_auto"] = {"error": first_line(e)}
+        for label, splits in (("e4m3_auto", 0), ("e4m3_1split", 1)):
+            try:
+                out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+                lse = torch.empty(b, hq, sq, dtype=torch.float32, device="cuda")
+                p = prepare_kvcache(q8, k8, v8, cache_seqlens=seqlens, page_table=table, causal=causal,
+                                    num_splits=splits, out=out, lse=lse, stream=stream, q_descale=ones,
+                                    k_descale=ones, v_descale=ones)
+                fn = lambda: p.run(stream)  # noqa: E731
+                fn()
+                torch.cuda.synchronize()
+                t = timing.time_cuda(fn)
+                r[label] = {"ms": t.median_ms, "kv_TBps": kv_bytes / (t.median_ms * 1e-3) / 1e12,
+                            "splits": p.plan.num_splits, "kernels": p.kernels}
+                if ref is not None:  # P in e4m3: ~2e-2 expected; a wrong layout gives ~0.3-1
+                    r[label]["rel_err_vs_bf16"] = float((out.float() - ref.float()).norm() / ref.float().norm())
+                    r[label]["nan"] = int(out.isnan().sum())
+            except Exception as e:
+                r[label] = {"error": first_line(e)}
+                traceback.print_exc(limit=2, file=sys.stderr)
+        rows.append((name, r))
+        del q, k, v, q8, k8, v8, table, seqlens
+        torch.cuda.empty_cache()
+    if rows:
+        print(f"{'e4m3 case':44s} {'e4m3 auto':>9s} {'splits':>6s} {'e4m3 s=1':>8s} {'bf16 auto':>9s} "
+              f"{'/HBM':>5s} {'bf16 ms/e4m3 ms':>15s} {'rel err':>8s}")
+        for name, r in rows:
+            a, s1, bf = r.get("e4m3_auto", {}), r.get("e4m3_1split", {}), r.get("bf16_auto", {})
+            tb = lambda x: f"{x['kv_TBps']:.2f}" if "kv_TBps" in x else ("err" if "error" in x else "-")  # noqa: E731
+            speed = f"{bf['ms'] / a['ms']:.2f}" if "ms" in a and "ms" in bf else "-"
+            of_hbm = f"{a['kv_TBps'] / hbm:.2f}" if "kv_TBps" in a and hbm else "-"
+            err = f"{a['rel_err_vs_bf16']:.1e}" if "rel_err_vs_bf16" in a else "-"
+            print(f"{name:44s} {tb(a):>9s} {str(a.get('splits', '-')):>6s} {tb(s1):>8s} {tb(bf):>9s} {of_hbm:>5s} "
+                  f"{speed:>15s} {err:>8s}")
+            for key in ("e4m3_auto", "e4m3_1split", "bf16_auto"):
+                if "error" in r.get(key, {}):
+                    print(f"    {key}: {r[key]['error']}")
+                if r.get(key, {}).get("nan"):
+                    print(f"    {key}: {r[key]['nan']} O elements never written")
+            if "error" in r:
+                print(f"    setup: {r['error']}")
+    return rows
 
 
 def first_line(e: BaseException) -> str:
@@ -282,14 +470,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--cases", help="comma list of case names (default: all)")
-    ap.add_argument("--ab-home", help="time bench.ab's varlen candidates in this registry (nothing else)")
+    ap.add_argument("--ab-home", help="time bench.ab's varlen and e4m3 decode candidates in this registry "
+                                      "(nothing else)")
     ap.add_argument("--iters", type=int, default=20, help="--ab-home: timed launches per round")
     args = ap.parse_args(argv)
     import torch
 
     from cubinforge.bench import timing
     if args.ab_home:
-        return 1 if run_varlen_ab(torch, timing, args.ab_home, args.iters) else 0
+        failed = run_varlen_ab(torch, timing, args.ab_home, args.iters)
+        failed += run_fp8_decode_ab(torch, timing, args.ab_home, args.iters)
+        return 1 if failed else 0
     rec: dict = {}
     try:
         rec["hbm_copy_TBps"] = hbm_copy_tbps(torch, timing)
@@ -363,6 +554,7 @@ def main(argv=None) -> int:
         if "ours_rel_err_row0" in r:
             print(f"    ours rel err vs SDPA (batch row 0): {r['ours_rel_err_row0']:.2e}")
     rec["cases"] = dict(rows)
+    rec["fp8_cases"] = dict(run_fp8_cases(torch, timing, want, hbm))
     vrows = run_varlen_cases(torch, timing, want)
     if vrows:
         print_varlen(vrows)

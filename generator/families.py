@@ -112,10 +112,10 @@ FA3_FWD = Family(
          "the inference forms (split_kv, pack_gqa, paged_kv) do not take softcap, local, learnable_sink or "
          "head_dim_v != head_dim yet"),
         (lambda ax: not ax["varlen"] or (
-            ax["scheduler"] == "single" and not (ax["split_kv"] or ax["pack_gqa"]) and ax["dtype"] != "e4m3"
+            ax["scheduler"] == "single" and not (ax["split_kv"] or ax["pack_gqa"])
             and not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"])),
-         "varlen runs one tile per CTA (scheduler=single), alone or with paged_kv: not with split_kv, pack_gqa, "
-         "e4m3 or the model variants yet"),
+         "varlen runs one tile per CTA (scheduler=single), alone or with paged_kv: not with split_kv, pack_gqa "
+         "or the model variants yet"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128, 256),
          "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,
@@ -123,10 +123,13 @@ FA3_FWD = Family(
         (lambda ax: ax["dtype"] == "e4m3" or ax["v_layout"] != "colmajor",
          "v_layout=colmajor is built for dtype=e4m3 only (bf16/fp16 read V row-major)"),
         (lambda ax: ax["dtype"] != "e4m3"
-         or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]
-                 or ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),
-         "dtype=e4m3 does not take the model variants (softcap, local, learnable_sink, head_dim_v != head_dim) "
-         "or the inference forms (split_kv, pack_gqa, paged_kv) yet"),
+         or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]),
+         "dtype=e4m3 does not take the model variants (softcap, local, learnable_sink, head_dim_v != head_dim) yet"),
+        # A KV cache holds V as it holds K: the e4m3 inference forms transpose it in smem.
+        (lambda ax: ax["dtype"] != "e4m3" or ax["v_layout"] == "rowmajor"
+         or not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"] or ax["varlen"]),
+         "dtype=e4m3 with split_kv, pack_gqa, paged_kv or varlen reads V row-major as a cache holds it: "
+         "v_layout=rowmajor"),
     ),
     tile_function="cubinforge.generator.kernels.fa3_fwd_sm90.config:default_tile",
     not_yet={

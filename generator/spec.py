@@ -242,6 +242,25 @@ DECODE_DEFAULT = [
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 256]}),
     ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),
     ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128]}),
+    # e4m3 paged decode (an FP8 KV cache, V row-major, transposed in smem; O bf16 through
+    # the bf16 combine): hd128 causal pack-GQA, split and unsplit. Not timed yet.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [128], "causal": [True],
+                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64]}),
+]
+# e4m3 decode and varlen for SET=fp8: pack-GQA (it serves GQA 1 too), split and unsplit, a dense or a
+# paged cache; hd256 at 64 x 64 (three stages of K, V and sVt in 160 KiB; bf16's 80-key tile
+# has no 32-key step for the 8-bit PV GEMM).
+FP8_DECODE = [
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64, 128], "causal": [False, True],
+                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True], "tile_m": [64]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [256], "causal": [True],
+                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64], "tile_n": [64]}),
+    ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64, 128, 256]}),
+    # e4m3 varlen prefill: packed q/k/v (V row-major), and paged chunked prefill at hd128.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64, 128], "causal": [False, True],
+                 "varlen": [True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [128], "causal": [False, True],
+                 "varlen": [True], "paged_kv": [True]}),
 ]
 # Varlen prefill (flash_attn_varlen_func): packed q/k/v, and paged chunked prefill at hd128.
 VARLEN_DEFAULT = [
@@ -364,6 +383,7 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "v_layout": ["rowmajor"], "scheduler": ["persistent"], "tile_m": [128], "tile_n": [64]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [256], "causal": [True],
                      "v_layout": ["rowmajor"], "scheduler": ["lpt"], "tile_m": [128], "tile_n": [64]}),
+        *FP8_DECODE,
     ],
     "all": [
         (f.name, {a: ALL for a in f.axes if a not in TILE_AXES}) for f in FAMILIES.values() if f.in_all

@@ -20,6 +20,14 @@ cache_seqlens[b] <= the cache's capacity for b; page_table[b, :ceil(cache_seqlen
 page_size)] are pages in [0, num_pages); key rows of the cache past cache_seqlens[b] hold
 finite values (they are read and masked, and 0 * NaN would spoil a row).
 
+FP8 KV cache (issue 13): q, k_cache and v_cache all e4m3 (V row-major, as the cache holds
+it: the kernel transposes it in shared memory), with ``q_descale`` / ``k_descale`` /
+``v_descale`` float32 (batch, heads_kv) or None (1), FA3's: S = q k^T * q_descale *
+k_descale * softmax_scale, O = P v * v_descale; out is bf16. Row b of each descale belongs
+to row b of q, also under cache_batch_idx (FA3's indexing, not the cache row it reads).
+Appending k/v into an e4m3 cache is refused (no e4m3 kv_append yet), and so are page sizes
+that are not multiples of PAGE_CHUNK (no e4m3 kv_gather).
+
 ``cache_batch_idx`` int32 (batch,), FlashAttention's meaning (row b of q uses cache row
 cache_batch_idx[b] of a dense cache with any number of rows), runs on the paged forms: the
 dense cache is pages of seqlen_cache rows and cache_batch_idx the page table
@@ -37,6 +45,7 @@ from typing import Any
 from . import driver
 from .arrays import DeviceArray, OwnedDeviceArray, as_device_array
 from .errors import InputError
+from .fp8 import OUT_DTYPE, _stack_descales
 from .launcher import Kernel, resolve_devices
 from .registry_source import Manifest, Source, VariantNotFound, default_source, manifests
 from .decode_plan import (  # noqa: F401  (re-exported: kvcache's public names)
@@ -48,6 +57,7 @@ COMBINE_FAMILY = "attn_combine"
 APPEND_FAMILY = "kv_append"
 GATHER_FAMILY = "kv_gather"
 PAGE_CHUNK = 16  # paged variants load pages in boxes of this many rows (config.PAGE_CHUNK)
+FP8 = "e4m3"  # an FP8 cache: O comes out in fp8.OUT_DTYPE (bf16)
 
 
 # --------------------------------------------------------------------------- variants
@@ -179,7 +189,8 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
                     softmax_scale: float | None = None, causal: bool = True, num_splits: int = 0,
                     pack_gqa: bool | None = None, out: Any = None, lse: Any = None, stream: Any = None,
                     *, check: bool = False, source: Source | None = None,
-                    own_plans: bool = False) -> "PreparedAttention":
+                    own_plans: bool = False, q_descale: Any = None, k_descale: Any = None,
+                    v_descale: Any = None) -> "PreparedAttention":
     """flash_attn_with_kvcache's checks, choice of variants and buffers, without launching:
     the plan a serving loop computes once and runs every step (``PreparedAttention.run``).
     ``own_plans``: parameters of its own per launch (not shared through the kernels' plan
@@ -212,7 +223,15 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
             raise InputError(f"{n} must have 4 dimensions, got {a.shape}")
         _check_inner(n, a)
     if not qa.dtype == ka.dtype == va.dtype:
-        raise InputError(f"q, k_cache, v_cache must share one dtype; got {qa.dtype}, {ka.dtype}, {va.dtype}")
+        raise InputError(f"q, k_cache, v_cache must share one dtype; got {qa.dtype}, {ka.dtype}, {va.dtype}"
+                         + (" (an e4m3 cache takes e4m3 q: quantise it with quantize_fp8 and pass q_descale)"
+                            if FP8 in (ka.dtype, va.dtype) else ""))
+    fp8 = qa.dtype == FP8
+    descales = [(n, _wrap(x, handle, n)) for n, x in
+                (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))]
+    if not fp8 and any(a is not None for _, a in descales):
+        raise InputError(f"q_descale / k_descale / v_descale scale e4m3 inputs; q and the cache are {qa.dtype}")
+    o_dtype = OUT_DTYPE if fp8 else qa.dtype
     if ka.shape != va.shape:
         raise InputError(f"k_cache and v_cache must have one shape; got {ka.shape} and {va.shape}")
     b, sq, hq, d = qa.shape
@@ -235,6 +254,13 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         capacity = ka.shape[1]
 
     kn, vn = _wrap(k, handle, "k"), _wrap(v, handle, "v")
+    if fp8 and kn is not None:
+        raise InputError("appending k/v into an e4m3 cache is not built (kv_append copies bf16/fp16): quantise the "
+                         "new tokens, write them into k_cache / v_cache yourself, and call with k=None, v=None and "
+                         "cache_seqlens counting them")
+    if fp8 and paged and ka.shape[1] % PAGE_CHUNK:
+        raise InputError(f"an e4m3 paged cache needs page_size a multiple of {PAGE_CHUNK} (got {ka.shape[1]}): "
+                         f"there is no e4m3 gather for other page sizes")
     s_new = 0
     if kn is not None:
         if kn.ndim != 4 or kn.shape[0] != b or kn.shape[2:] != (hkv, d) or vn.shape != kn.shape:
@@ -270,11 +296,13 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         if sa.dtype != "i32" or sa.shape != (b,):
             raise InputError(f"cache_seqlens must be int32 (batch={b},); got {sa.dtype} {sa.shape}")
         arrays["seqused_k"] = sa
+    arrays.update({n: a for n, a in descales if a is not None})  # located with the rest: one device
     arrays, device = resolve_devices(arrays)
+    descales = [(n, arrays.pop(n) if a is not None else None) for n, a in descales]
     if "o" in arrays:
         o = arrays["o"]
-        if o.shape != qa.shape or o.dtype != qa.dtype:
-            raise InputError(f"out must be {qa.shape} {qa.dtype} like q; got {o.shape} {o.dtype}")
+        if o.shape != qa.shape or o.dtype != o_dtype:
+            raise InputError(f"out must be {qa.shape} {o_dtype}{'' if fp8 else ' like q'}; got {o.shape} {o.dtype}")
     if "lse" in arrays:
         la = arrays["lse"]
         if la.shape != (b, hq, sq) or la.dtype != "f32":
@@ -332,8 +360,10 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     plan, fwd = _pick(arch, qa.dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, hkv, capacity, source)
     splits = plan.num_splits
     scalars = {} if softmax_scale is None else {"softmax_scale": float(softmax_scale)}
+    if fp8:
+        arrays["descale"] = _stack_descales(descales, b, hkv, device, stream, handle)
     if "o" not in arrays:
-        out = arrays["o"] = OwnedDeviceArray.empty(qa.shape, qa.dtype, device, stream)
+        out = arrays["o"] = OwnedDeviceArray.empty(qa.shape, o_dtype, device, stream)
     if "lse" not in arrays:
         lse = arrays["lse"] = OwnedDeviceArray.empty((b, hq, sq), "f32", device, stream)
     if not fwd.manifest.axes.get("split_kv"):
@@ -343,7 +373,7 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     l_part = OwnedDeviceArray.empty((splits, b, hq, sq), "f32", device, stream)
     kern = {n: arrays[n] for n in fwd.contract.tensors if n not in ("o_partial", "lse_partial")}
     kern["o_partial"], kern["lse_partial"] = o_part, l_part
-    comb = _combine_kernel(arch, qa.dtype, d, source)
+    comb = _combine_kernel(arch, o_dtype, d, source)
     parts = {"o_partial": o_part, "lse_partial": l_part, "o": arrays["o"], "lse": arrays["lse"]}
     return PreparedAttention(out, lse, plan, launches + [(fwd, plan_of(fwd, kern, scalars)),
                                                          (comb, plan_of(comb, parts, {}))], {**arrays, **parts})
@@ -378,16 +408,20 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
                             cache_seqlens: Any = None, cache_batch_idx: Any = None, page_table: Any = None,
                             softmax_scale: float | None = None, causal: bool = True, num_splits: int = 0,
                             pack_gqa: bool | None = None, out: Any = None, lse: Any = None, stream: Any = None,
-                            *, check: bool = False, source: Source | None = None):
+                            *, check: bool = False, source: Source | None = None, q_descale: Any = None,
+                            k_descale: Any = None, v_descale: Any = None):
     """Attention of q against a (dense or paged) KV cache: returns (out, lse).
 
     ``num_splits`` 0 picks the split count (``plan_decode``), 1 never splits, n > 1 splits
     the key range n ways and reduces with the combine kernel. ``pack_gqa`` None picks.
-    ``check=True`` also checks cache_seqlens and page_table on the host (a sync)."""
+    ``check=True`` also checks cache_seqlens and page_table on the host (a sync).
+    An e4m3 q and cache take ``q_descale`` / ``k_descale`` / ``v_descale`` float32
+    (batch, heads_kv) (row b: q's row b) and give out in bf16 (the module's docstring)."""
     handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
     prepared = prepare_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, page_table,
                                softmax_scale, causal, num_splits, pack_gqa, out, lse, stream,
-                               check=check, source=source)
+                               check=check, source=source, q_descale=q_descale, k_descale=k_descale,
+                               v_descale=v_descale)
     return prepared.run(handle)
 
 

@@ -15,6 +15,11 @@ The kernels are the registry's ``fa3_fwd`` variants with varlen=True (and paged_
 paged cache); page sizes that are not a multiple of 16 (e.g. 1) go through ``kv_gather``
 into a packed copy and the packed form: correct, not fast.
 
+FP8 (issue 13): q, k and v e4m3 (V row-major like k, transposed in the kernel's shared
+memory) with ``q_descale`` / ``k_descale`` / ``v_descale`` float32 (batch, heads_kv) or None
+(1), row b for sequence b (FA3's); out is bf16. Page sizes that are not a multiple of 16
+are refused for e4m3 (no e4m3 gather).
+
 What is checked where: shapes, dtypes, lengths and alignment always (before the launch);
 the values of cu_seqlens / seqused / page_table when they are host sequences (lists,
 tuples, numpy arrays; they are then copied to the device) or with ``check=True`` (a copy to
@@ -32,7 +37,8 @@ from typing import Any
 from . import driver
 from .arrays import DeviceArray, OwnedDeviceArray
 from .errors import InputError
-from .kvcache import (FAMILY, GATHER_FAMILY, PAGE_CHUNK, DecodePlan, PreparedAttention, _check_inner,
+from .fp8 import OUT_DTYPE, _stack_descales
+from .kvcache import (FAMILY, FP8, GATHER_FAMILY, PAGE_CHUNK, DecodePlan, PreparedAttention, _check_inner,
                       _family_kernel, _kernel, _to_host_i32, _wrap)
 from .launcher import Kernel, resolve_devices
 from .registry_source import Manifest, Source, VariantNotFound, default_source, manifests
@@ -152,7 +158,8 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                    max_seqlen_k: int | None = None, seqused_q: Any = None, seqused_k: Any = None,
                    page_table: Any = None, softmax_scale: float | None = None, causal: bool = False,
                    num_splits: int = 0, pack_gqa: bool | None = None, out: Any = None, lse: Any = None,
-                   stream: Any = None, *, check: bool = False, source: Source | None = None) -> PreparedAttention:
+                   stream: Any = None, *, check: bool = False, source: Source | None = None, q_descale: Any = None,
+                   k_descale: Any = None, v_descale: Any = None) -> PreparedAttention:
     """flash_attn_varlen_func's checks, variant choice and buffers, without launching: the
     plan a serving loop computes once per batch layout and runs every step (``.run``)."""
     handle, _keep = (stream, None) if type(stream) is int else driver.resolve_stream(stream)
@@ -180,6 +187,15 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         _check_inner(n, a)
     if not qa.dtype == ka.dtype == va.dtype:
         raise InputError(f"q, k, v must share one dtype; got {qa.dtype}, {ka.dtype}, {va.dtype}")
+    fp8 = qa.dtype == FP8
+    descales = [(n, _wrap(x, handle, n)) for n, x in
+                (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))]
+    if not fp8 and any(a is not None for _, a in descales):
+        raise InputError(f"q_descale / k_descale / v_descale scale e4m3 inputs; q, k, v are {qa.dtype}")
+    o_dtype = OUT_DTYPE if fp8 else qa.dtype
+    if fp8 and paged and ka.shape[1] % PAGE_CHUNK:
+        raise InputError(f"an e4m3 paged cache needs page_size a multiple of {PAGE_CHUNK} (got {ka.shape[1]}): "
+                         f"there is no e4m3 gather for other page sizes")
     if ka.shape != va.shape:
         raise InputError(f"k and v must have one shape; got {ka.shape} and {va.shape}")
     total_q, hq, d = qa.shape
@@ -249,9 +265,12 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         arrays["o"] = _wrap(out, handle, "out")
     if lse is not None:
         arrays["lse"] = _wrap(lse, handle, "lse")
+    arrays.update({n: a for n, a in descales if a is not None})  # located with the rest: one device
     arrays, device = resolve_devices(arrays)
-    if "o" in arrays and (arrays["o"].shape != qa.shape or arrays["o"].dtype != qa.dtype):
-        raise InputError(f"out must be {qa.shape} {qa.dtype} like q; got {arrays['o'].shape} {arrays['o'].dtype}")
+    descales = [(n, arrays.pop(n) if a is not None else None) for n, a in descales]
+    if "o" in arrays and (arrays["o"].shape != qa.shape or arrays["o"].dtype != o_dtype):
+        raise InputError(f"out must be {qa.shape} {o_dtype}{'' if fp8 else ' like q'}; got {arrays['o'].shape} "
+                         f"{arrays['o'].dtype}")
     if "o" in arrays:
         _check_inner("out", arrays["o"])
     if "lse" in arrays and (arrays["lse"].shape != (hq, total_q) or arrays["lse"].dtype != "f32"):
@@ -278,10 +297,12 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
             arrays[n] = DeviceArray(arrays[n].ptr, h[1], (h[1][1], 1), "i32", device, owner=arrays[n])
 
     if "o" not in arrays:
-        out = arrays["o"] = OwnedDeviceArray.empty(qa.shape, qa.dtype, device, stream)
+        out = arrays["o"] = OwnedDeviceArray.empty(qa.shape, o_dtype, device, stream)
     if "lse" not in arrays:
         lse = arrays["lse"] = OwnedDeviceArray.empty((hq, total_q), "f32", device, stream)
     plan = DecodePlan(False, 1, 0, 0)
+    if fp8 and batch > 0:
+        arrays["descale"] = _stack_descales(descales, batch, hkv, device, stream, handle)
     if batch == 0 or total_q == 0:
         return PreparedAttention(out, lse, plan, [], arrays)
 
@@ -321,13 +342,15 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
                            max_seqlen_k: int | None = None, seqused_q: Any = None, seqused_k: Any = None,
                            page_table: Any = None, softmax_scale: float | None = None, causal: bool = False,
                            num_splits: int = 0, pack_gqa: bool | None = None, out: Any = None, lse: Any = None,
-                           stream: Any = None, *, check: bool = False, source: Source | None = None):
+                           stream: Any = None, *, check: bool = False, source: Source | None = None,
+                           q_descale: Any = None, k_descale: Any = None, v_descale: Any = None):
     """Attention over packed variable-length sequences: returns (out, lse), out (total_q,
-    heads_q, d) like q and lse float32 (heads_q, total_q). See the module docstring for the
-    layouts and what is checked; ``check=True`` also checks device-side cu_seqlens, seqused
-    and page_table on the host (a sync)."""
+    heads_q, d) like q (bf16 for e4m3 q/k/v, with descales (batch, heads_kv)) and lse float32
+    (heads_q, total_q). See the module docstring for the layouts and what is checked;
+    ``check=True`` also checks device-side cu_seqlens, seqused and page_table on the host (a sync)."""
     handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
     prepared = prepare_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k,
                               page_table, softmax_scale, causal, num_splits, pack_gqa, out, lse, stream,
-                              check=check, source=source)
+                              check=check, source=source, q_descale=q_descale, k_descale=k_descale,
+                              v_descale=v_descale)
     return prepared.run(handle)

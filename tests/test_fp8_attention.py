@@ -16,7 +16,8 @@ DSL = module_available("cutlass")
 
 
 def test_default_set_has_the_e4m3_variants():
-    names = {v.name for v in spec.expand_set("default") if v.axes.get("dtype") == "e4m3" and v.family == "fa3_fwd"}
+    names = {v.name for v in spec.expand_set("default") if v.axes.get("dtype") == "e4m3" and v.family == "fa3_fwd"
+             and not v.axes["paged_kv"]}  # the e4m3 decode forms: tests/test_fp8_decode.py
     assert names == {
         "fa3-fwd-sm_90a-e4m3-hd64-noncausal-colmajor-persistent",
         "fa3-fwd-sm_90a-e4m3-hd64-causal-colmajor-persistent",
@@ -33,13 +34,13 @@ def test_default_set_has_the_e4m3_variants():
     ({"dtype": "e4m3", "head_dim": 96, "v_layout": "colmajor"}, "head_dim 64, 128 and 256"),
     ({"dtype": "e4m3", "head_dim": 256, "v_layout": "colmajor"}, "multiple of 32"),
     ({"dtype": "bf16", "head_dim": 128, "v_layout": "colmajor"}, "colmajor is built for dtype=e4m3 only"),
-    # Not combined with the model variants or the inference forms yet (issues 11, 12).
+    # Not combined with the model variants yet (issue 12); the inference forms read V row-major.
     ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "softcap": True}, "e4m3 does not take the model"),
     ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "local": True}, "e4m3 does not take the model"),
     ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "learnable_sink": True}, "e4m3 does not take"),
     ({"dtype": "e4m3", "head_dim": 128, "head_dim_v": 64, "v_layout": "colmajor"}, "e4m3 does not take"),
-    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "pack_gqa": True}, "or the inference forms"),
-    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "split_kv": True}, "or the inference forms"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "pack_gqa": True}, "v_layout=rowmajor"),
+    ({"dtype": "e4m3", "head_dim": 128, "v_layout": "colmajor", "split_kv": True}, "v_layout=rowmajor"),
 ])
 def test_unbuilt_fp8_combinations_are_refused(axes, message):
     with pytest.raises(spec.SpecError, match=message):
@@ -48,11 +49,11 @@ def test_unbuilt_fp8_combinations_are_refused(axes, message):
 
 @pytest.mark.parametrize("extra, named", [
     ({"softcap": True}, "softcap"), ({"local": True}, "local"), ({"learnable_sink": True}, "learnable_sink"),
-    ({"head_dim_v": 64}, "head_dim_v=64"), ({"paged_kv": True}, "paged_kv"),
+    ({"head_dim_v": 64}, "head_dim_v=64"),
 ])
-def test_fwd_config_refuses_e4m3_with_variants_or_inference_forms(extra, named):
+def test_fwd_config_refuses_e4m3_with_model_variants(extra, named):
     from cubinforge.generator.kernels.fa3_fwd_sm90.config import FwdConfig
-    with pytest.raises(ValueError, match=f"e4m3 does not take the model variants or the inference forms yet.*{named}"):
+    with pytest.raises(ValueError, match=f"e4m3 does not take the model variants yet.*{named}"):
         FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, v_layout="colmajor", **extra)
 
 
@@ -128,7 +129,8 @@ def test_fp8_inputs_are_checked_before_any_launch():
 
 
 def test_fp8_set_has_the_rowmajor_variants_and_default_set_none():
-    names = {v.name for v in spec.expand_set("fp8")}
+    names = {v.name for v in spec.expand_set("fp8") if v.family == "fa3_fwd" and not v.axes["pack_gqa"]
+             and not v.axes["varlen"]}  # the e4m3 decode and varlen forms: tests/test_fp8_decode.py
     assert names == {
         "fa3-fwd-sm_90a-e4m3-hd64-noncausal-persistent",
         "fa3-fwd-sm_90a-e4m3-hd64-causal-persistent",
@@ -160,7 +162,8 @@ def test_rowmajor_e4m3_variant_transposes_v_in_smem_without_spills(home, head_di
     LDSM.16.MT88.4 + PRMT + STSM.16.M88.4 (v_transpose.py), QGMMA E4M3, no local memory."""
     from cubinforge.generator.sass import cuobjdump
     reg = Registry()
-    chosen = spec.select("fp8", {"head_dim": [head_dim], "causal": [causal]})
+    chosen = spec.select("fp8", {"head_dim": [head_dim], "causal": [causal], "pack_gqa": [False], "varlen": [False]},
+                         families=["fa3_fwd"])  # the dense form (the set has the decode/varlen ones too)
     outcomes = build.build(chosen, reg, jobs=1, progress=False)
     assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
     rec = reg.get(outcomes[0].variant)

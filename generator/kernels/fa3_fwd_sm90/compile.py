@@ -51,12 +51,19 @@ def compile_cubin(cfg: FwdConfig):
         if cfg.v_layout == "colmajor":
             v = make_fake_tensor(dt, (batch, heads_kv, dv, seqlen_k),
                                  stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1), assumed_align=16)
-        extra["mDescale"] = make_fake_tensor(cutlass.Float32, (3, batch, heads_kv), stride=(sym(), sym(), 1),
-                                             assumed_align=4)
+        extra["mDescale"] = fake_descale(fake.batch, fake.heads_kv, fake.sym)
     kernel = FlashFwdSm90(cfg)
     t0 = time.perf_counter()
     compiled = cute.compile(kernel, q, k, v, o, lse, scale, **extra, options=options)
     return compiled, kernel, time.perf_counter() - t0
+
+
+def fake_descale(batch, heads_kv, sym):
+    """e4m3: the q, k and v descales stacked, (3, batch, heads_kv) float32 (descale.py)."""
+    import cutlass
+    from cutlass.cute.runtime import make_fake_tensor
+
+    return make_fake_tensor(cutlass.Float32, (3, batch, heads_kv), stride=(sym(), sym(), 1), assumed_align=4)
 
 
 def _compile_inference(cfg, dt, fake, scale, options):
@@ -89,14 +96,20 @@ def _compile_inference(cfg, dt, fake, scale, options):
                                stride=(sym(), sym(), sym(), 1), assumed_align=4)
     else:
         o = bshd(seqlen_q, heads_q)
+        if cfg.fp8:  # e4m3 q/k/v, O in out_dtype
+            from .kernel import DTYPES
+            o = make_fake_tensor(DTYPES[cfg.out_dtype], (batch, seqlen_q, heads_q, d),
+                                 stride=(sym(8), sym(8), sym(8), 1), assumed_align=16)
         lse = fake.lse()
     seqused_k = make_fake_tensor(cutlass.Int32, (batch,), stride=(1,), assumed_align=4)
     extra = []
     if cfg.paged_kv:
         extra.append(make_fake_tensor(cutlass.Int32, (batch, cute.sym_int()), stride=(sym(), 1), assumed_align=4))
+    # Left out (None) unless e4m3, so the bf16/fp16 cubins stay as they were.
+    fp8 = {"mDescale": fake_descale(batch, heads_kv, sym)} if cfg.fp8 else {}
     kernel = FlashFwdSm90Inference(cfg)
     t0 = time.perf_counter()
-    compiled = cute.compile(kernel, q, k, v, o, lse, scale, seqused_k, *extra, options=options)
+    compiled = cute.compile(kernel, q, k, v, o, lse, scale, seqused_k, *extra, **fp8, options=options)
     return compiled, kernel, time.perf_counter() - t0
 
 
@@ -121,6 +134,10 @@ def _compile_varlen(cfg, dt, sym, heads_q, heads_kv, scale, options):
         return make_fake_tensor(cutlass.Int32, shape, stride=stride, assumed_align=4)
 
     q, o = thd(total_q, heads_q), thd(total_q, heads_q)
+    if cfg.fp8:  # e4m3 q/k/v, O in out_dtype
+        from .kernel import DTYPES
+        o = make_fake_tensor(DTYPES[cfg.out_dtype], (total_q, heads_q, d), stride=(sym(8), sym(8), 1),
+                             assumed_align=16)
     if cfg.paged_kv:
         num_pages, page_size = cute.sym_int(), cute.sym_int()
         k, v = [make_fake_tensor(dt, (num_pages, page_size, heads_kv, d), stride=(sym(8), sym(8), sym(8), 1),
@@ -132,6 +149,7 @@ def _compile_varlen(cfg, dt, sym, heads_q, heads_kv, scale, options):
     lse = make_fake_tensor(cutlass.Float32, (heads_q, total_q), stride=(sym(), 1), assumed_align=4)
     kernel = FlashFwdSm90Inference(cfg)
     t0 = time.perf_counter()
+    fp8 = {"mDescale": fake_descale(batch, heads_kv, sym)} if cfg.fp8 else {}
     compiled = cute.compile(kernel, q, k, v, o, lse, scale, i32(batch), page_table, i32(batch1), i32(batch1),
-                            i32(batch), cutlass.Int32(0), cutlass.Int32(0), options=options)
+                            i32(batch), cutlass.Int32(0), cutlass.Int32(0), **fp8, options=options)
     return compiled, kernel, time.perf_counter() - t0

@@ -230,13 +230,18 @@ class FwdConfig:
         if self.fp8:
             if self.head_dim not in E4M3_HEAD_DIMS:
                 raise ValueError(f"e4m3 builds head_dim {E4M3_HEAD_DIMS} so far, not {self.head_dim}")
-            if self.model_variant or self.inference:
-                on = [n for n in ("softcap", "local", "learnable_sink", "split_kv", "pack_gqa", "paged_kv", "varlen")
-                      if getattr(self, n)]
+            if self.model_variant:
+                on = [n for n in ("softcap", "local", "learnable_sink") if getattr(self, n)]
                 if self.head_dim_v != self.head_dim:
                     on.append(f"head_dim_v={self.head_dim_v}")
-                raise ValueError(f"e4m3 does not take the model variants or the inference forms yet "
-                                 f"(got {', '.join(on)}); build e4m3 with none of them, or use bf16/fp16")
+                raise ValueError(f"e4m3 does not take the model variants yet (got {', '.join(on)}); "
+                                 f"build e4m3 without them, or use bf16/fp16")
+            if self.inference and self.v_layout != "rowmajor":
+                # A KV cache (or packed varlen k/v) holds V as it holds K; the kernel transposes it.
+                raise ValueError("e4m3 split_kv / pack_gqa / paged_kv / varlen read V row-major as a cache holds "
+                                 "it: use v_layout='rowmajor'")
+            if self.o_smem_store:
+                raise ValueError("o_smem_store stages O through Q's buffer, which is e4m3 here: not for e4m3")
         elif self.v_layout != "rowmajor":
             raise ValueError(f"v_layout='colmajor' is built for e4m3 only, not {self.dtype}")
         if self.fp8_local_p is None:
@@ -280,10 +285,11 @@ class FwdConfig:
             tuned = TUNED_VARIANTS.get((self.variant_token, *key), {}) if self.variant_token else {}
         else:
             tuned = TUNED.get(key, {})
-        if self.fp8:
-            # Nothing measured for e4m3 yet. O (bf16) cannot go out through Q's (e4m3) buffer,
-            # and P is converted through its own register permutation (fp8_p.py).
+        if self.fp8 and not self.inference:
+            # O (bf16) cannot go out through Q's (e4m3) buffer (the inference forms write O
+            # from registers), and P is converted through its own register permutation (fp8_p.py).
             tuned = {"separate_o_smem": True, **TUNED_FP8.get((*key, self.v_layout), {})}
+        if self.fp8:
             if self.chunked_p_convert:
                 raise ValueError("chunked_p_convert does not apply to e4m3 (P is permuted, not copied)")
             if self.tile_n % 32:
@@ -295,7 +301,7 @@ class FwdConfig:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, off))
         self._check_softmax_switches()
-        if self.fp8 and not self.separate_o_smem:
+        if self.fp8 and not self.inference and not self.separate_o_smem:
             raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
         if self.local and self.causal:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
@@ -304,6 +310,9 @@ class FwdConfig:
         if self.inference and self.scheduler != "single" and not (self.varlen and self.scheduler == "persistent"):
             raise ValueError("split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler 'single' "
                              "(varlen takes 'single' or 'persistent')")
+        if self.varlen and self.scheduler == "persistent" and self.fp8:
+            raise ValueError("the persistent varlen walk is built for bf16/fp16 (it passes no descales): "
+                             "build e4m3 varlen with scheduler 'single'")
         if self.inference and (self.separate_o_smem or self.wg_epilogue):
             raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
         if self.q_double_buffer and not (self.scheduler == "persistent" and self.separate_o_smem):

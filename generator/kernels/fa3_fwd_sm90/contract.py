@@ -25,6 +25,25 @@ def window_expr(side: str, reach: str) -> list:
     return [side, -1, "max", side, 0, "<", reach, 1, "+", "*", "+", reach, "min"]
 
 
+# e4m3: q, k and v descales stacked, (3, batch, heads_kv), FA3's (batch, heads_kv) each,
+# indexed by q's batch row (descale.py).
+DESCALE_TENSOR = {"role": "input", "dtype": "f32", "dims": [3, "batch", "heads_kv"], "contiguous_dim": 2,
+                  "align_bytes": 4}
+
+
+def descale_param(ordinal: int) -> dict:
+    return {
+        "name": "descale", "ordinal": ordinal, "kind": "struct", "size": 32, "align": 8,
+        "fields": [
+            {"offset": 0, "type": "ptr", "value": ["descale.ptr"]},
+            {"offset": 8, "type": "i32", "value": ["batch"]},
+            {"offset": 12, "type": "i32", "value": ["heads_kv"]},
+            {"offset": 16, "type": "i64", "value": ["descale.stride.0"]},
+            {"offset": 24, "type": "i64", "value": ["descale.stride.1"]},
+        ],
+    }
+
+
 def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
     """Grid, symbols, tensors, scalars, checks and params for one compiled variant.
     `swizzle`: one for every tensor map, or one per tensor (V and O rows may be narrower;
@@ -93,19 +112,8 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         # values; the tensor map walks seqlen_k innermost.
         params[7]["dims"] = [3, 2, 1, 0]
     if cfg.fp8:
-        # q, k and v descales stacked: (3, batch, heads_kv), FA3's (batch, heads_kv) each.
-        tensors["descale"] = {"role": "input", "dtype": "f32", "dims": [3, "batch", "heads_kv"],
-                              "contiguous_dim": 2, "align_bytes": 4}
-        params.append({
-            "name": "descale", "ordinal": len(params), "kind": "struct", "size": 32, "align": 8,
-            "fields": [
-                {"offset": 0, "type": "ptr", "value": ["descale.ptr"]},
-                {"offset": 8, "type": "i32", "value": ["batch"]},
-                {"offset": 12, "type": "i32", "value": ["heads_kv"]},
-                {"offset": 16, "type": "i64", "value": ["descale.stride.0"]},
-                {"offset": 24, "type": "i64", "value": ["descale.stride.1"]},
-            ],
-        })
+        tensors["descale"] = DESCALE_TENSOR
+        params.append(descale_param(len(params)))
     return {
         "grid": (
             # One CTA per SM, never more CTAs than tiles.
@@ -192,6 +200,8 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
         add(tensor_struct("page_table", 0, "page_table", ["batch", "max_pages"], [0]))
     add({"name": "tiled_mma_qk", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
     add({"name": "tiled_mma_pv", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
+    if cfg.fp8:
+        add(descale_param(0))
 
     bshd = {"contiguous_dim": 3, "align_bytes": 16}
     heads_grid = "heads_kv" if cfg.pack_gqa else "heads_q"
@@ -225,8 +235,8 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
         tensors[lse_name] = {"role": "output", "dtype": "f32", "dims": ["num_splits", "batch", "heads_q", "seqlen_q"],
                              "contiguous_dim": 3, "align_bytes": 4}
     else:
-        tensors[o_name] = {"role": "output", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"],
-                           **bshd}
+        tensors[o_name] = {"role": "output", "dtype": cfg.out_dtype,
+                           "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd}
         tensors[lse_name] = {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
                              "contiguous_dim": 2, "align_bytes": 4}
     checks = [
@@ -239,6 +249,8 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
         from .config import PAGE_CHUNK
         checks.append({"expr": ["page_size", PAGE_CHUNK, "%", 0, "=="],
                        "message": f"page_size must be a multiple of {PAGE_CHUNK} for this variant"})
+    if cfg.fp8:
+        tensors["descale"] = DESCALE_TENSOR
     return {
         "grid": [grid_x, [heads_grid], ["batch"]],
         "symbols": symbols,
@@ -309,6 +321,8 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         add({"name": flag, "ordinal": 0, "kind": "scalar", "size": 4, "align": 4, "type": "i32", "value": [flag]})
     add({"name": "tiled_mma_qk", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
     add({"name": "tiled_mma_pv", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
+    if cfg.fp8:
+        add(descale_param(0))  # row b: sequence b's
 
     thd = {"contiguous_dim": 2, "align_bytes": 16}
     i32_vec = {"role": "input", "dtype": "i32", "contiguous_dim": 0, "align_bytes": 4}
@@ -332,7 +346,7 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
               "align_bytes": 16},
         "v": {"role": "input", "dtype": cfg.dtype, "dims": kv_dims, "contiguous_dim": len(kv_dims) - 1,
               "align_bytes": 16},
-        "o": {"role": "output", "dtype": cfg.dtype, "dims": ["total_q", "heads_q", "head_dim"], **thd},
+        "o": {"role": "output", "dtype": cfg.out_dtype, "dims": ["total_q", "heads_q", "head_dim"], **thd},
         "lse": {"role": "output", "dtype": "f32", "dims": ["heads_q", "total_q"], "contiguous_dim": 1,
                 "align_bytes": 4},
         "cu_seqlens_q": {**i32_vec, "dims": ["batch_plus_1"]},
@@ -342,6 +356,8 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     }
     if cfg.paged_kv:
         tensors["page_table"] = {**i32_vec, "dims": ["batch", "max_pages"], "contiguous_dim": 1}
+    if cfg.fp8:
+        tensors["descale"] = DESCALE_TENSOR
     checks = [
         {"expr": ["batch_plus_1", "batch", 1, "+", "=="],
          "message": "cu_seqlens_q and cu_seqlens_k must have batch + 1 entries (seqused_q / seqused_k batch)"},

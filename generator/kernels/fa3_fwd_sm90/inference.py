@@ -30,8 +30,10 @@ from cutlass import Float32, Int32, const_expr
 from cutlass import pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
+from . import descale, v_transpose
 from .barriers import Barrier
 from .config import PAGE_CHUNK, FwdConfig
+from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local
 from .kernel import PERSISTENT_CTAS, FlashFwdSm90, _inner_cols
 from .mask import apply_mask_bits
 from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, smem_store_atom, transpose_view
@@ -84,6 +86,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         mSeqUsedQ: cute.Tensor = None,
         has_seqused_q: Int32 | None = None,
         has_seqused_k: Int32 | None = None,
+        mDescale: cute.Tensor = None,  # e4m3: (3, batch, heads_kv) float32, q/k/v descales (descale.py)
     ):
         bshd_to_sdhb = [1, 3, 2, 0]
         if const_expr(self.varlen):
@@ -102,8 +105,18 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
 
         fields = self._storage_fields(sQ_layout, sK_layout, sV_layout)
+        if const_expr(self.v_transpose):
+            # e4m3: V arrives row-major as a cache stores it; the producer's spare warps
+            # transpose each stage into sVt (v_transpose.py), the dense kernel's way.
+            sVt_layout = v_transpose.vt_layout(self.dtype, self.hdim, self.tile_n, self.stages)
+            v_transpose.check_units(sV_layout, sVt_layout, self.tile_n, self.hdim)
+            fields.update(self._vt_fields(sVt_layout))
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
+        if const_expr(self.fp8):
+            check_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
+        if const_expr(self.cfg.fp8_local_p):
+            check_local_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
         tma_k, tK, tma_v, tV = self._kv_tma_atoms(load_op, mK, mV, sK_layout, sV_layout, (self.tile_n, self.hdim))
@@ -143,7 +156,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             tQ, tK, tV, mO, mLSE, tma_q, tma_k, tma_v, tKc, tVc, tma_kc, tma_vc,
             softmax_scale_log2, mSeqUsedK, mPageTable,
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
-            sQ_layout, sK_layout, sV_layout, tiled_mma_qk, tiled_mma_pv,
+            sQ_layout, sK_layout, sV_layout, tiled_mma_qk, tiled_mma_pv, mDescale,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
 
     # ---------------------------------------------------------------- device side
@@ -175,6 +188,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         sV_layout: cute.ComposedLayout,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
+        mDescale: cute.Tensor = None,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -185,11 +199,23 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
-        pipe_q, pipe_k, pipe_v = self._tma_pipelines(storage, sQ_layout, sK_layout, sV_layout)
+        pipe_q, pipe_k, pipe_v = self._tma_pipelines(
+            storage, sQ_layout, sK_layout, sV_layout,
+            # With the transpose, the producer's transposing warps read sV, not the consumers.
+            v_readers=v_transpose.WARPS if const_expr(self.v_transpose) else None,
+        )
+        if const_expr(self.v_transpose):
+            pipe_vt = self._vt_pipeline(storage)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
         sQ, sK, sV = self._smem_qkv(storage, sQ_layout, sK_layout, sV_layout)
+        # The V the PV GEMM reads and the pipeline that hands it over.
+        sV_mma, pipe_v_mma = sV, pipe_v
+        if const_expr(self.v_transpose):
+            sVt_layout = v_transpose.vt_layout(self.dtype, self.hdim, self.tile_n, self.stages)
+            sV_mma = storage.sVt.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)
+            pipe_v_mma = pipe_vt
 
         if const_expr(self.persistent_varlen):
             self.persistent_walk(
@@ -211,16 +237,26 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                         pipe_q, pipe_k, pipe_v, m_block, head, batch, group, seqlen_k, lo, hi, mPageTable,
                         seq.offset_q, seq.offset_k,
                     )
+            if const_expr(self.v_transpose):
+                if warp_idx >= v_transpose.FIRST_WARP:
+                    self.transpose_range(pipe_v, pipe_vt, storage.sV.data_ptr().toint(), storage.sVt.data_ptr().toint(),
+                                         sV_layout, sVt_layout, warp_idx, tidx % 32, lo, hi)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             ctidx = tidx - 128
             if const_expr(self.pingpong):
                 if ctidx < 128:
                     cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1), number_of_threads=2 * 128)
+            scale_log2 = softmax_scale_log2
+            v_descale = None
+            if const_expr(self.fp8):
+                # Descales follow q's batch row (with cache_batch_idx, not the cache row it reads).
+                head_kv = head if const_expr(self.pack) else head // group
+                scale_log2, v_descale = descale.fold_scale(mDescale, batch, head_kv, softmax_scale_log2)
             self.consume_range(
-                mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
-                softmax_scale_log2, ctidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
-                seq.offset_q,
+                mQ, mO, mLSE, sQ, sK, sV_mma, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v_mma,
+                scale_log2, ctidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+                seq.offset_q, v_descale,
             )
 
     @cute.jit
@@ -272,7 +308,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 q_state, kv_state = self.consume_range(
                     mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
                     softmax_scale_log2, ctidx, m_block, split, head, batch, group, seq.seqlen_q, seq.seqlen_k,
-                    lo, hi, seq.offset_q, q_state, kv_state,
+                    lo, hi, seq.offset_q, q_state=q_state, kv_state=kv_state,
                 )
                 k += 1
                 lin = self.vsched.next(k, lin, cta, ctas)
@@ -578,12 +614,24 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         sw = swizzle_bytes(self.cfg.elem_bytes, self.hdim)
         return sw // self.cfg.elem_bytes if sw else self.hdim
 
+    @cute.jit
+    def transpose_range(self, pipe_v, pipe_vt, v_base, vt_base, sV_layout, sVt_layout, warp_idx, lane, lo, hi):
+        """Warps 1..3 of the producer warpgroup (e4m3, V row-major): each of the hi - lo V
+        blocks produce_range loads, in its order, into sVt (v_transpose.transpose_block)."""
+        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        vt_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        for _ in cutlass.range(cutlass.max(hi - lo, 0), unroll=1):
+            v_state, vt_state = v_transpose.transpose_block(
+                pipe_v, pipe_vt, v_state, vt_state, v_base, vt_base, sV_layout, sVt_layout,
+                warp_idx - v_transpose.FIRST_WARP, lane, self.tile_n, self.hdim, self.cfg.fp8_local_p,
+            )
+
     # ------------------------------------------------------------------ consumers
     @cute.jit
     def consume_range(
         self, mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
         softmax_scale_log2, tidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
-        offset_q=0, q_state=None, kv_state=None,
+        offset_q=0, v_descale=None, q_state=None, kv_state=None,
     ):
         """One tile: main loop over [lo, hi), then O and LSE. The persistent walk passes its
         pipeline states in and takes them back; Q's slot goes back to the producer once this
@@ -596,7 +644,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
         tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
-        tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_view(sV)))
+        # e4m3: sV is sVt, (head_dim, keys) keys contiguous: the K-major B operand as it is.
+        tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sV if const_expr(self.fp8) else transpose_view(sV)))
         acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim)), Float32)
         tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
         s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
@@ -622,6 +671,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             )
 
         inv_sum, lse = softmax.finish()
+        if const_expr(self.fp8):
+            descale.fold_v(inv_sum, v_descale)
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
             self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q)
@@ -684,7 +735,12 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             self.apply_mask(acc_S, coords_rc, m_block, n_block, group, seqlen_q, seqlen_k, causal)
 
         def to_p(acc_S):
-            tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
+            if const_expr(self.cfg.fp8_local_p):
+                convert_p_fp8_local(acc_S, tOrP)  # sVt's keys are in the accumulator's order
+            elif const_expr(self.fp8):
+                convert_p_fp8(acc_S, tOrP, tidx % 32)
+            else:
+                tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
 
         if const_expr(q_state is None):
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
@@ -801,9 +857,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                     if const_expr(self.split):
                         mO[split, batch, token, h, col] = o_rc[r, c]
                     elif const_expr(self.varlen):
-                        mO[offset_q + token, h, col] = o_rc[r, c].to(self.dtype)
+                        mO[offset_q + token, h, col] = o_rc[r, c].to(self.o_dtype)
                     else:
-                        mO[batch, token, h, col] = o_rc[r, c].to(self.dtype)
+                        mO[batch, token, h, col] = o_rc[r, c].to(self.o_dtype)
                 if cO[0, 0][1] == 0:
                     if const_expr(self.split):
                         mLSE[split, batch, h, token] = lse[r]

@@ -36,7 +36,7 @@ from .layouts import (
     smem_store_atom,
     transpose_view,
 )
-from . import block_range, v_transpose
+from . import block_range, descale, v_transpose
 from .mask import apply_mask, apply_mask_bits, apply_window_mask, apply_window_mask_bits
 from .schedule import TileScheduler
 from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
@@ -153,8 +153,7 @@ class FlashFwdSm90:
         if const_expr(self.separate_o):
             fields["sO"] = _smem_buffer(sO_layout, self.o_dtype)
         if const_expr(self.v_transpose):
-            fields["mbar_vt"] = cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
-            fields["sVt"] = _smem_buffer(sVt_layout, self.dtype)
+            fields.update(self._vt_fields(sVt_layout))
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
@@ -241,6 +240,20 @@ class FlashFwdSm90:
         )
         return pipe_q, pipe_k, pipe_v
 
+    def _vt_fields(self, sVt_layout) -> dict:
+        """e4m3, V row-major: the transposed V's buffer and its pipeline's mbarriers."""
+        return {"mbar_vt": cute.struct.MemRange[cutlass.Int64, 2 * self.stages],
+                "sVt": _smem_buffer(sVt_layout, self.dtype)}
+
+    def _vt_pipeline(self, storage):
+        """sVt: written by the transposing warps' threads, read by every consumer thread."""
+        return pipeline.PipelineAsync.create(
+            barrier_storage=storage.mbar_vt.data_ptr(), num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32 * v_transpose.WARPS),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads),
+            defer_sync=True,
+        )
+
     def _smem_qkv(self, storage, sQ_layout, sK_layout, sV_layout):
         return (storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner),
                 storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner),
@@ -300,13 +313,7 @@ class FlashFwdSm90:
             v_readers=v_transpose.WARPS if const_expr(self.v_transpose) else None,
         )
         if const_expr(self.v_transpose):
-            # sVt: written by the transposing warps' threads, read by every consumer thread.
-            pipe_vt = pipeline.PipelineAsync.create(
-                barrier_storage=storage.mbar_vt.data_ptr(), num_stages=self.stages,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32 * v_transpose.WARPS),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads),
-                defer_sync=True,
-            )
+            pipe_vt = self._vt_pipeline(storage)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -392,8 +399,7 @@ class FlashFwdSm90:
                 v_descale = None
                 if const_expr(self.fp8):
                     # FA3's folding: q and k descales into the softmax scale, v's into 1/rowsum.
-                    scale_log2 = softmax_scale_log2 * mDescale[0, batch, head_kv] * mDescale[1, batch, head_kv]
-                    v_descale = mDescale[2, batch, head_kv]
+                    scale_log2, v_descale = descale.fold_scale(mDescale, batch, head_kv, softmax_scale_log2)
                 if const_expr(self.deferred_o):
                     q_state, kv_state = self.consume(
                         mO, mLSE, sQ, sK, sV_mma, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
@@ -674,8 +680,7 @@ class FlashFwdSm90:
 
         inv_sum, lse = softmax.finish(sink)
         if const_expr(self.fp8):
-            for r in cutlass.range_constexpr(cute.size(inv_sum)):
-                inv_sum[r] = inv_sum[r] * v_descale
+            descale.fold_v(inv_sum, v_descale)
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.deferred_o):
             # Kept for the next tile's first QK^T (or the loop's end) to store.

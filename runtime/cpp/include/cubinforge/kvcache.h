@@ -128,6 +128,9 @@ inline Status check_kvcache(const KVCacheArgs& a, int max_splits, KVCacheShape* 
   if (a.q.dtype != a.k_cache.dtype || a.q.dtype != a.v_cache.dtype)
     return invalid(std::string("q, k_cache, v_cache must share one dtype; got ") + dtype_name(a.q.dtype) + ", " +
                    dtype_name(a.k_cache.dtype) + ", " + dtype_name(a.v_cache.dtype));
+  if (a.q.dtype == DType::e4m3)  // no descale arguments here yet (issue 13)
+    return invalid("an e4m3 KV cache (q/k/v descales, bf16 out) is served by the Python runtime's "
+                   "flash_attn_with_kvcache only so far; the C++ loader takes bf16/fp16 caches");
   if (!detail::same_shape(a.k_cache, a.v_cache))
     return invalid("k_cache and v_cache must have one shape; got " + py_shape(a.k_cache) + " and " +
                    py_shape(a.v_cache));
