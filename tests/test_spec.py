@@ -15,8 +15,11 @@ def test_set_sizes():
     # (hd128 softcap causal, hd128 local, hd192/dv128 causal, hd128 causal sink); e4m3 x 3
     # head dims x causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims); varlen: bf16/fp16
     # x hd64/128 x causal/non-causal packed, and bf16 hd128 paged causal/non-causal; e4m3 paged
-    # decode (issue 13): hd128 causal pack-GQA, split and unsplit
-    assert len(select("default")) == 2 * (5 + 7) + 8 + 2 + 2 + 1 + 4 + 3 * 2 + 2 * 3 + 2 * 2 * 2 + 2 + 2
+    # decode (issue 13): hd128 causal pack-GQA, split and unsplit; the dense decode forms of the
+    # other head dims and fp16 (2 dtypes x 3 head dims x causal/non x split/unsplit, less bf16
+    # hd128's 4 above) and the hd64/hd256 combines of both dtypes
+    assert len(select("default")) == (2 * (5 + 7) + 8 + 2 + 2 + 1 + 4 + 3 * 2 + 2 * 3 + 2 * 2 * 2 + 2 + 2
+                                      + (2 * 3 * 2 * 2 - 4) + 2 * 2)
     assert len(select("demo")) == 4
     # test/demo families stay out of `all`
     assert {v.family for v in select("all")} == {"fa3_fwd", "fa4_fwd", "attn_combine", "kv_append", "kv_gather",
