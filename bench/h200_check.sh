@@ -13,6 +13,9 @@
 #   PART=bench OUT=<dir> bash bench/h200_check.sh   # carry .stage_fa4b
 #   PART=cpp OUT=<dir> bash bench/h200_check.sh     # the C++ loader vs Python alone (carry .cubinforge)
 # SKIP="fp8-ab host-overhead" leaves those steps out; GPU_TESTS names the test files to run.
+# AB_RUNS="name:home:seqlens ..." times bench.ab homes (PART=tests, beside cuDNN and FA4 when
+# staged); AB_INF="name:home ..." times inference A/B homes (PART=bench, beside FA4);
+# GRID="<bench args>" runs the main bench's grid last in PART=bench (e.g. "--dtype bf16 --decode").
 set -uo pipefail
 OUT=${OUT:-bench/results/$(date +%F)-h200/check}
 mkdir -p "$OUT"
@@ -48,6 +51,11 @@ elif [ "${PART:-tests}" = tests ]; then
     step fp8 90 python3 -m bench.fp8 --skip-errors --json "$OUT/fp8.json"
     [ -d .cubinforge-ab-fp8 ] && step fp8-ab 150 python3 -m bench.ab run --home .cubinforge-ab-fp8 \
         --seqlens ${FP8_AB_SEQLENS:-8192,16384} --out "$OUT/fp8-ab"
+    [ -d /tmp/site/flash_attn ] && export PYTHONPATH=$PWD:$FA
+    for run in ${AB_RUNS:-}; do
+        IFS=: read -r name home seqlens <<< "$run"
+        step "ab-$name" ${AB_S:-200} python3 -m bench.ab run --home "$home" --seqlens "$seqlens" --out "$OUT/ab-$name"
+    done
 else
     if [ ! -d /tmp/site/flash_attn ]; then
         whl=/tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
@@ -58,14 +66,19 @@ else
     export PYTHONPATH=$PWD:$FA
     step inference ${INFERENCE_S:-150} python3 -m cubinforge.bench.inference --json "$OUT/inference.json" \
         ${INFERENCE_CASES:+--cases $INFERENCE_CASES}
-    [ -d .cubinforge-ab-varlen ] && step varlen-ab 150 env CUBINFORGE_HOME=.cubinforge \
-        python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab-varlen --iters 20
-    [ -d .cubinforge-ab-varlen-persist ] && step varlen-persist-ab 150 env CUBINFORGE_HOME=.cubinforge \
-        python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab-varlen-persist --iters 20
+    for run in ${AB_INF:-}; do
+        IFS=: read -r name home <<< "$run"
+        step "inf-ab-$name" ${AB_S:-200} env CUBINFORGE_HOME=.cubinforge \
+            python3 -m cubinforge.bench.inference --ab-home "$home" --iters 20
+    done
     step model-variants 90 python3 bench/model_variants.py --out "$OUT/model_variants.json"
     [ -d .cubinforge-ab ] && step model-variants-ab 180 python3 bench/model_variants.py \
         --ab-home .cubinforge-ab --out "$OUT/model_variants_ab.json"
     step host-overhead 70 python3 -m cubinforge.bench.host_overhead --iters 2000 --repeats 5 \
         --out "$OUT/host_overhead.json"
+    step host-overhead-raw-off 40 python3 -m cubinforge.bench.host_overhead --kinds plan,prewrapped,torch \
+        --iters 2000 --repeats 7 --raw off --out "$OUT/host_raw_off.json"
     step_cpp
+    [ -n "${GRID:-}" ] && step grid ${GRID_S:-300} python3 -m bench --out "$OUT/grid" --skip correctness,cold_start \
+        --no-plots --deadline $(( ${GRID_S:-300} - 40 )) --hard-timeout $(( ${GRID_S:-300} - 10 )) $GRID
 fi
