@@ -16,6 +16,8 @@
 # AB_RUNS="name:home:seqlens ..." times bench.ab homes (PART=tests, beside cuDNN and FA4 when
 # staged); AB_INF="name:home ..." times inference A/B homes (PART=bench, beside FA4);
 # GRID="<bench args>" runs the main bench's grid last in PART=bench (e.g. "--dtype bf16 --decode").
+# GPU_TEST_FILES="path:seconds ..." runs GPU test files one step each; CORRECTNESS="<bench args>"
+# runs the main bench's correctness sweep; SNIPPET="<python>" runs one check of its own.
 set -uo pipefail
 OUT=${OUT:-bench/results/$(date +%F)-h200/check}
 mkdir -p "$OUT"
@@ -46,8 +48,21 @@ if [ "${PART:-tests}" = cpp ]; then
     step_cpp
 elif [ "${PART:-tests}" = tests ]; then
     mkdir -p /root/stage && cp .stage_fa4a/part_aa /root/stage/ 2>/dev/null
-    TAIL=40 step gpu-tests ${GPU_TESTS_S:-330} python3 -m pytest -q -ra -m gpu -p no:cacheprovider \
-        --continue-on-collection-errors ${GPU_TESTS:-tests}
+    if [ -n "${GPU_TEST_FILES:-}" ]; then
+        # One step per file ("path:seconds"), so a slow or stuck file costs only its own limit;
+        # faulthandler prints every thread's stack when one test runs past 60 s.
+        for f in $GPU_TEST_FILES; do
+            IFS=: read -r path limit <<< "$f"
+            TAIL=12 step "gpu-$(basename "$path" .py)" "${limit:-120}" python3 -m pytest -q -rfE -m gpu \
+                -p no:cacheprovider -o faulthandler_timeout=60 --durations=5 "$path"
+        done
+    else
+        TAIL=40 step gpu-tests ${GPU_TESTS_S:-330} python3 -m pytest -q -ra -m gpu -p no:cacheprovider \
+            --continue-on-collection-errors ${GPU_TESTS:-tests}
+    fi
+    [ -n "${CORRECTNESS:-}" ] && step correctness ${CORRECTNESS_S:-120} python3 -m bench --out "$OUT/correctness" \
+        --skip grid,cold_start --no-plots $CORRECTNESS
+    [ -n "${SNIPPET:-}" ] && step snippet ${SNIPPET_S:-60} python3 -c "$SNIPPET"
     step fp8 90 python3 -m bench.fp8 --skip-errors --json "$OUT/fp8.json"
     [ -d .cubinforge-ab-fp8 ] && step fp8-ab 150 python3 -m bench.ab run --home .cubinforge-ab-fp8 \
         --seqlens ${FP8_AB_SEQLENS:-8192,16384} --out "$OUT/fp8-ab"

@@ -112,10 +112,11 @@ FA3_FWD = Family(
          "the inference forms (split_kv, pack_gqa, paged_kv) do not take softcap, local, learnable_sink or "
          "head_dim_v != head_dim yet"),
         (lambda ax: not ax["varlen"] or (
-            ax["scheduler"] == "single" and not (ax["split_kv"] or ax["pack_gqa"])
+            (ax["scheduler"] == "single" or (ax["scheduler"] == "persistent" and ax["dtype"] != "e4m3"))
+            and not (ax["split_kv"] or ax["pack_gqa"])
             and not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"])),
-         "varlen runs one tile per CTA (scheduler=single), alone or with paged_kv: not with split_kv, pack_gqa "
-         "or the model variants yet"),
+         "varlen runs one tile per CTA (scheduler=single) or, packed bf16/fp16, the persistent walk "
+         "(scheduler=persistent), alone or with paged_kv: not with split_kv, pack_gqa or the model variants yet"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128, 256),
          "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,

@@ -18,12 +18,14 @@ def test_q_double_buffer_needs_a_persistent_cta_with_its_own_o_buffer():
         FwdConfig(**BF16, head_dim=128, causal=False, scheduler="persistent", separate_o_smem=False,
                   q_double_buffer=True)
     with pytest.raises(ValueError, match="deferred_o_store needs q_double_buffer"):
-        FwdConfig(**BF16, head_dim=128, causal=False, scheduler="persistent", deferred_o_store=True)
+        FwdConfig(**BF16, head_dim=128, causal=False, scheduler="persistent", q_double_buffer=False,
+                  deferred_o_store=True)
 
 
 @pytest.mark.parametrize("hd", [64, 96, 128])
 def test_a_second_q_stage_is_counted_and_fits_up_to_hd128(hd):
-    one = FwdConfig(**BF16, head_dim=hd, causal=False, scheduler="persistent", separate_o_smem=True)
+    one = FwdConfig(**BF16, head_dim=hd, causal=False, scheduler="persistent", separate_o_smem=True,
+                    q_double_buffer=False, deferred_o_store=False)
     two = FwdConfig(**BF16, head_dim=hd, causal=False, scheduler="persistent", separate_o_smem=True,
                     q_double_buffer=True)
     assert two.smem_bytes - one.smem_bytes == one.tile_m * hd * 2
@@ -31,8 +33,9 @@ def test_a_second_q_stage_is_counted_and_fits_up_to_hd128(hd):
 
 
 def test_short_overlap_starts_from_the_shipped_builds_and_labels_what_is_on():
-    """Each shipped short-cell build (config.TUNED's switches for that key) is a row, and every
-    candidate is that row plus exactly what its label names."""
+    """Each short-cell build shipped when the set was timed (config.TUNED's switches for that
+    key, less what session 5 promoted from that run) is a row, and every candidate is that row
+    plus exactly what its label names."""
     from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
 
     rows = EXPERIMENTS["short-overlap"]
@@ -47,7 +50,8 @@ def test_short_overlap_starts_from_the_shipped_builds_and_labels_what_is_on():
         assert cfg.stages == (3 if "stages-3" in label else 2), label
         if "q-double-buffer" not in label and "stages-3" not in label:
             tuned = FwdConfig(**BF16, head_dim=cfg.head_dim, causal=cfg.causal, scheduler=cfg.scheduler,
-                              tile_m=cfg.tile_m, tile_n=cfg.tile_n)
+                              tile_m=cfg.tile_m, tile_n=cfg.tile_n, q_double_buffer=False,
+                              deferred_o_store=False, stages=0)
             assert cfg == tuned, label  # the build the dispatcher ships for these cells
             shipped += 1
     assert shipped == 5

@@ -84,13 +84,15 @@ def test_varlen_tile_bound_covers_any_ragged_batch(tile_m):
 def test_default_set_has_varlen_prefill_and_paged_chunked_prefill():
     names = {v.name for v in spec.expand_set("default")}
     for dt in ("bf16", "fp16"):
-        for hd in (64, 128):
+        for hd, walk in ((64, ""), (128, "-persistent")):   # hd128: config.TUNED_VARLEN
             for c in ("causal", "noncausal"):
-                assert f"fa3-fwd-sm_90a-{dt}-hd{hd}-{c}-varlen" in names
+                assert f"fa3-fwd-sm_90a-{dt}-hd{hd}-{c}-varlen{walk}" in names
     assert "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-paged" in names
     assert "fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-paged" in names
     inf = [v for v in spec.expand_set("inference") if v.family == "fa3_fwd" and v["varlen"]]
-    assert len(inf) == 16 and all(v["scheduler"] == "single" for v in inf)
+    assert len(inf) == 16
+    assert all(v["scheduler"] == ("persistent" if v["head_dim"] == 128 and not v["paged_kv"] else "single")
+               for v in inf)
     for n in names:
         assert spec.parse_name(n).name == n
 
@@ -100,8 +102,11 @@ def test_varlen_refuses_what_is_not_built():
         spec.make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True,
                           split_kv=True)
     with pytest.raises(spec.SpecError, match="varlen"):
+        spec.make_variant("fa3_fwd", arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, varlen=True,
+                          scheduler="persistent")   # the persistent walk passes no descales
+    with pytest.raises(spec.SpecError, match="lpt"):
         spec.make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True,
-                          scheduler="persistent")
+                          scheduler="lpt")
     with pytest.raises(ValueError, match="varlen"):
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, pack_gqa=True, tile_m=64)
     assert FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True).inference

@@ -35,17 +35,26 @@ HEAD_DIM_V_TILES = {(192, 128): (128, 128), (128, 64): (128, 128), (96, 64): (12
 # Which scheduler each ships with is the set's business (spec.SETS "default"); the key's last
 # item is the tile, None for the head dim's default tile.
 TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int | float]] = {
-    (64, False, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True},
+    # Session 5's short-overlap A/B (bench/results/2026-12-01-h200/check5/): Q double-buffered
+    # (the next tile's Q loads during this tile) and, where it also won, the O store deferred
+    # under the next tile's first QK^T; TFLOPS at 512 / 1k / 8k against the entry before:
+    # hd64 non-causal +q-double-buffer 416 / 461 / 571 (362 / 429 / 557); hd64 causal 192 x 128
+    # +q-double-buffer 231 / 298 / 528 (209 / 283 / 526); hd64 causal 128 x 128 with 3 stages,
+    # both overlaps 273 / 345 / 471 (234 / 314 / 471); hd128 non-causal both overlaps 553 / 646
+    # / 736 (526 / 629 / 721). hd128 causal's short variant gained nothing (286 / 384 / 668).
+    (64, False, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True, "q_double_buffer": True},
     (96, False, "persistent", None): {"separate_o_smem": True},
-    (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True},
+    (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True, "q_double_buffer": True,
+                                       "deferred_o_store": True},
     (192, False, "persistent", None): {"chunked_p_convert": True},
     (256, False, "persistent", None): {"chunked_p_convert": True},
     (128, True, "lpt", None): {"mask_bits": True},
     # hd128 causal up to ~768 rows (runtime/dispatch.py): persistent + separate O, 0.84 / 0.87
     # at 512 / 1k where lpt gave 0.76 / 0.92.
     (128, True, "persistent", None): {"separate_o_smem": True},
-    (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True},
-    (64, True, "persistent", (128, 128)): {"separate_o_smem": True, "wg_epilogue": True, "mask_bits": True},
+    (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True, "q_double_buffer": True},
+    (64, True, "persistent", (128, 128)): {"separate_o_smem": True, "wg_epilogue": True, "mask_bits": True,
+                                           "q_double_buffer": True, "deferred_o_store": True, "stages": 3},
 }
 # Model variants whose main loop is a shipped variant's, keyed (axis token, head_dim, causal,
 # scheduler, tile) with the token `local`, `sink` or `dv<N>` (one model axis on, no other).
@@ -70,10 +79,20 @@ TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[st
 # 2026-12-01 (bench/results/2026-12-01-h200/check/fp8-ab.log), hd128 non-causal 16k:
 # column-major V at 128 x 192 with the in-order row sum 890 TFLOPS against 851 at 128 x 128.
 TUNED_FP8: dict[tuple[int, bool, str, tuple[int, int] | None, str], dict[str, bool | int | float]] = {
-    (128, False, "persistent", (128, 192), "colmajor"): {"in_order_row_sum": True},
+    # Session 5 (check5/ mufu A/B): FA4's conditional rescale at threshold 8, 942 TFLOPS at 16k
+    # against 908 in the same run (1k: 643 against 649); exp2 on the FMA pipe lost everywhere.
+    (128, False, "persistent", (128, 192), "colmajor"): {"in_order_row_sum": True, "rescale_threshold": 8.0},
+}
+# The varlen forms (packed, bf16/fp16), keyed like TUNED: the persistent walk with O through
+# shared memory, H200 session 5 (check5/, the 16-sequence 17,850-token case beside FA4):
+# non-causal 629 TFLOPS (0.97x FA4; one tile per CTA 512), causal with the bit mask and the
+# in-order sum too 525 (0.98x; 465).
+TUNED_VARLEN: dict[tuple[int, bool, str, tuple[int, int] | None], dict] = {
+    (128, False, "persistent", None): {"o_smem_store": True},
+    (128, True, "persistent", None): {"o_smem_store": True, "mask_bits": True, "in_order_row_sum": True},
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
-            "q_double_buffer", "deferred_o_store")
+            "q_double_buffer", "deferred_o_store", "o_smem_store")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0}
@@ -114,7 +133,7 @@ class FwdConfig:
     tile_m: int = 0  # 0: the family's default for this head dim
     tile_n: int = 0
     # K/V pipeline slots. None: 2, or 3 for the inference forms where they fit (decode
-    # streams K/V: more bytes in flight per SM).
+    # streams K/V: more bytes in flight per SM), unless TUNED names them; 0: that default alone.
     stages: int | None = None
     # FA3's two overlaps; switches so each can be measured by leaving it out.
     intra_wg_overlap: bool = True
@@ -188,8 +207,8 @@ class FwdConfig:
     varlen: bool = False
     # varlen: O goes out through Q's shared-memory buffer (stmatrix, then 16-byte row stores
     # predicated per row) instead of 32-bit stores straight from the accumulator's registers.
-    # Off unless asked (bench.ab's `varlen` set measures it).
-    o_smem_store: bool = False
+    # None: as TUNED_VARLEN says (the varlen persistent walk), else off.
+    o_smem_store: bool | None = None
     # Short-sequence overlaps (issue 10; bench.ab's `short-overlap` set); None like the switches
     # above (TUNED names none of them yet, so off).
     # Q in two shared-memory stages: a persistent CTA's producer loads tile t+1's Q as soon as
@@ -254,7 +273,10 @@ class FwdConfig:
             object.__setattr__(self, "tile_m", tm)
         if not self.tile_n:
             object.__setattr__(self, "tile_n", tn)
-        if self.stages is None:
+        # None: 2 (3 for the inference forms where they fit) unless a TUNED entry names them
+        # (below); 0: that default whatever TUNED says (bench.ab, so a label means what it says).
+        auto_stages = self.stages is None
+        if not self.stages:
             object.__setattr__(self, "stages", 2)
             if self.inference and self.smem_for(3) <= SMEM_LIMIT:
                 object.__setattr__(self, "stages", 3)
@@ -280,7 +302,8 @@ class FwdConfig:
         # TUNED_VARIANTS names them (all off otherwise, so their cubins stay as built).
         key = (self.head_dim, self.causal, self.scheduler, tile)
         if self.inference:
-            tuned = {}
+            plain_varlen = self.varlen and not (self.paged_kv or self.fp8 or self.model_variant)
+            tuned = TUNED_VARLEN.get(key, {}) if plain_varlen else {}
         elif self.model_variant:
             tuned = TUNED_VARIANTS.get((self.variant_token, *key), {}) if self.variant_token else {}
         else:
@@ -297,6 +320,8 @@ class FwdConfig:
         for name in SWITCHES:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, False))
+        if auto_stages and "stages" in tuned:
+            object.__setattr__(self, "stages", tuned["stages"])
         for name, off in VALUE_SWITCHES.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, off))
