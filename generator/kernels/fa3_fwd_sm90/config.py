@@ -274,6 +274,10 @@ class FwdConfig:
             raise ValueError("o_smem_store is built for the varlen forms only (varlen=True)")
         if self.pack_gqa and self.mask_bits:
             raise ValueError("mask_bits counts kept columns per token row: pack_gqa's rows are (token, head)")
+        if self.inference and self.head_dim_v != self.head_dim:
+            raise ValueError(f"head_dim_v = {self.head_dim_v} != head_dim = {self.head_dim} is built for the dense "
+                             f"forward only; the inference forms (split_kv, pack_gqa, paged_kv, varlen) read V as "
+                             f"wide as K (use head_dim_v = head_dim there)")
         if self.varlen and (self.split_kv or self.pack_gqa):
             raise ValueError("varlen is built without split_kv and pack_gqa so far: use varlen alone or with paged_kv")
         if self.paged_kv and self.tile_n % PAGE_CHUNK:
