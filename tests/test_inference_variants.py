@@ -264,3 +264,47 @@ def test_bad_sink_and_window_are_refused_before_any_launch(fake_driver):
     with pytest.raises(InputError, match="softcap"):
         varlen.flash_attn_varlen_func(qv, k, k, [0, 40], [0, 60], 40, 60, softcap=-1.0, source=SRC)
     assert fake_driver == []
+
+
+# --------------------------------------------------------------------------- the sink under split-KV
+
+def _finish(s, v, sink):
+    """softmax.finish's rule on one row's split (float64): (O, LSE); sink -inf is no sink
+    (may_be_absent), and a split with no key and no sink gives O = 0, LSE = -inf."""
+    import math
+    terms = [math.exp(x) for x in s] + ([math.exp(sink)] if sink != -math.inf else [])
+    total = sum(terms)
+    if total == 0:
+        return [0.0] * len(v[0]) if v else [0.0], -math.inf
+    o = [sum(math.exp(x) * vj[c] for x, vj in zip(s, v)) / total for c in range(len(v[0]))] if v else [0.0]
+    return o, math.log(total)
+
+
+def _combine(parts):
+    """attn_combine's rule: LSE = log sum exp(lse_s); O = sum exp(lse_s - LSE) O_s (-inf splits skipped)."""
+    import math
+    live = [(o, l) for o, l in parts if l != -math.inf]
+    if not live:
+        return [0.0] * len(parts[0][0]), -math.inf
+    top = max(l for _, l in live)
+    lse = top + math.log(sum(math.exp(l - top) for _, l in live))
+    return [sum(math.exp(l - lse) * o[c] for o, l in live) for c in range(len(live[0][0]))], lse
+
+
+@pytest.mark.parametrize("cuts", [[0, 0, 5, 9], [0, 3, 3, 9], [0, 9], [0, 2, 4, 6, 9], [0, 0, 0, 0]])
+def test_sink_in_split_zero_only_is_counted_once_by_the_combine(cuts):
+    """What inference.row_sinks relies on: the sink in split 0 (even an empty one), -inf in the
+    others, then the combine, equals one softmax with the sink over every key."""
+    import math
+    import random
+    rnd = random.Random(len(cuts) * 7 + cuts[1])
+    n = cuts[-1]
+    s = [rnd.gauss(0, 2) for _ in range(n)]
+    v = [[rnd.gauss(0, 1) for _ in range(3)] for _ in range(n)]
+    sink = rnd.gauss(0, 2)
+    parts = [_finish(s[a:b], v[a:b], sink if i == 0 else -math.inf) for i, (a, b) in enumerate(zip(cuts, cuts[1:]))]
+    o, lse = _combine([(p if len(p) == 3 else [0.0] * 3, l) for p, l in parts])
+    want_o, want_lse = _finish(s, v, sink)
+    if not v:
+        want_o = [0.0] * 3
+    assert lse == pytest.approx(want_lse) and o == pytest.approx(want_o, abs=1e-12)
