@@ -61,6 +61,8 @@ def attend(q, k, v, scale, causal=False, window=(-1, -1), softcap=0.0, sink=None
     left, right = window
     if causal:
         right = 0
+    if nk == 0 and sink is None:
+        return np.zeros((nq, hq, v.shape[2])), np.full((hq, nq), -np.inf)
     g = hq // k.shape[1]
     kk, vv = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
     s = np.einsum("qhd,khd->hqk", q, kk) * scale
