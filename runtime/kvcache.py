@@ -265,7 +265,9 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     if not qa.dtype == ka.dtype == va.dtype:
         raise InputError(f"q, k_cache, v_cache must share one dtype; got {qa.dtype}, {ka.dtype}, {va.dtype}")
     if ka.shape != va.shape:
-        raise InputError(f"k_cache and v_cache must have one shape; got {ka.shape} and {va.shape}")
+        dv = "; v's head dim differs from k's (head_dim_v != head_dim), which only flash_attn_func's dense " \
+             "forward takes so far" if ka.shape[:-1] == va.shape[:-1] else ""
+        raise InputError(f"k_cache and v_cache must have one shape; got {ka.shape} and {va.shape}{dv}")
     b, sq, hq, d = qa.shape
     hkv = ka.shape[2]
     if ka.shape[3] != d:

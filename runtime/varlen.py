@@ -193,7 +193,9 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     if not qa.dtype == ka.dtype == va.dtype:
         raise InputError(f"q, k, v must share one dtype; got {qa.dtype}, {ka.dtype}, {va.dtype}")
     if ka.shape != va.shape:
-        raise InputError(f"k and v must have one shape; got {ka.shape} and {va.shape}")
+        dv = "; v's head dim differs from k's (head_dim_v != head_dim), which only flash_attn_func's dense " \
+             "forward takes so far" if ka.shape[:-1] == va.shape[:-1] else ""
+        raise InputError(f"k and v must have one shape; got {ka.shape} and {va.shape}{dv}")
     total_q, hq, d = qa.shape
     hkv = ka.shape[-2]
     if ka.shape[-1] != d:

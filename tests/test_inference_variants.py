@@ -308,3 +308,13 @@ def test_sink_in_split_zero_only_is_counted_once_by_the_combine(cuts):
     if not v:
         want_o = [0.0] * 3
     assert lse == pytest.approx(want_lse) and o == pytest.approx(want_o, abs=1e-12)
+
+
+def test_head_dim_v_in_the_inference_apis_says_where_it_is_built(fake_driver):
+    q, k, v = arr((2, 1, 16, 192), "bf16"), arr((64, 16, 4, 192), "bf16"), arr((64, 16, 4, 128), "bf16")
+    with pytest.raises(InputError, match="only flash_attn_func's dense forward"):
+        kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=10, page_table=arr((2, 4), "i32"), source=SRC)
+    qv, kv, vv = arr((40, 16, 192), "bf16"), arr((60, 4, 192), "bf16"), arr((60, 4, 128), "bf16")
+    with pytest.raises(InputError, match="only flash_attn_func's dense forward"):
+        varlen.flash_attn_varlen_func(qv, kv, vv, [0, 40], [0, 60], 40, 60, source=SRC)
+    assert fake_driver == []
