@@ -107,16 +107,18 @@ FA3_FWD = Family(
          "head_dim_v must equal head_dim or make a pair the kernel builds: (192, 128), (128, 64), (96, 64)"),
         (lambda ax: not (ax["local"] and ax["causal"]),
          "local=1 is a sliding window with its own right edge; causal (the window (-1, 0)) is causal=1, local=0"),
-        (lambda ax: not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"])
-         or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]),
-         "the inference forms (split_kv, pack_gqa, paged_kv) do not take softcap, local, learnable_sink or "
-         "head_dim_v != head_dim yet"),
+        (lambda ax: not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"] or ax["varlen"])
+         or ax["head_dim_v"] == ax["head_dim"],
+         "the inference forms (split_kv, pack_gqa, paged_kv, varlen) take softcap, local and learnable_sink, "
+         "but not head_dim_v != head_dim yet (that is the dense forward's: varlen=0 paged_kv=0 split_kv=0 "
+         "pack_gqa=0)"),
         (lambda ax: not ax["varlen"] or (
-            (ax["scheduler"] == "single" or (ax["scheduler"] == "persistent" and ax["dtype"] != "e4m3"))
-            and not (ax["split_kv"] or ax["pack_gqa"])
-            and not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"])),
-         "varlen runs one tile per CTA (scheduler=single) or, packed bf16/fp16, the persistent walk "
-         "(scheduler=persistent), alone or with paged_kv: not with split_kv, pack_gqa or the model variants yet"),
+            (ax["scheduler"] == "single" or (ax["scheduler"] == "persistent" and ax["dtype"] != "e4m3"
+                                             and not (ax["softcap"] or ax["local"] or ax["learnable_sink"])))
+            and not (ax["split_kv"] or ax["pack_gqa"])),
+         "varlen runs one tile per CTA (scheduler=single) or, packed bf16/fp16 without a model variant, the "
+         "persistent walk (scheduler=persistent), alone or with paged_kv: not with split_kv or pack_gqa yet (it "
+         "takes e4m3 and the model variants, not both: the dtype=e4m3 rule below)"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128, 256),
          "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,

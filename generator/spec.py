@@ -278,6 +278,49 @@ VARLEN_DEFAULT = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
                  "varlen": [True], "paged_kv": [True]}),
 ]
+# The model variants in the inference forms (issue 12): what serving hosts of Mistral/Gemma
+# (sliding window), Gemma-2 (softcap, hd256) and gpt-oss (hd64, sinks, window 128 / full)
+# decode and prefill with. Not timed yet: the inference forms' all-off switches.
+_PAGED_SPLIT = {"split_kv": [True], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64]}
+MODEL_INFERENCE_DEFAULT = [
+    # gpt-oss: hd64 with sinks, full (causal) and window-128 (local) layers, paged decode.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [True],
+                 "learnable_sink": [True], **_PAGED_SPLIT}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False], "local": [True],
+                 "learnable_sink": [True], **_PAGED_SPLIT}),
+    # A sliding window at hd128 (Mistral): paged decode and packed varlen prefill.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False], "local": [True],
+                 **_PAGED_SPLIT}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False], "local": [True],
+                 "varlen": [True]}),
+    # Gemma-2: softcap at hd256, paged decode.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [256], "causal": [True], "softcap": [True],
+                 **_PAGED_SPLIT}),
+    # Their split-KV combines (hd128's is in DECODE_DEFAULT).
+    ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64, 256]}),
+]
+MODEL_INFERENCE = MODEL_INFERENCE_DEFAULT + [
+    # The unsplit decode forms (num_splits = 1 without the combine) and the dense caches.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False, True], "local": [False, True],
+                 "learnable_sink": [True], "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True],
+                 "tile_m": [64]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [False],
+                 "local": [True], "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True],
+                 "tile_m": [64]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128, 256], "causal": [True], "softcap": [True],
+                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True], "tile_m": [64]}),
+    # Split-KV without pack-GQA (heads_q = heads_kv, or a caller's pack_gqa=False).
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64, 128], "causal": [False], "local": [True],
+                 "learnable_sink": [False, True], "split_kv": [True], "paged_kv": [False, True]}),
+    # Varlen prefill: windows (packed and paged chunked prefill), gpt-oss's sinks, softcap.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False],
+                 "local": [True], "varlen": [True], "paged_kv": [False, True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False, True],
+                 "local": [False, True], "learnable_sink": [True], "varlen": [True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True], "softcap": [True],
+                 "varlen": [True], "paged_kv": [False, True]}),
+    ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128, 256]}),
+]
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # Each (head dim, mask) ships the scheduler that won the H200 A/B of 2026-12-01 (the
     # switches that go with it are the family's: fa3_fwd_sm90/config.py TUNED). Non-causal:
@@ -338,6 +381,8 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "causal": [True], "scheduler": ["lpt"]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True],
                      "learnable_sink": [True], "scheduler": ["lpt"]}),
+        # The model variants' decode / varlen forms (issue 12; the rest are SET=inference).
+        *MODEL_INFERENCE_DEFAULT,
     ],
     # What models ship with: softcap (Gemma-2), sliding windows (Mistral, Gemma), learnable
     # sinks (gpt-oss: hd64, window 128, sinks). Local variants are non-causal (a window's
@@ -373,7 +418,7 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "causal": [False], "scheduler": ["persistent"]}),
     ],
     # Inference (issue 11): split-KV decode, pack-GQA, paged KV, and the combine kernel.
-    "inference": INFERENCE_SET,
+    "inference": INFERENCE_SET + MODEL_INFERENCE,
     # FP8 (e4m3) with V row-major, transposed in shared memory (fa3_fwd_sm90/v_transpose.py):
     # the default set's schedulers, not timed yet. hd256 at 128 x 64: sV and sVt of 128 keys
     # (Q 32 + K 64 + V 64 + Vt 64 + O 64 KiB) do not fit 227 KiB; at 64 keys 194 KiB.

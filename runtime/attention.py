@@ -284,7 +284,8 @@ def _prepare_decode(kernel: Kernel, params: dict, arrays: dict, softmax_scale, v
     prepared = prepare_kvcache(arrays["q"], arrays["k"], arrays["v"], causal=variant.causal,
                                num_splits=int(params.get("num_splits", 1)) if axes.get("split_kv") else 1,
                                pack_gqa=bool(axes.get("pack_gqa")), out=arrays.get("o"), lse=arrays.get("lse"),
-                               softmax_scale=softmax_scale, stream=stream, source=source, own_plans=True)
+                               softmax_scale=softmax_scale, stream=stream, source=source, own_plans=True,
+                               learnable_sink=arrays.get("learnable_sink"), variant=variant)
     return Call(kernel, {**arrays, "o": prepared.out, "lse": prepared.lse}, dict(variant.scalars), device,
                 prepared.out, prepared.lse, copies=copies, decode=prepared)
 

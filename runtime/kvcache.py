@@ -33,6 +33,14 @@ cache_batch_idx[b] of a dense cache with any number of rows), runs on the paged 
 dense cache is pages of seqlen_cache rows and cache_batch_idx the page table
 (``batch_idx_as_page_table``; seqlen_cache must be a multiple of PAGE_CHUNK). Its values must
 lie in [0, cache rows) (``check=True`` checks them); rows appended to must be distinct.
+
+The model variants, FlashAttention's arguments with its defaults: ``window_size=(left,
+right)`` (-1 unbounded; bottom-right aligned per sequence, as causal: query i of n sees keys
+cache_seqlens - n + i - left .. + right; causal=True sets right = 0), ``softcap`` (> 0:
+softcap * tanh(s / softcap)) and ``learnable_sink`` float32 (heads_q,) (one logit per head
+in each row's denominator and LSE; a row that sees no key gets O = 0, LSE = sink). Under
+split-KV only split 0 adds the sink, so the combine counts it once. An e4m3 cache takes
+none of them yet (refused by name).
 """
 
 from __future__ import annotations
@@ -47,7 +55,9 @@ from .arrays import DeviceArray, OwnedDeviceArray, as_device_array
 from .errors import InputError
 from .fp8 import OUT_DTYPE, _stack_descales
 from .launcher import Kernel, resolve_devices
-from .registry_source import Manifest, Source, VariantNotFound, default_source, manifests
+from .registry_source import Manifest, Source, VariantNotFound, choose, default_source, manifests
+from .dispatch import Problem
+from .variants import VariantArgs, refuse_e4m3, resolve as resolve_variant
 from .decode_plan import (  # noqa: F401  (re-exported: kvcache's public names)
     EFFICIENCY_SLACK, FILL_FRACTION, MAX_SPLITS, MIN_BLOCKS_PER_SPLIT, DecodePlan, num_splits_heuristic,
     pack_gqa_heuristic, plan_decode)
@@ -73,20 +83,47 @@ def _forms(source: Source | None) -> list[Manifest]:
             and not m.axes.get("varlen")]
 
 
+MODEL_AXES = ("local", "softcap", "learnable_sink")  # runtime/variants.py's, as the manifests name them
+
+
+def model_axes_match(m: Manifest, variant: VariantArgs | None) -> bool:
+    """Whether a manifest's model-variant axes are the call's (none on without a variant)."""
+    want = variant.axes if variant is not None else {}
+    return all(bool(m.axes.get(a)) == bool(want.get(a, False)) for a in MODEL_AXES)
+
+
+def nearest_error(what: str, axes: dict, source: Source | None, hint: str) -> VariantNotFound:
+    """VariantNotFound for `what`, with the dispatcher's nearest variants to `axes` (one home
+    for that list: registry_source.choose) and how to build the missing ones."""
+    try:
+        choose(Problem(FAMILY, axes), source)
+    except VariantNotFound as e:
+        return VariantNotFound(f"{what}; {hint}. {e}")
+    return VariantNotFound(f"{what}; {hint}")
+
+
 def select_kvcache_variant(arch: str, dtype: str, head_dim: int, causal: bool, *, split_kv: bool, pack_gqa: bool,
-                           paged_kv: bool, source: Source | None = None) -> Manifest:
+                           paged_kv: bool, source: Source | None = None, variant: VariantArgs | None = None) -> Manifest:
     """The registry's inference variant for these axes; among tiles, the smallest tile_m (decode
-    tiles are mostly rows of few tokens). VariantNotFound names what is there."""
+    tiles are mostly rows of few tokens). ``variant``: the model axes (window, softcap, sink),
+    none when not given. VariantNotFound names what is there and the nearest."""
     want = {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal),
             "split_kv": split_kv, "pack_gqa": pack_gqa, "paged_kv": paged_kv, "varlen": False}
     cands = _forms(source)
-    hits = [m for m in cands if all(m.axes.get(k) == v and type(m.axes.get(k)) is type(v) for k, v in want.items())]
+    hits = [m for m in cands if all(m.axes.get(k) == v and type(m.axes.get(k)) is type(v) for k, v in want.items())
+            and model_axes_match(m, variant)]
     if not hits:
         have = ", ".join(sorted(m.variant for m in cands)[:12]) or "none"
-        raise VariantNotFound(
-            f"no {FAMILY} variant with {want} in the registry (inference variants there: {have}); "
-            f"build them with `make kernels ARCH=sm90 SET=inference`")
+        raise nearest_error(f"no {FAMILY} variant with {want}{_model_text(variant)} in the registry "
+                            f"(inference variants there: {have})",
+                            {**want, **(variant.axes if variant else {})}, source,
+                            "build them with `make kernels ARCH=sm90 SET=inference`")
     return min(hits, key=lambda m: (m.axes.get("tile_m", 0), m.variant))
+
+
+def _model_text(variant: VariantArgs | None) -> str:
+    on = [a for a in MODEL_AXES if variant is not None and variant.axes.get(a)]
+    return f" and {', '.join(f'{a}=True' for a in on)}" if on else ""
 
 
 def _kernel(manifest: Manifest, source: Source | None) -> Kernel:
@@ -174,6 +211,14 @@ def batch_idx_as_page_table(bi: DeviceArray, batch: int, cache_shape: tuple) -> 
                        owner=bi, readonly=True)
 
 
+def check_sink(sink: DeviceArray | None, hq: int) -> None:
+    """learnable_sink, where given: float32 (heads_q,), one logit per query head."""
+    if sink is not None and (sink.dtype != "f32" or sink.shape != (hq,)):
+        raise InputError(f"learnable_sink must be float32 (heads_q,) = ({hq},); got {sink.dtype} {sink.shape}")
+    if sink is not None and hq > 1 and sink.strides[0] != 1:
+        raise InputError(f"learnable_sink must be contiguous (stride 1); its stride is {sink.strides[0]}")
+
+
 def _compact(shape):
     out, acc = [], 1
     for n in reversed(shape):
@@ -188,14 +233,17 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
                     cache_seqlens: Any = None, cache_batch_idx: Any = None, page_table: Any = None,
                     softmax_scale: float | None = None, causal: bool = True, num_splits: int = 0,
                     pack_gqa: bool | None = None, out: Any = None, lse: Any = None, stream: Any = None,
+                    window_size: Any = (-1, -1), softcap: float = 0.0, learnable_sink: Any = None,
                     *, check: bool = False, source: Source | None = None,
-                    own_plans: bool = False, q_descale: Any = None, k_descale: Any = None,
-                    v_descale: Any = None) -> "PreparedAttention":
+                    own_plans: bool = False, variant: VariantArgs | None = None, q_descale: Any = None,
+                    k_descale: Any = None, v_descale: Any = None) -> "PreparedAttention":
     """flash_attn_with_kvcache's checks, choice of variants and buffers, without launching:
     the plan a serving loop computes once and runs every step (``PreparedAttention.run``).
     ``own_plans``: parameters of its own per launch (not shared through the kernels' plan
     cache, and holding no caller array), for a caller that rewrites pointers later
-    (Kernel.rewrite_pointers: flash_attn_func's decode route)."""
+    (Kernel.rewrite_pointers: flash_attn_func's decode route). ``variant``: window_size,
+    softcap and causal already resolved (runtime/variants.py; the decode route's), in place
+    of those arguments."""
     handle, _keep = (stream, None) if type(stream) is int else driver.resolve_stream(stream)
 
     def plan_of(kernel: Kernel, arrays: dict, scalars: dict):
@@ -215,6 +263,10 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     if num_splits > MAX_SPLITS:
         raise InputError(f"num_splits {num_splits} is above {MAX_SPLITS}")
     qa = _wrap(q, handle, "q")
+    sink = _wrap(learnable_sink, handle, "learnable_sink")
+    if variant is None:
+        variant = resolve_variant(causal, window_size, softcap, sink is not None)
+    causal = variant.causal
     ka, va = _wrap(k_cache, handle, "k_cache"), _wrap(v_cache, handle, "v_cache")
     pt = _wrap(page_table, handle, "page_table")
     bi = _wrap(cache_batch_idx, handle, "cache_batch_idx")
@@ -227,19 +279,24 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
                          + (" (an e4m3 cache takes e4m3 q: quantise it with quantize_fp8 and pass q_descale)"
                             if FP8 in (ka.dtype, va.dtype) else ""))
     fp8 = qa.dtype == FP8
+    if fp8:
+        refuse_e4m3(variant, "flash_attn_with_kvcache")
     descales = [(n, _wrap(x, handle, n)) for n, x in
                 (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))]
     if not fp8 and any(a is not None for _, a in descales):
         raise InputError(f"q_descale / k_descale / v_descale scale e4m3 inputs; q and the cache are {qa.dtype}")
     o_dtype = OUT_DTYPE if fp8 else qa.dtype
     if ka.shape != va.shape:
-        raise InputError(f"k_cache and v_cache must have one shape; got {ka.shape} and {va.shape}")
+        dv = "; v's head dim differs from k's (head_dim_v != head_dim), which only flash_attn_func's dense " \
+             "forward takes so far" if ka.shape[:-1] == va.shape[:-1] else ""
+        raise InputError(f"k_cache and v_cache must have one shape; got {ka.shape} and {va.shape}{dv}")
     b, sq, hq, d = qa.shape
     hkv = ka.shape[2]
     if ka.shape[3] != d:
         raise InputError(f"head_dim differs: q has {d}, k_cache {ka.shape[3]}")
     if hkv == 0 or hq % hkv:
         raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv})")
+    check_sink(sink, hq)
     if bi is not None:
         pt = batch_idx_as_page_table(bi, b, ka.shape)
     paged = pt is not None
@@ -281,6 +338,8 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
         arrays["o"] = _wrap(out, handle, "out")
     if lse is not None:
         arrays["lse"] = _wrap(lse, handle, "lse")
+    if sink is not None:
+        arrays["learnable_sink"] = sink
     seq_int = None
     is_int = cache_seqlens is None or (hasattr(cache_seqlens, "__index__") and not hasattr(cache_seqlens, "__dlpack__")
                                        and not hasattr(cache_seqlens, "__cuda_array_interface__"))
@@ -357,9 +416,12 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
 
     arch = driver.device_arch(device)
     sms = driver.sm_count(device)
-    plan, fwd = _pick(arch, qa.dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, hkv, capacity, source)
+    plan, fwd = _pick(arch, qa.dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, hkv, capacity, source,
+                      variant)
     splits = plan.num_splits
-    scalars = {} if softmax_scale is None else {"softmax_scale": float(softmax_scale)}
+    scalars = dict(variant.scalars)
+    if softmax_scale is not None:
+        scalars["softmax_scale"] = float(softmax_scale)
     if fp8:
         arrays["descale"] = _stack_descales(descales, b, hkv, device, stream, handle)
     if "o" not in arrays:
@@ -408,30 +470,36 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
                             cache_seqlens: Any = None, cache_batch_idx: Any = None, page_table: Any = None,
                             softmax_scale: float | None = None, causal: bool = True, num_splits: int = 0,
                             pack_gqa: bool | None = None, out: Any = None, lse: Any = None, stream: Any = None,
+                            window_size: Any = (-1, -1), softcap: float = 0.0, learnable_sink: Any = None,
                             *, check: bool = False, source: Source | None = None, q_descale: Any = None,
                             k_descale: Any = None, v_descale: Any = None):
     """Attention of q against a (dense or paged) KV cache: returns (out, lse).
 
     ``num_splits`` 0 picks the split count (``plan_decode``), 1 never splits, n > 1 splits
     the key range n ways and reduces with the combine kernel. ``pack_gqa`` None picks.
+    ``window_size``, ``softcap``, ``learnable_sink``: FlashAttention's (module docstring).
     ``check=True`` also checks cache_seqlens and page_table on the host (a sync).
     An e4m3 q and cache take ``q_descale`` / ``k_descale`` / ``v_descale`` float32
-    (batch, heads_kv) (row b: q's row b) and give out in bf16 (the module's docstring)."""
+    (batch, heads_kv) (row b: q's row b) and give out in bf16 (the module's docstring); not
+    with the model variants yet."""
     handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
     prepared = prepare_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, page_table,
                                softmax_scale, causal, num_splits, pack_gqa, out, lse, stream,
-                               check=check, source=source, q_descale=q_descale, k_descale=k_descale,
-                               v_descale=v_descale)
+                               window_size, softcap, learnable_sink, check=check, source=source,
+                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return prepared.run(handle)
 
 
-def _pick(arch, dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, hkv, capacity, source):
+def _pick(arch, dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, hkv, capacity, source,
+          variant: VariantArgs | None = None):
     """(plan, forward Kernel). The plan takes its tiles from the variant it would run; the
     unsplit form serves num_splits == 1 where it is built, the split form (with the
     combine) everything else. Auto pack_gqa falls back to the other form when one is not
-    built; causal is moot for a single query token, so either form serves it."""
+    built; causal is moot for a single query token, so either form serves it. The model
+    axes (``variant``) must match exactly."""
     forms = [m for m in _forms(source) if m.axes.get("arch") == arch and m.axes.get("dtype") == dtype
-             and m.axes.get("head_dim") == d and bool(m.axes.get("paged_kv")) == paged]
+             and m.axes.get("head_dim") == d and bool(m.axes.get("paged_kv")) == paged
+             and model_axes_match(m, variant)]
     auto_pack = pack_gqa_heuristic(sq, hq, hkv, 128)
     packs = [bool(pack_gqa)] if pack_gqa is not None else [auto_pack, not auto_pack]
     if hq == hkv and pack_gqa is None:
@@ -451,10 +519,14 @@ def _pick(arch, dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, h
             if split:
                 return plan, _kernel(split[0], source)
     have = ", ".join(sorted(m.variant for m in forms)[:12]) or "none"
-    raise VariantNotFound(
+    want = {"arch": arch, "dtype": dtype, "head_dim": d, "causal": bool(causal), "paged_kv": paged,
+            "split_kv": num_splits != 1, "pack_gqa": bool(pack_gqa if pack_gqa is not None else auto_pack),
+            **(variant.axes if variant is not None else {})}
+    raise nearest_error(
         f"no {FAMILY} inference variant for {arch} {dtype} hd{d} causal={causal} paged_kv={paged} "
-        f"pack_gqa={pack_gqa} num_splits={num_splits} (built for this dtype/hd: {have}); "
-        f"build them with `make kernels ARCH=sm90 SET=inference`")
+        f"pack_gqa={pack_gqa} num_splits={num_splits}{_model_text(variant)} (built for this dtype/hd"
+        f"{' and these model axes' if _model_text(variant) else ''}: {have})", want, source,
+        "build them with `make kernels ARCH=sm90 SET=inference`")
 
 
 def flash_attn_combine(out_partial: Any, lse_partial: Any, out: Any = None, lse: Any = None,

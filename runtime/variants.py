@@ -80,3 +80,13 @@ def resolve(causal: Any = False, window_size: Any = (-1, -1), softcap: Any = 0.0
     if cap > 0:
         scalars["softcap"] = cap
     return VariantArgs(causal, local, cap > 0, bool(has_sink), scalars)
+
+
+def refuse_e4m3(variant: VariantArgs, what: str) -> None:
+    """e4m3 inputs take none of the model variants yet (FwdConfig refuses the pair; softcap,
+    for one, would need q's and k's descales inside tanh): say so before looking for a kernel."""
+    on = [a for a in ("local", "softcap", "learnable_sink") if getattr(variant, a)]
+    if on:
+        names = {"local": "window_size", "softcap": "softcap", "learnable_sink": "learnable_sink"}
+        raise InputError(f"{what} with e4m3 inputs takes no {', '.join(names[a] for a in on)} yet: "
+                         f"call it with bf16/fp16 inputs for those, or leave them at their defaults for e4m3")

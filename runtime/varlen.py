@@ -10,6 +10,9 @@ key nor written). out like q; lse float32 (heads_q, total_q). Causal is bottom-r
 sequence (query i of n sees keys j <= i + seqlen_k - n); a query row that sees no key gets
 O = 0 and LSE = -inf. ``max_seqlen_q`` / ``max_seqlen_k`` are hints; the kernel does not
 need them (its grid is bounded by total_q and the batch size: fa3_fwd_sm90/schedule.py).
+``window_size`` (-1 unbounded; bottom-right per sequence like causal: query i of n sees keys
+i + seqlen_k - n - left .. + right), ``softcap`` and ``learnable_sink`` (heads_q,) float32 are
+FlashAttention's, as in flash_attn_func (runtime/variants.py).
 
 The kernels are the registry's ``fa3_fwd`` variants with varlen=True (and paged_kv for a
 paged cache); page sizes that are not a multiple of 16 (e.g. 1) go through ``kv_gather``
@@ -18,7 +21,8 @@ into a packed copy and the packed form: correct, not fast.
 FP8 (issue 13): q, k and v e4m3 (V row-major like k, transposed in the kernel's shared
 memory) with ``q_descale`` / ``k_descale`` / ``v_descale`` float32 (batch, heads_kv) or None
 (1), row b for sequence b (FA3's); out is bf16. Page sizes that are not a multiple of 16
-are refused for e4m3 (no e4m3 gather).
+are refused for e4m3 (no e4m3 gather), and so are the model variants (window_size, softcap,
+learnable_sink) with e4m3 inputs.
 
 What is checked where: shapes, dtypes, lengths and alignment always (before the launch);
 the values of cu_seqlens / seqused / page_table when they are host sequences (lists,
@@ -39,7 +43,9 @@ from .arrays import DeviceArray, OwnedDeviceArray
 from .errors import InputError
 from .fp8 import OUT_DTYPE, _stack_descales
 from .kvcache import (FAMILY, FP8, GATHER_FAMILY, PAGE_CHUNK, DecodePlan, PreparedAttention, _check_inner,
-                      _family_kernel, _kernel, _to_host_i32, _wrap)
+                      _family_kernel, _kernel, _model_text, _to_host_i32, _wrap, check_sink, model_axes_match,
+                      nearest_error)
+from .variants import VariantArgs, refuse_e4m3, resolve as resolve_variant
 from .launcher import Kernel, resolve_devices
 from .registry_source import Manifest, Source, VariantNotFound, default_source, manifests
 
@@ -136,19 +142,22 @@ def _prefix_view(a: DeviceArray, n: int) -> DeviceArray:
 
 
 def select_varlen_variant(arch: str, dtype: str, head_dim: int, causal: bool, paged_kv: bool,
-                          source: Source | None = None) -> Manifest:
-    """The registry's varlen variant for these axes; VariantNotFound names what is there."""
+                          source: Source | None = None, variant: VariantArgs | None = None) -> Manifest:
+    """The registry's varlen variant for these axes (``variant``: the model axes, none when not
+    given); VariantNotFound names what is there and the nearest."""
     found, _ = manifests(source or default_source(), FAMILY)
     forms = [m for m in found if m.axes.get("varlen")]
     want = {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal), "paged_kv": bool(paged_kv)}
     hits = [m for m in forms if all(m.axes.get(k) == v for k, v in want.items())
-            and not m.axes.get("split_kv") and not m.axes.get("pack_gqa")]
+            and not m.axes.get("split_kv") and not m.axes.get("pack_gqa") and model_axes_match(m, variant)]
     if not hits:
         have = ", ".join(sorted(m.variant for m in forms)[:16]) or "none"
-        raise VariantNotFound(
-            f"no {FAMILY} varlen variant with {want} in the registry (varlen variants there: {have}); "
-            f"build them with `make kernels ARCH=sm90 SET=inference` (the default set has bf16/fp16 hd64/128 "
-            f"packed and bf16 hd128 paged)")
+        raise nearest_error(
+            f"no {FAMILY} varlen variant with {want}{_model_text(variant)} in the registry "
+            f"(varlen variants there: {have})",
+            {**want, "varlen": True, **(variant.axes if variant else {})}, source,
+            "build them with `make kernels ARCH=sm90 SET=inference` (the default set has bf16/fp16 hd64/128 "
+            "packed, bf16 hd128 paged and a bf16 hd128 window)")
     return min(hits, key=lambda m: (m.axes.get("tile_m", 0), m.variant))
 
 
@@ -158,11 +167,14 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                    max_seqlen_k: int | None = None, seqused_q: Any = None, seqused_k: Any = None,
                    page_table: Any = None, softmax_scale: float | None = None, causal: bool = False,
                    num_splits: int = 0, pack_gqa: bool | None = None, out: Any = None, lse: Any = None,
-                   stream: Any = None, *, check: bool = False, source: Source | None = None, q_descale: Any = None,
-                   k_descale: Any = None, v_descale: Any = None) -> PreparedAttention:
+                   stream: Any = None, window_size: Any = (-1, -1), softcap: float = 0.0,
+                   learnable_sink: Any = None, *, check: bool = False, source: Source | None = None,
+                   q_descale: Any = None, k_descale: Any = None, v_descale: Any = None) -> PreparedAttention:
     """flash_attn_varlen_func's checks, variant choice and buffers, without launching: the
     plan a serving loop computes once per batch layout and runs every step (``.run``)."""
     handle, _keep = (stream, None) if type(stream) is int else driver.resolve_stream(stream)
+    variant = resolve_variant(causal, window_size, softcap, learnable_sink is not None)
+    causal = variant.causal
     for name, hint in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if hint is not None and (isinstance(hint, bool) or not hasattr(hint, "__index__") or hint.__index__() < 0):
             raise InputError(f"{name} is a hint: a non-negative int or None, got {hint!r}")
@@ -188,6 +200,8 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     if not qa.dtype == ka.dtype == va.dtype:
         raise InputError(f"q, k, v must share one dtype; got {qa.dtype}, {ka.dtype}, {va.dtype}")
     fp8 = qa.dtype == FP8
+    if fp8:
+        refuse_e4m3(variant, "flash_attn_varlen_func")
     descales = [(n, _wrap(x, handle, n)) for n, x in
                 (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))]
     if not fp8 and any(a is not None for _, a in descales):
@@ -197,13 +211,17 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         raise InputError(f"an e4m3 paged cache needs page_size a multiple of {PAGE_CHUNK} (got {ka.shape[1]}): "
                          f"there is no e4m3 gather for other page sizes")
     if ka.shape != va.shape:
-        raise InputError(f"k and v must have one shape; got {ka.shape} and {va.shape}")
+        dv = "; v's head dim differs from k's (head_dim_v != head_dim), which only flash_attn_func's dense " \
+             "forward takes so far" if ka.shape[:-1] == va.shape[:-1] else ""
+        raise InputError(f"k and v must have one shape; got {ka.shape} and {va.shape}{dv}")
     total_q, hq, d = qa.shape
     hkv = ka.shape[-2]
     if ka.shape[-1] != d:
         raise InputError(f"head_dim differs: q has {d}, k {ka.shape[-1]}")
     if hkv == 0 or hq % hkv:
         raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv})")
+    sink = _wrap(learnable_sink, handle, "learnable_sink")
+    check_sink(sink, hq)
 
     # cu_seqlens / seqused / page_table: host values are checked here and copied over.
     host = {}
@@ -266,6 +284,8 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     if lse is not None:
         arrays["lse"] = _wrap(lse, handle, "lse")
     arrays.update({n: a for n, a in descales if a is not None})  # located with the rest: one device
+    if sink is not None:
+        arrays["learnable_sink"] = sink
     arrays, device = resolve_devices(arrays)
     descales = [(n, arrays.pop(n) if a is not None else None) for n, a in descales]
     if "o" in arrays and (arrays["o"].shape != qa.shape or arrays["o"].dtype != o_dtype):
@@ -307,7 +327,8 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         return PreparedAttention(out, lse, plan, [], arrays)
 
     launches = []
-    scalars = {"has_seqused_q": int("seqused_q" in arrays), "has_seqused_k": int("seqused_k" in arrays)}
+    scalars = {"has_seqused_q": int("seqused_q" in arrays), "has_seqused_k": int("seqused_k" in arrays),
+               **variant.scalars}
     if softmax_scale is not None:
         scalars["softmax_scale"] = float(softmax_scale)
     arch = driver.device_arch(device)
@@ -332,7 +353,7 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         arrays["seqused_q"] = _prefix_view(arrays["cu_seqlens_q"], batch)
     if "seqused_k" not in arrays:
         arrays["seqused_k"] = _prefix_view(arrays["cu_seqlens_k"], batch)
-    fwd: Kernel = _kernel(select_varlen_variant(arch, qa.dtype, d, causal, paged, source), source)
+    fwd: Kernel = _kernel(select_varlen_variant(arch, qa.dtype, d, causal, paged, source, variant), source)
     kern = {n: arrays[n] for n in fwd.contract.tensors}
     launches.append((fwd, fwd.plan(kern, scalars, handle)))
     return PreparedAttention(out, lse, plan, launches, arrays)
@@ -342,7 +363,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
                            max_seqlen_k: int | None = None, seqused_q: Any = None, seqused_k: Any = None,
                            page_table: Any = None, softmax_scale: float | None = None, causal: bool = False,
                            num_splits: int = 0, pack_gqa: bool | None = None, out: Any = None, lse: Any = None,
-                           stream: Any = None, *, check: bool = False, source: Source | None = None,
+                           stream: Any = None, window_size: Any = (-1, -1), softcap: float = 0.0,
+                           learnable_sink: Any = None, *, check: bool = False, source: Source | None = None,
                            q_descale: Any = None, k_descale: Any = None, v_descale: Any = None):
     """Attention over packed variable-length sequences: returns (out, lse), out (total_q,
     heads_q, d) like q (bf16 for e4m3 q/k/v, with descales (batch, heads_kv)) and lse float32
@@ -351,6 +373,6 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
     prepared = prepare_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k,
                               page_table, softmax_scale, causal, num_splits, pack_gqa, out, lse, stream,
-                              check=check, source=source, q_descale=q_descale, k_descale=k_descale,
-                              v_descale=v_descale)
+                              window_size, softcap, learnable_sink, check=check, source=source,
+                              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return prepared.run(handle)

@@ -90,9 +90,11 @@ def test_default_set_has_varlen_prefill_and_paged_chunked_prefill():
     assert "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-paged" in names
     assert "fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-paged" in names
     inf = [v for v in spec.expand_set("inference") if v.family == "fa3_fwd" and v["varlen"]]
-    assert len(inf) == 16
+    plain = [v for v in inf if not (v["local"] or v["softcap"] or v["learnable_sink"])]  # model ones: issue 12
+    assert len(plain) == 16
     assert all(v["scheduler"] == ("persistent" if v["head_dim"] == 128 and not v["paged_kv"] else "single")
-               for v in inf)
+               for v in plain)
+    assert all(v["scheduler"] == "single" for v in inf if v not in plain)
     for n in names:
         assert spec.parse_name(n).name == n
 

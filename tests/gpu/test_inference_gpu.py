@@ -32,7 +32,8 @@ def _variants():
         return []
     found, _ = manifests(SRC, "fa3_fwd")
     return [m for m in found if m.contract.arch == ARCH
-            and any(m.axes.get(a) for a in ("split_kv", "pack_gqa", "paged_kv")) and not m.axes.get("varlen")]
+            and any(m.axes.get(a) for a in ("split_kv", "pack_gqa", "paged_kv")) and not m.axes.get("varlen")
+            and not any(m.axes.get(a) for a in ("local", "softcap", "learnable_sink"))]  # test_inference_variants_gpu
 
 
 VARIANTS = _variants()

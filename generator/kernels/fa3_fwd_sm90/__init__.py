@@ -59,6 +59,8 @@ def _varlen_serves(cfg: FwdConfig) -> str:
     """What a varlen variant is for, in the words of the call that reaches it."""
     kv = ("k/v a paged cache (num_pages, page_size % 16 == 0, heads_kv, d) with page_table and seqused_k: "
           "paged chunked prefill" if cfg.paged_kv else "packed k/v (total_k, heads_kv, d)")
+    model = [w for w, on in (("window_size (bottom-right per sequence)", cfg.local), ("softcap", cfg.softcap),
+                             ("learnable_sink (heads_q,) float32", cfg.learnable_sink)) if on]
     return (f"flash_attn_varlen_func {cfg.dtype} hd{cfg.head_dim} {'causal (bottom-right per sequence)' if cfg.causal else 'non-causal'}: "
             f"packed q (total_q, heads_q, d) with cu_seqlens_q/k and optional seqused_q/k, {kv}; "
-            f"GQA/MQA; lse (heads_q, total_q)")
+            f"GQA/MQA; lse (heads_q, total_q)" + (f"; with {', '.join(model)}" if model else ""))

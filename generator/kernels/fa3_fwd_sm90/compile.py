@@ -34,14 +34,7 @@ def compile_cubin(cfg: FwdConfig):
     dv = cfg.head_dim_v
     q, k, v, o = bshd(seqlen_q, heads_q), bshd(seqlen_k, heads_kv), bshd(seqlen_k, heads_kv, dv), bshd(seqlen_q, heads_q, dv)
     lse = fake.lse()
-    # The variants' runtime values; left out (None) when off, so those cubins stay as they were.
-    extra = {}
-    if cfg.softcap:
-        extra["softcap_pre"] = cutlass.Float32(1.0 / math.sqrt(d) / 30.0)
-    if cfg.local:
-        extra["window_left"], extra["window_right"] = cutlass.Int32(128), cutlass.Int32(0)
-    if cfg.learnable_sink:
-        extra["mSink"] = make_fake_tensor(cutlass.Float32, (heads_q,), stride=(1,), assumed_align=4)
+    extra = variant_args(cfg, heads_q)
     if cfg.fp8:
         # O in bf16; V column-major (batch, heads_kv, head_dim_v, seqlen_k) or row-major like k
         # (transposed in smem); the descales of
@@ -64,6 +57,22 @@ def fake_descale(batch, heads_kv, sym):
     from cutlass.cute.runtime import make_fake_tensor
 
     return make_fake_tensor(cutlass.Float32, (3, batch, heads_kv), stride=(sym(), sym(), 1), assumed_align=4)
+
+
+def variant_args(cfg: FwdConfig, heads_q) -> dict:
+    """The model variants' runtime values, by the kernels' keyword names (the dense and the
+    inference forms take the same); left out (None) when off, so those cubins stay as they were."""
+    import cutlass
+    from cutlass.cute.runtime import make_fake_tensor
+
+    extra = {}
+    if cfg.softcap:
+        extra["softcap_pre"] = cutlass.Float32(1.0 / math.sqrt(cfg.head_dim) / 30.0)
+    if cfg.local:
+        extra["window_left"], extra["window_right"] = cutlass.Int32(128), cutlass.Int32(0)
+    if cfg.learnable_sink:
+        extra["mSink"] = make_fake_tensor(cutlass.Float32, (heads_q,), stride=(1,), assumed_align=4)
+    return extra
 
 
 def _compile_inference(cfg, dt, fake, scale, options):
@@ -109,7 +118,8 @@ def _compile_inference(cfg, dt, fake, scale, options):
     fp8 = {"mDescale": fake_descale(batch, heads_kv, sym)} if cfg.fp8 else {}
     kernel = FlashFwdSm90Inference(cfg)
     t0 = time.perf_counter()
-    compiled = cute.compile(kernel, q, k, v, o, lse, scale, seqused_k, *extra, **fp8, options=options)
+    compiled = cute.compile(kernel, q, k, v, o, lse, scale, seqused_k, *extra, **fp8, **variant_args(cfg, heads_q),
+                            options=options)
     return compiled, kernel, time.perf_counter() - t0
 
 
@@ -151,5 +161,6 @@ def _compile_varlen(cfg, dt, sym, heads_q, heads_kv, scale, options):
     t0 = time.perf_counter()
     fp8 = {"mDescale": fake_descale(batch, heads_kv, sym)} if cfg.fp8 else {}
     compiled = cute.compile(kernel, q, k, v, o, lse, scale, i32(batch), page_table, i32(batch1), i32(batch1),
-                            i32(batch), cutlass.Int32(0), cutlass.Int32(0), **fp8, options=options)
+                            i32(batch), cutlass.Int32(0), cutlass.Int32(0), **fp8, **variant_args(cfg, heads_q),
+                            options=options)
     return compiled, kernel, time.perf_counter() - t0

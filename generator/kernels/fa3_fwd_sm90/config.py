@@ -338,6 +338,12 @@ class FwdConfig:
         if self.varlen and self.scheduler == "persistent" and self.fp8:
             raise ValueError("the persistent varlen walk is built for bf16/fp16 (it passes no descales): "
                              "build e4m3 varlen with scheduler 'single'")
+        if self.varlen and self.scheduler == "persistent" and (self.softcap or self.local or self.learnable_sink):
+            # The walk's tile_work / consume_range take no window, softcap or sink (issue 12's
+            # variants were built and GPU-tested on the one-tile-per-CTA varlen only).
+            on = [n for n in ("softcap", "local", "learnable_sink") if getattr(self, n)]
+            raise ValueError(f"the persistent varlen walk is built without the model variants (got {', '.join(on)}): "
+                             f"build varlen {'/'.join(on)} with scheduler 'single'")
         if self.inference and (self.separate_o_smem or self.wg_epilogue):
             raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
         if self.q_double_buffer and not (self.scheduler == "persistent" and self.separate_o_smem):
@@ -350,6 +356,10 @@ class FwdConfig:
             raise ValueError("o_smem_store is built for the varlen forms only (varlen=True)")
         if self.pack_gqa and self.mask_bits:
             raise ValueError("mask_bits counts kept columns per token row: pack_gqa's rows are (token, head)")
+        if self.inference and self.head_dim_v != self.head_dim:
+            raise ValueError(f"head_dim_v = {self.head_dim_v} != head_dim = {self.head_dim} is built for the dense "
+                             f"forward only; the inference forms (split_kv, pack_gqa, paged_kv, varlen) read V as "
+                             f"wide as K (use head_dim_v = head_dim there)")
         if self.varlen and (self.split_kv or self.pack_gqa):
             raise ValueError("varlen is built without split_kv and pack_gqa so far: use varlen alone or with paged_kv")
         if self.paged_kv and self.tile_n % PAGE_CHUNK:

@@ -17,12 +17,51 @@ from .schedule import varlen_grid_expr
 PARAM_BANK_BASE = 0x210
 
 
-def window_expr(side: str, reach: str) -> list:
+def window_expr(side: str, reach: str | list) -> list:
     """One side of the window as the kernel takes it (block_range.window_bounds): a negative
     value is unbounded, which `reach` (seqlen_k on the left, seqlen_q on the right) already
     is, and nothing beyond `reach` differs from it, so no kernel sum can overflow:
-    min(max(w, -1) + (w < 0) * (reach + 1), reach)."""
-    return [side, -1, "max", side, 0, "<", reach, 1, "+", "*", "+", reach, "min"]
+    min(max(w, -1) + (w < 0) * (reach + 1), reach). `reach` may be an expression: the
+    inference forms bound every sequence's keys by the cache's capacity (or total_k) and its
+    queries by total_q, which reach every sequence's window as its own lengths would."""
+    r = list(reach) if isinstance(reach, (list, tuple)) else [reach]
+    return [side, -1, "max", side, 0, "<", *r, 1, "+", "*", "+", *r, "min"]
+
+
+def scale_log2_value(cfg: FwdConfig) -> list:
+    """softmax_scale_log2's value: softcap moves the scale into tanh's argument
+    (softmax.apply_softcap), so the exponent's factor is softcap * log2(e)."""
+    return ["softcap", "log2e_mul"] if cfg.softcap else ["softmax_scale", "log2e_mul"]
+
+
+def variant_args(cfg: FwdConfig, reach_k: str | list = "seqlen_k", reach_q: str | list = "seqlen_q"):
+    """The model variants' kernel arguments, in the kernels' order (softcap_pre, window_left,
+    window_right, learnable_sink; each only where its axis is on), with the scalars and
+    tensors they read: (params without ordinals, scalars, tensors). One home for the dense
+    and the inference contracts; `reach_*` as window_expr takes them."""
+    params, scalars, tensors = [], {}, {}
+    if cfg.softcap:
+        # A softcap variant needs its cap: the default 0 makes softcap_pre a division by zero,
+        # which both launchers refuse (the C++ table wants a default for every scalar).
+        scalars["softcap"] = {"type": "f32", "default": [0.0]}
+        params.append({"name": "softcap_pre", "ordinal": None, "kind": "scalar", "size": 4,
+                       "align": 4, "type": "f32", "value": ["softmax_scale", "softcap", "/"]})
+    if cfg.local:
+        # FlashAttention's window_size: -1 (any negative) is unbounded; the default is (-1, -1).
+        scalars["window_left"] = {"type": "i32", "default": [-1]}
+        scalars["window_right"] = {"type": "i32", "default": [-1]}
+        for side, reach in (("window_left", reach_k), ("window_right", reach_q)):
+            params.append({"name": side, "ordinal": None, "kind": "scalar", "size": 4, "align": 4,
+                           "type": "i32", "value": window_expr(side, reach)})
+    if cfg.learnable_sink:
+        tensors["learnable_sink"] = {"role": "input", "dtype": "f32", "dims": ["heads_q"],
+                                     "contiguous_dim": 0, "align_bytes": 4}
+        params.append({
+            "name": "learnable_sink", "ordinal": None, "kind": "struct", "size": 16, "align": 8,
+            "fields": [{"offset": 0, "type": "ptr", "value": ["learnable_sink.ptr"]},
+                       {"offset": 8, "type": "i32", "value": ["heads_q"]}],
+        })
+    return params, scalars, tensors
 
 
 # e4m3: q, k and v descales stacked, (3, batch, heads_kv), FA3's (batch, heads_kv) each,
@@ -75,35 +114,18 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         tensormap("tma_o", 8, "o", cfg.out_dtype, boxes["o"], swz["o"]),
         {"name": "softmax_scale_log2", "ordinal": 9, "kind": "scalar", "size": 4, "align": 4,
          # softcap: the softmax exponent is softcap * tanh(..) * log2(e) (softmax.apply_softcap).
-         "type": "f32", "value": ["softcap", "log2e_mul"] if cfg.softcap else ["softmax_scale", "log2e_mul"]},
+         "type": "f32", "value": scale_log2_value(cfg)},
         # The two tiled-MMA arguments are compile-time only; the DSL still gives each a byte.
         {"name": "tiled_mma_qk", "ordinal": 10, "kind": "struct", "size": 1, "align": 1, "fields": []},
         {"name": "tiled_mma_pv", "ordinal": 11, "kind": "struct", "size": 1, "align": 1, "fields": []},
     ]
     # The variants' arguments follow, in the kernel's order, each only where its axis is on.
     scalars = {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}}
-    tensors = {}
-    if cfg.softcap:
-        # A softcap variant needs its cap: the default 0 makes softcap_pre a division by zero,
-        # which both launchers refuse (the C++ table wants a default for every scalar).
-        scalars["softcap"] = {"type": "f32", "default": [0.0]}
-        params.append({"name": "softcap_pre", "ordinal": len(params), "kind": "scalar", "size": 4,
-                       "align": 4, "type": "f32", "value": ["softmax_scale", "softcap", "/"]})
-    if cfg.local:
-        # FlashAttention's window_size: -1 (any negative) is unbounded; the default is (-1, -1).
-        scalars["window_left"] = {"type": "i32", "default": [-1]}
-        scalars["window_right"] = {"type": "i32", "default": [-1]}
-        for side, reach in (("window_left", "seqlen_k"), ("window_right", "seqlen_q")):
-            params.append({"name": side, "ordinal": len(params), "kind": "scalar", "size": 4, "align": 4,
-                           "type": "i32", "value": window_expr(side, reach)})
-    if cfg.learnable_sink:
-        tensors["learnable_sink"] = {"role": "input", "dtype": "f32", "dims": ["heads_q"],
-                                     "contiguous_dim": 0, "align_bytes": 4}
-        params.append({
-            "name": "learnable_sink", "ordinal": len(params), "kind": "struct", "size": 16, "align": 8,
-            "fields": [{"offset": 0, "type": "ptr", "value": ["learnable_sink.ptr"]},
-                       {"offset": 8, "type": "i32", "value": ["heads_q"]}],
-        })
+    var_params, var_scalars, tensors = variant_args(cfg)
+    scalars.update(var_scalars)
+    for p in var_params:
+        p["ordinal"] = len(params)
+        params.append(p)
     bshd = {"contiguous_dim": 3, "align_bytes": 16}
     v_dims = ["batch", "seqlen_k", "heads_kv", dv_sym]
     if cfg.v_layout == "colmajor":
@@ -194,7 +216,7 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
         add(tensormap("tma_k_chunk", 0, "k", cfg.dtype, boxes["kc"], swz["k"]))
         add(tensormap("tma_v_chunk", 0, "v", cfg.dtype, boxes["vc"], swz["v"]))
     add({"name": "softmax_scale_log2", "ordinal": 0, "kind": "scalar", "size": 4, "align": 4,
-         "type": "f32", "value": ["softmax_scale", "log2e_mul"]})
+         "type": "f32", "value": scale_log2_value(cfg)})
     add(tensor_struct("seqused_k", 0, "seqused_k", ["batch"], []))
     if cfg.paged_kv:
         add(tensor_struct("page_table", 0, "page_table", ["batch", "max_pages"], [0]))
@@ -202,6 +224,12 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
     add({"name": "tiled_mma_pv", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
     if cfg.fp8:
         add(descale_param(0))
+    # Keys per sequence are at most the cache's capacity: the window's reach on the left.
+    # (After the descale, the kernel's argument order; FwdConfig never sets both.)
+    var_params, var_scalars, var_tensors = variant_args(
+        cfg, ["max_pages", "page_size", "*"] if cfg.paged_kv else "seqlen_k", "seqlen_q")
+    for p in var_params:
+        add(p)
 
     bshd = {"contiguous_dim": 3, "align_bytes": 16}
     heads_grid = "heads_kv" if cfg.pack_gqa else "heads_q"
@@ -239,6 +267,7 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
                            "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd}
         tensors[lse_name] = {"role": "output", "dtype": "f32", "dims": ["batch", "heads_q", "seqlen_q"],
                              "contiguous_dim": 2, "align_bytes": 4}
+    tensors.update(var_tensors)
     checks = [
         {"expr": ["heads_q", "heads_kv", "%", 0, "=="],
          "message": "heads_q must be a multiple of heads_kv (MHA, GQA or MQA)"},
@@ -255,7 +284,7 @@ def inference_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzl
         "grid": [grid_x, [heads_grid], ["batch"]],
         "symbols": symbols,
         "tensors": tensors,
-        "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}},
+        "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]}, **var_scalars},
         "checks": checks,
         "params": lay_out(params, PARAM_BANK_BASE),
     }
@@ -310,7 +339,7 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         add(_tensormap_3d("tma_k", "k", cfg.dtype, boxes["k"], swz["k"]))
         add(_tensormap_3d("tma_v", "v", cfg.dtype, boxes["v"], swz["v"]))
     add({"name": "softmax_scale_log2", "ordinal": 0, "kind": "scalar", "size": 4, "align": 4,
-         "type": "f32", "value": ["softmax_scale", "log2e_mul"]})
+         "type": "f32", "value": scale_log2_value(cfg)})
     add(tensor_struct("seqused_k", 0, "seqused_k", ["batch"], []))
     if cfg.paged_kv:
         add(tensor_struct("page_table", 0, "page_table", ["batch", "max_pages"], [0]))
@@ -323,6 +352,11 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     add({"name": "tiled_mma_pv", "ordinal": 0, "kind": "struct", "size": 1, "align": 1, "fields": []})
     if cfg.fp8:
         add(descale_param(0))  # row b: sequence b's
+    # Every sequence's keys fit total_k (or the page table's capacity), its queries total_q.
+    var_params, var_scalars, var_tensors = variant_args(
+        cfg, ["max_pages", "page_size", "*"] if cfg.paged_kv else "total_k", "total_q")
+    for p in var_params:
+        add(p)
 
     thd = {"contiguous_dim": 2, "align_bytes": 16}
     i32_vec = {"role": "input", "dtype": "i32", "contiguous_dim": 0, "align_bytes": 4}
@@ -358,6 +392,7 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         tensors["page_table"] = {**i32_vec, "dims": ["batch", "max_pages"], "contiguous_dim": 1}
     if cfg.fp8:
         tensors["descale"] = DESCALE_TENSOR
+    tensors.update(var_tensors)
     checks = [
         {"expr": ["batch_plus_1", "batch", 1, "+", "=="],
          "message": "cu_seqlens_q and cu_seqlens_k must have batch + 1 entries (seqused_q / seqused_k batch)"},
@@ -375,7 +410,7 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         "tensors": tensors,
         "scalars": {"softmax_scale": {"type": "f32", "default": ["head_dim", "rsqrt"]},
                     "has_seqused_q": {"type": "i32", "default": [0]},
-                    "has_seqused_k": {"type": "i32", "default": [0]}},
+                    "has_seqused_k": {"type": "i32", "default": [0]}, **var_scalars},
         "checks": checks,
         "params": lay_out(params, PARAM_BANK_BASE),
     }

@@ -20,6 +20,14 @@ softmax, and changes what the inference axes change:
   while the consumers finish this one's last PV and epilogue.
 O and LSE leave from registers (rows map to (token, head) at run time). The dense default
 variants never reach this module, so their cubins stay as they were.
+
+The model variants (issue 12) through the dense kernel's own rules: softcap
+(softmax.apply_softcap before the mask), a sliding window (block_range's range and counts,
+mask.apply_window_mask; pack-GQA maps rows to tokens with `group`; varlen windows are per
+sequence, bottom-right, as its causal), and the learnable sink (softmax.finish, one logit
+per row's head). Under split-KV each split's range is cut from the windowed range, and only
+split 0 adds the sink: the combine's LSE sum then counts it once (an empty split 0 writes
+O = 0, LSE = sink, which the combine weighs in like any split).
 """
 
 from __future__ import annotations
@@ -35,11 +43,12 @@ from .barriers import Barrier
 from .config import PAGE_CHUNK, FwdConfig
 from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local
 from .kernel import PERSISTENT_CTAS, FlashFwdSm90, _inner_cols
-from .mask import apply_mask_bits
+from . import block_range
+from .mask import apply_mask_bits, apply_window_mask, apply_window_mask_bits
 from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, smem_store_atom, transpose_view
 from .schedule import TileScheduler, split_range, varlen_ctas
 from .seqlens import SeqLens
-from .softmax import OnlineSoftmax, rescale_rows
+from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
 
 
 class FlashFwdSm90Inference(FlashFwdSm90):
@@ -49,6 +58,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             raise ValueError("FlashFwdSm90Inference builds split_kv / pack_gqa / paged_kv variants only")
         if not cfg.intra_wg_overlap:
             raise ValueError("the inference kernel has the overlapped main loop only")
+        if cfg.head_dim_v != cfg.head_dim:
+            raise ValueError("the inference kernel reads V as wide as K: head_dim_v = head_dim only")
         self.split = cfg.split_kv
         self.pack = cfg.pack_gqa
         self.paged = cfg.paged_kv
@@ -87,6 +98,13 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         has_seqused_q: Int32 | None = None,
         has_seqused_k: Int32 | None = None,
         mDescale: cute.Tensor = None,  # e4m3: (3, batch, heads_kv) float32, q/k/v descales (descale.py)
+        # The model variants, as the dense kernel takes them (None when off): softcap's
+        # softmax_scale / softcap, the resolved window, the sink logits (heads_q,) float32.
+        # Not with e4m3 (FwdConfig refuses the pair), so at most one of the two groups is set.
+        softcap_pre: Float32 | None = None,
+        window_left: Int32 | None = None,
+        window_right: Int32 | None = None,
+        mSink: cute.Tensor | None = None,
     ):
         bshd_to_sdhb = [1, 3, 2, 0]
         if const_expr(self.varlen):
@@ -157,6 +175,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             softmax_scale_log2, mSeqUsedK, mPageTable,
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
             sQ_layout, sK_layout, sV_layout, tiled_mma_qk, tiled_mma_pv, mDescale,
+            softcap_pre, window_left, window_right, mSink,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
 
     # ---------------------------------------------------------------- device side
@@ -189,6 +208,10 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
         mDescale: cute.Tensor = None,
+        softcap_pre: Float32 | None = None,
+        window_left: Int32 | None = None,
+        window_right: Int32 | None = None,
+        mSink: cute.Tensor | None = None,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -225,7 +248,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             )
             return
         m_block, split, head, batch, group, seq, lo, hi = self.tile_work(
-            mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k)
+            mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
+            window_left=window_left, window_right=window_right)
         seqlen_q, seqlen_k = seq.seqlen_q, seq.seqlen_k
 
         if warp_idx < 4:
@@ -257,6 +281,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 mQ, mO, mLSE, sQ, sK, sV_mma, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v_mma,
                 scale_log2, ctidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
                 seq.offset_q, v_descale,
+                softcap_pre=softcap_pre, window_left=window_left, window_right=window_right, mSink=mSink,
             )
 
     @cute.jit
@@ -315,7 +340,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
     @cute.jit
     def tile_work(self, mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
-                  lin=None):
+                  window_left=None, window_right=None, lin=None):
         """(m_block, split, head, batch, group, seq, lo, hi): this CTA's tile, where its
         sequence's rows are (seqlens.SeqLens) and the [lo, hi) key blocks it visits. `head` is
         the KV head under pack_gqa. A varlen CTA past the last tile gets seqlen_q = 0 and no
@@ -359,10 +384,23 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 (m_block + 1) * self.tile_m - 1)
             last_key = last_token + 1 + seqlen_k - seqlen_q
             n_block_max = cutlass.max(cutlass.min(n_block_max, (last_key + self.tile_n - 1) // self.tile_n), 0)
+        if const_expr(self.local):
+            # The dense kernel's window range (rows are tokens under pack-GQA); a sequence with
+            # no key visits nothing (block_range keeps one masked block, which here would load
+            # a page-table entry that may not be set).
+            n_block_min, n_block_hi = block_range.n_block_range(
+                m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n, False, True, window_left, window_right,
+                mn=cutlass.min, mx=cutlass.max, group=self.row_group(group))
+            n_block_max = cutlass.min(n_block_max, n_block_hi)
         lo, hi = n_block_min, n_block_max
         if const_expr(self.split):
             lo, hi = split_range(n_block_min, n_block_max, split, num_splits, mn=cutlass.min)
         return m_block, split, head, batch, group, seq, lo, hi
+
+    def row_group(self, group):
+        """block_range's / mask's `group`: heads per token under pack-GQA, None (rows are
+        tokens: the dense arithmetic) otherwise."""
+        return group if const_expr(self.pack) else None
 
     @cute.jit
     def lane_tiles(self, c, num_batch, mCuSeqlensQ, mSeqUsedQ, has_seqused_q):
@@ -632,6 +670,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self, mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
         softmax_scale_log2, tidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
         offset_q=0, v_descale=None, q_state=None, kv_state=None,
+        softcap_pre=None, window_left=None, window_right=None, mSink=None,
     ):
         """One tile: main loop over [lo, hi), then O and LSE. The persistent walk passes its
         pipeline states in and takes them back; Q's slot goes back to the producer once this
@@ -653,6 +692,10 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         softmax = OnlineSoftmax(
             softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum
         )
+        sink = None
+        if const_expr(self.sink):
+            # Loaded now, used after the last block: the latency hides under the main loop.
+            sink = self.row_sinks(mSink, softmax.rows, tiled_mma_pv, tidx, m_block, split, head, group)
         # An empty range leaves these as they are: O = 0, LSE = -inf.
         acc_O.fill(0.0)
         softmax.row_max.fill(-Float32.inf)
@@ -668,9 +711,13 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             self.mainloop(
                 mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
                 pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
+                softcap_pre=softcap_pre, window_left=window_left, window_right=window_right,
             )
 
-        inv_sum, lse = softmax.finish()
+        if const_expr(self.sink):
+            inv_sum, lse = softmax.finish(sink, per_row=True, may_be_absent=self.split)
+        else:
+            inv_sum, lse = softmax.finish()
         if const_expr(self.fp8):
             descale.fold_v(inv_sum, v_descale)
         rescale_rows(acc_O, inv_sum)
@@ -722,17 +769,37 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         return nxt
 
     @cute.jit
+    def row_sinks(self, mSink, rows: cutlass.Constexpr[int], tiled_mma_pv, tidx, m_block, split, head, group):
+        """The sink logit of each of this thread's rows: its query head's (pack-GQA rows are
+        (token, head)); -inf (no sink) in every split but split 0."""
+        thr_mma = tiled_mma_pv.get_slice(tidx)
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        sink = cute.make_rmem_tensor(rows, Float32)
+        for r in cutlass.range_constexpr(rows):
+            h = head
+            if const_expr(self.pack):
+                prow = m_block * self.tile_m + cO[r, 0][0]
+                token = prow // group
+                h = head * group + (prow - token * group)
+            value = Float32(mSink[h])
+            if const_expr(self.split):
+                value = value if split == 0 else -Float32.inf
+            sink[r] = value
+        return sink
+
+    @cute.jit
     def mainloop(
         self, mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
         pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
-        q_state=None, kv_state=None,
+        q_state=None, kv_state=None, softcap_pre=None, window_left=None, window_right=None,
     ):
         """Key blocks hi-1 down to lo: FA3's overlapped loop (kernel.consume) over [lo, hi).
         Returns the pipeline states (the persistent walk's: kv_state past this tile's last V)."""
         gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O)
 
         def mask(acc_S, n_block, causal):
-            self.apply_mask(acc_S, coords_rc, m_block, n_block, group, seqlen_q, seqlen_k, causal)
+            self.apply_mask(acc_S, coords_rc, m_block, n_block, group, seqlen_q, seqlen_k, causal,
+                            window_left, window_right)
 
         def to_p(acc_S):
             if const_expr(self.cfg.fp8_local_p):
@@ -756,11 +823,27 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             first_token = (m_block * self.tile_m) // group if const_expr(self.pack) else m_block * self.tile_m
             n_block_causal = cutlass.max((first_token + seqlen_k - seqlen_q) // self.tile_n, 0)
             n_masked = cutlass.max(cutlass.min(hi - 1 - n_block_causal, hi - 1 - lo), 0)
+        n_unmasked = None
+        n_masked_left = 0
+        if const_expr(self.local):
+            # The dense kernel's split of [lo, hi) (a split's part of the windowed range): right
+            # edge masked, inside every row's window, left edge masked.
+            g = self.row_group(group)
+            n_masked, n_unmasked, n_masked_left = block_range.local_block_counts(
+                lo, hi,
+                block_range.n_block_right_masked(m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n, True,
+                                                 window_right, mx=cutlass.max, group=g),
+                block_range.n_block_left_masked(m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n,
+                                                window_left, mx=cutlass.max, group=g),
+                mn=cutlass.min, mx=cutlass.max,
+            )
         n_block = hi - 1
         pipe_k.consumer_wait(kv_state)
         acc_S = gemm_qk(kv_state.index)
         warpgroup.wait_group(0)
         pipe_k.consumer_release(kv_state)
+        if const_expr(self.softcap):
+            apply_softcap(acc_S, softcap_pre)
         mask(acc_S, n_block, self.causal)
         softmax.step(acc_S, is_first=True)
         to_p(acc_S)
@@ -769,13 +852,21 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         for i in cutlass.range(n_masked, unroll=1):
             kv_state = self.overlapped_step(
                 kv_state, hi - 2 - i, gemm_qk, gemm_pv, mask, to_p, softmax,
-                acc_O, scale_prev, pipe_k, pipe_v, wg, True,
+                acc_O, scale_prev, pipe_k, pipe_v, wg, True, softcap_pre,
             )
-        for i in cutlass.range(hi - 1 - lo - n_masked, unroll=1):
+        if const_expr(not self.local):
+            n_unmasked = hi - 1 - lo - n_masked
+        for i in cutlass.range(n_unmasked, unroll=1):
             kv_state = self.overlapped_step(
                 kv_state, hi - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
-                softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False,
+                softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False, softcap_pre,
             )
+        if const_expr(self.local):
+            for i in cutlass.range(n_masked_left, unroll=1):
+                kv_state = self.overlapped_step(
+                    kv_state, hi - 2 - n_masked - n_unmasked - i, gemm_qk, gemm_pv, mask, to_p,
+                    softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, True, softcap_pre,
+                )
         if const_expr(self.persistent_varlen and not self.cfg.o_smem_store):
             # This warp's last QK^T has completed: the producer may load the next tile's Q
             # under the last PV and the epilogue (with o_smem_store, O needs the buffer first).
@@ -793,10 +884,21 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
     @cute.jit
     def apply_mask(self, acc_S, coords_rc, m_block, n_block, group, seqlen_q, seqlen_k,
-                   causal: cutlass.Constexpr[bool]):
+                   causal: cutlass.Constexpr[bool], window_left=None, window_right=None):
         """mask.apply_mask with the row's token taken from the packed row under pack_gqa;
         mask_bits (not under pack_gqa, whose row is a token of a packed row) takes
-        mask.apply_mask_bits, the same rule as the dense kernel's."""
+        mask.apply_mask_bits, the same rule as the dense kernel's. A window: mask.py's window
+        masks, the dense kernel's (pack-GQA's rows mapped to tokens by `group`)."""
+        if const_expr(self.local):
+            if const_expr(self.cfg.mask_bits):
+                offsets_rc = acc_as_rows_cols(self._tiled_mmas()[0].get_slice(0).partition_C(
+                    cute.make_identity_tensor((self.tile_m, self.tile_n))))
+                apply_window_mask_bits(acc_S, coords_rc, offsets_rc, m_block, n_block, seqlen_q, seqlen_k,
+                                       window_left, window_right, self.tile_m, self.tile_n)
+                return
+            apply_window_mask(acc_S, coords_rc, m_block, n_block, seqlen_q, seqlen_k, window_left, window_right,
+                              self.tile_m, self.tile_n, self.row_group(group))
+            return
         if const_expr(self.cfg.mask_bits):
             offsets_rc = acc_as_rows_cols(
                 self._tiled_mmas()[0].get_slice(0).partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))

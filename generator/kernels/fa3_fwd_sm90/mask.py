@@ -24,10 +24,13 @@ def row_col_limit(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, ti
     return col_limit
 
 
-def window_cols(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, left, right):
+def window_cols(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, left, right, group=None):
     """(first kept column, first column past the kept ones) of row r in key block n_block
-    under a window; the key length bounds the second."""
+    under a window; the key length bounds the second. `group` (pack-GQA): a row is (token,
+    head), group heads per token, and the window is the token's (block_range.py)."""
     row = m_block * tile_m + coords_rc[r, 0][0]
+    if group is not None:
+        row = row // group
     diag = row + seqlen_k - seqlen_q - n_block * tile_n
     col_limit = cutlass.min(seqlen_k - n_block * tile_n, diag + right + 1)
     return diag - left, col_limit
@@ -45,12 +48,13 @@ def apply_window_mask(
     right: Int32,
     tile_m: cutlass.Constexpr[int],
     tile_n: cutlass.Constexpr[int],
+    group: Int32 | None = None,
 ):
-    """apply_mask for a sliding window: both edges and the key length."""
+    """apply_mask for a sliding window: both edges and the key length (group: window_cols)."""
     s_rc = acc_as_rows_cols(acc_S)
     for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
         col_start, col_limit = window_cols(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k,
-                                           tile_m, tile_n, left, right)
+                                           tile_m, tile_n, left, right, group)
         for c in cutlass.range_constexpr(cute.size(s_rc, mode=[1])):
             col = coords_rc[0, c][1]
             s_rc[r, c] = -Float32.inf if col >= col_limit or col < col_start else s_rc[r, c]

@@ -144,12 +144,18 @@ class OnlineSoftmax:
                     s_rc[r, c] = cute.math.exp2(x, fastmath=True)
 
     @cute.jit
-    def finish(self, sink=None) -> tuple[cute.Tensor, cute.Tensor]:
+    def finish(self, sink=None, per_row: cutlass.Constexpr[bool] = False,
+               may_be_absent: cutlass.Constexpr[bool] = False) -> tuple[cute.Tensor, cute.Tensor]:
         """(1/row_sum per row, natural-log LSE per row); fully masked rows give O = 0, LSE = -inf.
 
         `sink` (natural-log logit, FA4's learnable_sink) is one more column of every row that
         counts in the denominator and the LSE but has no value: LSE = log(sum_j exp(s_j) +
-        exp(sink)); a row that sees no key gets O = 0 and LSE = sink, as in FA4."""
+        exp(sink)); a row that sees no key gets O = 0 and LSE = sink, as in FA4.
+
+        The inference forms (inference.py): `per_row`, sink is a tensor of one logit per row
+        (pack-GQA rows are of different heads); `may_be_absent`, a sink of -inf is no sink (the
+        split-KV splits but one, so the combine counts it once): a row that sees no key then
+        stays O = 0, LSE = -inf."""
         inv = cute.make_rmem_tensor(self.rows, Float32)
         lse = cute.make_rmem_tensor(self.rows, Float32)
         for r in cutlass.range_constexpr(self.rows):
@@ -157,11 +163,21 @@ class OnlineSoftmax:
             if cutlass.const_expr(sink is not None):
                 # After the quad's reduction: the sink enters each row once. With no key seen,
                 # the sink is the row's maximum.
-                sink_log2 = sink * LOG2E
+                sink_r = sink
+                if cutlass.const_expr(per_row):
+                    sink_r = sink[r]
+                sink_log2 = sink_r * LOG2E
                 m = self.row_max[r]
-                m = sink_log2 / self.scale_log2 if m == -Float32.inf else m
-                self.row_max[r] = m
-                total = total + cute.math.exp2(sink_log2 - m * self.scale_log2, fastmath=True)
+                if cutlass.const_expr(may_be_absent):
+                    has = sink_log2 != -Float32.inf
+                    m = sink_log2 / self.scale_log2 if m == -Float32.inf and has else m
+                    self.row_max[r] = m
+                    total = total + (cute.math.exp2(sink_log2 - m * self.scale_log2, fastmath=True)
+                                     if has else Float32(0.0))
+                else:
+                    m = sink_log2 / self.scale_log2 if m == -Float32.inf else m
+                    self.row_max[r] = m
+                    total = total + cute.math.exp2(sink_log2 - m * self.scale_log2, fastmath=True)
             empty = total == Float32(0.0) or total != total
             inv[r] = Float32(0.0) if empty else cute.arch.rcp_approx(total)
             lse[r] = (
