@@ -99,8 +99,10 @@ def test_inference_set_has_every_form_and_the_combine():
     assert len(forms) == 7 and (False, False, False) not in forms
     assert any(v.family == "attn_combine" for v in vs)
     # One tile per CTA, but for packed hd128 varlen's persistent walk (config.TUNED_VARLEN).
+    model = ("local", "softcap", "learnable_sink")
     assert all(v["scheduler"] == ("persistent" if v["varlen"] and v["head_dim"] == 128 and not v["paged_kv"]
-                                  else "single") for v in vs if v.family == "fa3_fwd")
+                                  and not any(v[a] for a in model) else "single")
+               for v in vs if v.family == "fa3_fwd")
 
 
 def test_inference_axes_need_one_tile_per_cta():
