@@ -86,6 +86,7 @@ else
         step "inf-ab-$name" ${AB_S:-200} env CUBINFORGE_HOME=.cubinforge \
             python3 -m cubinforge.bench.inference --ab-home "$home" --iters 20
     done
+    [ -n "${FP8_BENCH:-}" ] && step fp8 90 python3 -m bench.fp8 --skip-errors --json "$OUT/fp8.json"
     step model-variants 90 python3 bench/model_variants.py --out "$OUT/model_variants.json"
     [ -d .cubinforge-ab ] && step model-variants-ab 180 python3 bench/model_variants.py \
         --ab-home .cubinforge-ab --out "$OUT/model_variants_ab.json"
