@@ -18,6 +18,8 @@ import pytest
 
 from cubinforge.bench.fp8_reference import e4m3_decode, e4m3_encode
 from _helpers import compare, download, gpu_probe
+from test_fp8_gpu import ATOL_LSE_FP8 as ATOL_LSE  # the dense e4m3 forward's tolerances: one home
+from test_fp8_gpu import RTOL_FP8
 from test_fp8_gpu import upload as upload_bits  # e4m3 / f32 / bf16 bits, CuPy or torch
 from test_inference_gpu import SRC, need, need_combine, poisoned, reference, upload
 
@@ -27,8 +29,6 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_
 # P goes to the PV GEMM in e4m3: its rounding alone gives ~2e-2 relative error on O (the
 # dense FP8 test's measure); a wrong layout, permutation or descale gives ~0.3 - 1. LSE comes
 # from fp32 scores of exactly the e4m3 values, as bf16's does.
-RTOL_FP8 = 4e-2
-ATOL_LSE = 2e-3
 
 
 def e4m3_rand(rng, shape):

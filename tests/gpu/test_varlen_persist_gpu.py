@@ -12,6 +12,8 @@ varlen-persist`. Skips without a GPU or without the home. No cutlass import.
 
 from __future__ import annotations
 
+import functools
+
 import json
 import os
 from pathlib import Path
@@ -44,6 +46,9 @@ AXES = dict(CANDIDATES)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
 
 
+_RUN_VARLEN = vg.run_varlen
+
+
 class _Pinned:
     """The home's registry showing one variant only: the runtime's selection can pick nothing else."""
 
@@ -67,6 +72,9 @@ def pin(monkeypatch):
         if name not in AXES:
             pytest.skip(f"no persistent varlen candidate in {HOME} (bench.ab build --experiments varlen-persist)")
         monkeypatch.setattr(vg, "SRC", _Pinned(name))  # run_varlen launches with source=SRC
+        # ... on inputs of the variant's own dtype and head dim (a home may hold fp16 forms too)
+        monkeypatch.setattr(vg, "run_varlen", functools.partial(_RUN_VARLEN, dtype=AXES[name]["dtype"],
+                                                                d=AXES[name]["head_dim"]))
         return AXES[name]["causal"]
     return use
 
