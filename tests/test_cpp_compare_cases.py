@@ -125,6 +125,8 @@ def check_lib(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("check_lib")
     stub = harness.build_stub(tmp / "stub")
     ms, blobs = load_home(SRC.home)
+    if not ms:  # a fresh checkout before `make kernels`: a bundle of no variants does not compile
+        pytest.skip(f"no variants in {SRC.home} (make kernels ARCH=sm90)")
     render_cpp_bundle(ms, blobs, tmp / "bundle")
     lib = tmp / "libcubinforge_check.so"
     harness.run([shutil.which("g++"), "-std=c++17", "-O1", "-Wall", "-Wextra", "-pedantic", "-Werror", "-shared",
