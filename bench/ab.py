@@ -544,7 +544,7 @@ def run(home: Path, out: Path, seqlens) -> int:
     from .anchors import Fa4, Ours, Sdpa, Unavailable
     from .flops import tflops
     from .grid import fa3_cell
-    from .timing import median, time_cuda
+    from .timing import alternating, median, time_cuda
 
     os.environ["CUBINFORGE_HOME"] = str(home)
     ours = Ours()
@@ -592,10 +592,9 @@ def run(home: Path, out: Path, seqlens) -> int:
                 fns = {"ours": ours.prepare(cell, q, k, v, variant=name)[0]}
             fns.update({b: a.prepare(cell, q, k, v)[0] for b, a in anchors.items()})
             ms = {b: [] for b in fns}
-            for r in range(3):  # alternating order, so drift hits every backend alike
-                for b in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-                    with backends[b].context():
-                        ms[b].append(time_cuda(fns[b], budget_s=0.1).median_ms)
+            for b in alternating(fns):
+                with backends[b].context():
+                    ms[b].append(time_cuda(fns[b], budget_s=0.1).median_ms)
             t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
             best = max(t[b] for b in anchors)
             rows.append({"variant": name, "seqlen": s, "rel_err": rel, "lse_err": lse_err, "ok": ok, **t,

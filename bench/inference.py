@@ -203,9 +203,8 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
                     kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk, causal=causal)
                     fns["fa4"] = lambda: fa4(q, k, v, **kw)
                 ts = {b: [] for b in fns}
-                for r in range(3):  # alternating order, so drift hits every backend alike
-                    for b in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-                        ts[b].append(tf(fns[b], flops))
+                for b in timing.alternating(fns):
+                    ts[b].append(tf(fns[b], flops))
                 rec.update({b: sorted(x)[1] for b, x in ts.items()})
         except Exception as e:
             rec.update(ok=False, error=first_line(e))
@@ -307,9 +306,8 @@ def run_fp8_decode_ab(torch, timing, home, iters: int = 20) -> int:
                 if ok:
                     fns = {"ab": (fn, kv_bytes), "shipped": (sh_fn, kv_bytes), "bf16": (bf_fn, 2 * kv_bytes)}
                     ts = {x: [] for x in fns}
-                    for r in range(3):  # alternating order, so drift hits every backend alike
-                        for x in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-                            ts[x].append(tbps(*fns[x]))
+                    for x in timing.alternating(fns):
+                        ts[x].append(tbps(*fns[x]))
                     rec.update({x: sorted(y)[1] for x, y in ts.items()})
             except Exception as e:
                 rec.update(ok=False, error=first_line(e))

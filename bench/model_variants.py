@@ -116,6 +116,7 @@ def ab_main(home: Path, iters: int, out: str | None) -> int:
     import torch
     from cubinforge.runtime import LocalSource, flash_attn_func, last_launch
     from bench.anchors import _PinnedSource
+    from bench.timing import alternating
 
     try:
         from flash_attn.cute import flash_attn_func as fa4
@@ -207,12 +208,11 @@ def ab_main(home: Path, iters: int, out: str | None) -> int:
                 fkw = dict(kw)
                 fns["fa4"] = lambda: fa4(q, k, v, **fkw)
             ts = {b: [] for b in fns}
-            for r in range(3):  # alternating order, so drift hits every backend alike
-                for b in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-                    try:
-                        ts[b].append(t_gpu(fns[b], iters))
-                    except Exception as e:
-                        rec[f"{b}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            for b in alternating(fns):
+                try:
+                    ts[b].append(t_gpu(fns[b], iters))
+                except Exception as e:
+                    rec[f"{b}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
             for b, v_ in ts.items():
                 if v_:
                     rec[b] = round(flops / sorted(v_)[len(v_) // 2] / 1e12, 1)

@@ -149,3 +149,11 @@ def test_load_variants(tmp_path, monkeypatch):
 def test_arch_of_capability():
     assert V.arch_of_capability(9, 0) == "sm_90a"
     assert V.arch_of_capability(8, 9) == "sm_89"
+
+
+def test_alternating_reverses_every_other_round():
+    from cubinforge.bench.timing import alternating
+
+    assert list(alternating({"ours": 1, "cudnn": 2, "fa4": 3})) == [
+        "ours", "cudnn", "fa4", "fa4", "cudnn", "ours", "ours", "cudnn", "fa4"]
+    assert list(alternating(["a", "b"], rounds=2)) == ["a", "b", "b", "a"]
