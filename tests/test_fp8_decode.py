@@ -13,11 +13,10 @@ import pytest
 from conftest import module_available
 
 from cubinforge.generator import spec
-from cubinforge.runtime import InputError, kvcache, launcher, tensormap
+from cubinforge.runtime import InputError, kvcache, launcher
 from cubinforge.runtime.arrays import DeviceArray, OwnedDeviceArray
-from cubinforge.runtime.contract import bind
-from cubinforge.runtime.params import build_params
 from cubinforge.runtime.registry_source import LocalSource, manifests
+from test_runtime_fixtures import checked_plan
 
 DSL = module_available("cutlass")
 DECODE_DEFAULT = {"fa3-fwd-sm_90a-e4m3-hd128-causal-paged-packgqa-m64n128",
@@ -173,15 +172,7 @@ def fake_driver(monkeypatch):
                         classmethod(lambda cls, shape, dtype, device, stream=None, strides=None: arr(shape, dtype)))
     monkeypatch.setattr(kvcache, "_fill_i32", lambda value, n, device, stream, handle: arr((n,), "i32"))
 
-    def fake_plan(self, arrays, scalars, stream=0):
-        b = bind(self.contract, arrays, scalars, {"sm_count": 132})
-        for p in self.contract.params:
-            if p.kind == "tensormap":
-                tensormap.tensormap_args(p.spec, b.tensors[p.spec["tensor"]], p.spec["tensor"])
-        build_params(b, encode=lambda spec, a, name: bytes(128))
-        return launcher._Plan(b.grid, 0, [], None)
-
-    monkeypatch.setattr(launcher.Kernel, "plan", fake_plan)
+    monkeypatch.setattr(launcher.Kernel, "plan", checked_plan)
     monkeypatch.setattr(launcher.Kernel, "run", lambda self, plan, stream: launched.append((self.variant, plan.grid)))
     kvcache.clear_cache()
     yield launched, copies

@@ -14,15 +14,15 @@ from cubinforge.generator.kernels.fa3_fwd_sm90 import block_range as br
 from cubinforge.generator.kernels.fa3_fwd_sm90.config import FwdConfig
 from cubinforge.generator.kernels.fa3_fwd_sm90.contract import (family_contract, inference_contract, varlen_contract,
                                                                 window_expr)
-from cubinforge.runtime import InputError, kvcache, launcher, tensormap, varlen
+from cubinforge.runtime import InputError, kvcache, launcher, varlen
 from cubinforge.runtime.arrays import DeviceArray, OwnedDeviceArray
-from cubinforge.runtime.contract import bind, evaluate
+from cubinforge.runtime.contract import evaluate
 from cubinforge.runtime.errors import VariantNotFound
-from cubinforge.runtime.params import build_params
 from cubinforge.runtime.registry_source import LocalSource, manifests
 from cubinforge.runtime.variants import resolve
 
 from test_fa3_block_range import visible
+from test_runtime_fixtures import checked_plan
 
 BOXES = {"q": (64, 64), "k": (64, 128), "v": (64, 128), "kc": (64, 16), "vc": (64, 16), "o": (64, 64)}
 
@@ -188,17 +188,7 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(kvcache, "_fill_i32", lambda value, n, device, stream, handle: arr((n,), "i32"))
     monkeypatch.setattr(varlen, "_upload_i32", lambda values, device, stream, handle: arr((len(values),), "i32"))
 
-    def fake_plan(self, arrays, scalars, stream=0):
-        b = bind(self.contract, arrays, scalars, {"sm_count": 132})
-        for p in self.contract.params:
-            if p.kind == "tensormap":
-                tensormap.tensormap_args(p.spec, b.tensors[p.spec["tensor"]], p.spec["tensor"])
-        build_params(b, encode=lambda spec, a, name: bytes(128))
-        plan = launcher._Plan(b.grid, 0, [], None)
-        plan.scalars = dict(scalars)
-        return plan
-
-    monkeypatch.setattr(launcher.Kernel, "plan", fake_plan)
+    monkeypatch.setattr(launcher.Kernel, "plan", checked_plan)
     monkeypatch.setattr(launcher.Kernel, "run", lambda self, plan, stream: launched.append((self.variant, plan)))
     kvcache.clear_cache()
     yield launched

@@ -113,3 +113,21 @@ def write_registry(home: Path, manifests, blobs=None) -> Path:
 
 def deep(d):
     return copy.deepcopy(d)
+
+
+def checked_plan(self, arrays, scalars, stream=0):
+    """A stand-in for launcher.Kernel.plan with no driver: binds the contract on 132 SMs, checks
+    every tensor-map recipe against its array, packs the parameters (descriptors as 128 zero
+    bytes), and returns a plan whose grid and scalars the tests read."""
+    from cubinforge.runtime import launcher, tensormap
+    from cubinforge.runtime.contract import bind
+    from cubinforge.runtime.params import build_params
+
+    b = bind(self.contract, arrays, scalars, {"sm_count": 132})
+    for p in self.contract.params:
+        if p.kind == "tensormap":
+            tensormap.tensormap_args(p.spec, b.tensors[p.spec["tensor"]], p.spec["tensor"])
+    build_params(b, encode=lambda spec, a, name: bytes(128))
+    plan = launcher._Plan(b.grid, 0, [], None)
+    plan.scalars = dict(scalars)
+    return plan
