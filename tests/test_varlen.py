@@ -17,8 +17,8 @@ from cubinforge.generator.kernels.fa3_fwd_sm90.seqlens import SeqLens
 from cubinforge.runtime import InputError, kvcache, launcher, tensormap, varlen
 from cubinforge.runtime.arrays import DeviceArray, OwnedDeviceArray
 from cubinforge.runtime.contract import bind, load_contract
-from cubinforge.runtime.params import build_params
 from cubinforge.runtime.registry_source import LocalSource, manifests
+from test_runtime_fixtures import checked_plan
 
 HAS_DSL = module_available("cutlass")
 
@@ -207,17 +207,7 @@ def fake_driver(monkeypatch):
 
     monkeypatch.setattr(varlen, "_upload_i32", upload)
 
-    def fake_plan(self, arrays, scalars, stream=0):
-        b = bind(self.contract, arrays, scalars, {"sm_count": 132})
-        for p in self.contract.params:
-            if p.kind == "tensormap":
-                tensormap.tensormap_args(p.spec, b.tensors[p.spec["tensor"]], p.spec["tensor"])
-        build_params(b, encode=lambda spec, a, name: bytes(128))
-        plan = launcher._Plan(b.grid, 0, [], None)
-        plan.scalars = dict(scalars)
-        return plan
-
-    monkeypatch.setattr(launcher.Kernel, "plan", fake_plan)
+    monkeypatch.setattr(launcher.Kernel, "plan", checked_plan)
     monkeypatch.setattr(launcher.Kernel, "run", lambda self, plan, stream: launched.append((self.variant, plan)))
     kvcache.clear_cache()
     yield launched, uploads
@@ -239,8 +229,9 @@ def test_packed_launch_binds_its_contract(fake_driver, causal, with_used):
     out, lse = varlen.flash_attn_varlen_func(q, k, v, cu, [0, 5, 5, 30, 60], 22, 30, causal=causal, source=SRC,
                                              **used)
     (name, plan), = launched
-    assert name == f"fa3-fwd-sm_90a-bf16-hd128-{'causal' if causal else 'noncausal'}-varlen"
-    assert plan.grid == (varlen_tile_bound(40, 4, 128) * 16, 1, 1)
+    # packed hd128 ships on the persistent walk (config.TUNED_VARLEN): one CTA per SM at most
+    assert name == f"fa3-fwd-sm_90a-bf16-hd128-{'causal' if causal else 'noncausal'}-varlen-persistent"
+    assert plan.grid == (min(varlen_tile_bound(40, 4, 128) * 16, 132), 1, 1)
     assert plan.scalars == {"has_seqused_q": int(with_used), "has_seqused_k": int(with_used)}
     assert uploads == [cu, [0, 5, 5, 30, 60]]  # host cu_seqlens checked and copied over
     assert out.shape == (40, 16, 128) and lse.shape == (16, 40)
@@ -268,7 +259,7 @@ def test_page_size_1_gathers_then_runs_the_packed_form(fake_driver):
     varlen.flash_attn_varlen_func(q, cache, cache, arr((5,), "i32"), None, seqused_k=arr((4,), "i32"),
                                   page_table=arr((4, 100), "i32"), causal=True, source=SRC)
     names = [n for n, _ in launched]
-    assert names[0].startswith("kv-gather") and names[1] == "fa3-fwd-sm_90a-bf16-hd128-causal-varlen"
+    assert names[0].startswith("kv-gather") and names[1] == "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-persistent"
     assert uploads[-1] == [0, 100, 200, 300, 400]  # each sequence's gathered rows: one capacity apart
 
 
