@@ -16,8 +16,9 @@
 # AB_RUNS="name:home:seqlens ..." times bench.ab homes (PART=tests, beside cuDNN and FA4 when
 # staged); AB_INF="name:home ..." times inference A/B homes (PART=bench, beside FA4);
 # GRID="<bench args>" runs the main bench's grid last in PART=bench (e.g. "--dtype bf16 --decode").
-# GPU_TEST_FILES="path:seconds ..." runs GPU test files one step each; CORRECTNESS="<bench args>"
-# runs the main bench's correctness sweep; SNIPPET="<python>" runs one check of its own.
+# GPU_SHARDS=n runs GPU_TESTS in n parallel shards; GPU_TEST_FILES="path:seconds ..." runs GPU test files one step each; CORRECTNESS="<bench args>"
+# runs the main bench's correctness sweep; NCU=<cell> runs --ncu on it; CPP_DEBUG=1 runs
+# bench/cpp_debug.sh (the C++ check under ASan and gdb); SNIPPET="<python>" runs one check of its own.
 set -uo pipefail
 OUT=${OUT:-bench/results/$(date +%F)-h200/check}
 mkdir -p "$OUT"
@@ -48,7 +49,21 @@ if [ "${PART:-tests}" = cpp ]; then
     step_cpp
 elif [ "${PART:-tests}" = tests ]; then
     mkdir -p /root/stage && cp .stage_fa4a/part_aa /root/stage/ 2>/dev/null
-    if [ -n "${GPU_TEST_FILES:-}" ]; then
+    if [ -n "${GPU_SHARDS:-}" ]; then
+        # GPU_SHARDS=n: the files of GPU_TESTS in n parallel pytest processes on the one GPU
+        # (tests/conftest.py's CUBINFORGE_TEST_SHARD), since their float64 references are
+        # CPU-bound; one log per shard, all under one limit.
+        echo "== gpu-shards x$GPU_SHARDS ($(date +%T))"
+        for i in $(seq 0 $(( GPU_SHARDS - 1 ))); do
+            CUBINFORGE_TEST_SHARD=$i/$GPU_SHARDS OMP_NUM_THREADS=${SHARD_THREADS:-2} timeout ${GPU_TESTS_S:-330} \
+                python3 -m pytest -q -rfE -m gpu -p no:cacheprovider -o faulthandler_timeout=90 ${GPU_TESTS:-tests} \
+                > "$OUT/gpu-shard-$i.log" 2>&1 &
+        done
+        wait
+        for i in $(seq 0 $(( GPU_SHARDS - 1 ))); do
+            echo "-- shard $i: $(grep -E '^(FAILED|ERROR)' "$OUT/gpu-shard-$i.log" | head -5)"; tail -2 "$OUT/gpu-shard-$i.log"
+        done
+    elif [ -n "${GPU_TEST_FILES:-}" ]; then
         # One step per file ("path:seconds"), so a slow or stuck file costs only its own limit;
         # faulthandler prints every thread's stack when one test runs past 60 s.
         for f in $GPU_TEST_FILES; do
@@ -62,6 +77,9 @@ elif [ "${PART:-tests}" = tests ]; then
     fi
     [ -n "${CORRECTNESS:-}" ] && step correctness ${CORRECTNESS_S:-120} python3 -m bench --out "$OUT/correctness" \
         --skip grid,cold_start --no-plots $CORRECTNESS
+    [ -n "${NCU:-}" ] && step ncu ${NCU_S:-150} python3 -m bench --out "$OUT/ncu" --skip correctness,grid,cold_start \
+        --no-plots --ncu "$NCU"
+    [ -n "${CPP_DEBUG:-}" ] && TAIL=60 step cpp-debug ${CPP_DEBUG_S:-150} bash bench/cpp_debug.sh
     [ -n "${SNIPPET:-}" ] && step snippet ${SNIPPET_S:-60} python3 -c "$SNIPPET"
     step fp8 90 python3 -m bench.fp8 --skip-errors --json "$OUT/fp8.json"
     [ -d .cubinforge-ab-fp8 ] && step fp8-ab 150 python3 -m bench.ab run --home .cubinforge-ab-fp8 \
