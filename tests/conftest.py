@@ -15,6 +15,7 @@ _NEEDS = {
     "test_registry.py": ("sqlalchemy",), "test_build_pipeline.py": ("sqlalchemy", "elftools"),
     "test_cubin_elf.py": ("elftools",), "test_cli.py": ("sqlalchemy", "elftools"),
     "test_client_remote.py": ("sqlalchemy", "fastapi"), "test_service_*.py": ("sqlalchemy", "fastapi"),
+    "test_fp8_attention.py": ("sqlalchemy",), "test_fp8_quant.py": ("sqlalchemy",),
 }
 collect_ignore_glob = [
     pattern for pattern, mods in _NEEDS.items()

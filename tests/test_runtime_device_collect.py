@@ -1,8 +1,10 @@
 """`make device-test` on a machine without the CuTe DSL: every GPU test must collect.
 
-The lent GPU machine has no `cutlass`; a test module importing it at module level makes
-pytest stop at collection and run nothing. Here the real target runs with --collect-only
-while a meta-path blocker (a sitecustomize on PYTHONPATH) makes `cutlass` unimportable.
+The lent GPU machine has no `cutlass` and none of the build and server extras (SQLAlchemy,
+FastAPI, pyelftools); a test module importing one at module level makes pytest stop at
+collection and run nothing (session 6's first H200 call lost its GPU tests to two fp8 test
+modules importing the registry). Here the real target runs with --collect-only while a
+meta-path blocker (a sitecustomize on PYTHONPATH) makes all of them unimportable.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ REPO = Path(__file__).resolve().parents[1]
 BLOCKER = textwrap.dedent("""
     import sys
 
+    ABSENT = ("cutlass", "sqlalchemy", "fastapi", "elftools")
+
     class _NoCutlass:
-        # What a machine without nvidia-cutlass-dsl looks like: no finder finds `cutlass`, so
-        # importlib.util.find_spec gives None and `import cutlass` ModuleNotFoundError.
+        # What the GPU machine looks like: no finder finds `cutlass` or the extras, so
+        # importlib.util.find_spec gives None and importing them ModuleNotFoundError.
         def __init__(self, finder):
             self._finder = finder
 
         def find_spec(self, name, path=None, target=None):
-            if name == "cutlass" or name.startswith("cutlass."):
+            if name.split(".")[0] in ABSENT:
                 return None
             find = getattr(self._finder, "find_spec", None)
             return find(name, path, target) if find is not None else None
@@ -52,10 +56,10 @@ def blocker(tmp_path):
     # The blocker works: cutlass is neither found nor importable under it (else the test
     # below proves nothing), while other packages still import.
     probe = ("import importlib.util, json; assert importlib.util.find_spec('cutlass') is None; "
-             "import cubinforge.runtime; import cutlass")
+             "import cubinforge.runtime; import sqlalchemy")
     p = subprocess.run([sys.executable, "-c", probe], env=_env(tmp_path), cwd=REPO,
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0 and "No module named 'cutlass'" in p.stderr, p.stderr
+    assert p.returncode != 0 and "No module named 'sqlalchemy'" in p.stderr, p.stderr
     return tmp_path
 
 

@@ -112,7 +112,7 @@ def test_seqlen_k_zero_with_odd_batch_stride(mock, source):
 
 def test_empty_inputs_are_still_checked(mock, source):
     t = arrays(sk=0)
-    with pytest.raises(InputError, match="k and v must agree in \(batch, seqlen_k, heads_kv\)"):
+    with pytest.raises(InputError, match=r"k and v must agree in \(batch, seqlen_k, heads_kv\)"):
         flash_attn_func(t["q"], t["k"], arr((2, 1, 2, 128)), source=source)
     with pytest.raises(InputError, match=r"heads_q \(8\) must be a multiple of heads_kv \(0\)"):
         flash_attn_func(t["q"], arr((2, 0, 0, 128)), arr((2, 0, 0, 128)), source=source)

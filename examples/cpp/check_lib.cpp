@@ -19,11 +19,13 @@
 // SPLITS" (kernels comma-separated, "-" for none) or "error MESSAGE". Returns 0 for ok.
 #include <cuda.h>
 
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
-#include <sstream>
 #include <string>
+#include <vector>
 
 #include "cubinforge/cubinforge.h"
 #include "cubinforge_bundle.h"
@@ -42,21 +44,57 @@ bool parse_dtype(const std::string& s, cf::DType* out) {
   return false;
 }
 
-cf::Status parse_tensors(std::istringstream& in, std::map<std::string, cf::Tensor>* out) {
+// The request's words, split on whitespace, with numbers read by strtoll/strtoull: plain C,
+// so the parse needs no iostream locale facets from the host process (the H200 run's
+// parse failed under the C++ streams, check6/).
+struct Words {
+  std::vector<std::string> w;
+  size_t at = 0;
+  bool ok = true;
+  explicit Words(const char* text) {
+    for (const char* p = text; *p;) {
+      while (*p && std::isspace(static_cast<unsigned char>(*p))) ++p;
+      const char* b = p;
+      while (*p && !std::isspace(static_cast<unsigned char>(*p))) ++p;
+      if (p > b) w.emplace_back(b, p);
+    }
+  }
+  bool more() const { return at < w.size(); }
+  std::string word() {
+    if (at < w.size()) return w[at++];
+    ok = false;
+    return std::string();
+  }
+  long long integer() {
+    const std::string s = word();
+    char* end = nullptr;
+    const long long v = s.empty() ? 0 : std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0') ok = false;
+    return v;
+  }
+  unsigned long long address() {
+    const std::string s = word();
+    char* end = nullptr;
+    const unsigned long long v = s.empty() ? 0 : std::strtoull(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0') ok = false;
+    return v;
+  }
+};
+
+cf::Status parse_tensors(Words& in, std::map<std::string, cf::Tensor>* out) {
   std::string tok;
-  while (in >> tok && tok != "end") {
+  while (in.more() && (tok = in.word()) != "end") {
     if (tok != "t") return cf::invalid("request: expected a 't NAME ...' line or 'end', got '" + tok + "'");
-    std::string name, dtype;
-    unsigned long long ptr = 0;
-    int rank = -1;
-    in >> name >> dtype >> ptr >> rank;
+    const std::string name = in.word(), dtype = in.word();
+    const unsigned long long ptr = in.address();
+    const long long rank = in.integer();
     cf::Tensor x;
-    if (!in || rank < 0 || rank > 8 || !parse_dtype(dtype, &x.dtype))
+    if (!in.ok || rank < 0 || rank > cf::kMaxRank || !parse_dtype(dtype, &x.dtype))
       return cf::invalid("request: bad tensor line for '" + name + "' (dtype '" + dtype + "')");
-    x.ptr = ptr, x.rank = rank;
-    for (int i = 0; i < rank; ++i) in >> x.shape[i];
-    for (int i = 0; i < rank; ++i) in >> x.strides[i];
-    if (!in) return cf::invalid("request: tensor '" + name + "' is missing shape or strides");
+    x.ptr = ptr, x.rank = static_cast<int>(rank);
+    for (int i = 0; i < x.rank; ++i) x.shape[i] = in.integer();
+    for (int i = 0; i < x.rank; ++i) x.strides[i] = in.integer();
+    if (!in.ok) return cf::invalid("request: tensor '" + name + "' is missing shape or strides");
     (*out)[name] = x;
   }
   if (tok != "end") return cf::invalid("request: no 'end' line");
@@ -167,14 +205,18 @@ cf::Status combine(std::map<std::string, cf::Tensor>& t, bool launch, std::strin
 }  // namespace
 
 extern "C" int cubinforge_check_run(const char* request, int launch, char* reply, int reply_bytes) {
-  std::istringstream in(request ? request : "");
-  std::string kind, out = "- 0";
-  in >> kind;
+  Words in(request ? request : "");
+  std::string out = "- 0";
+  const std::string kind = in.word();
   int splits = 0, pack = -1, causal = 0;
-  if (kind == "kvcache" || kind == "varlen") in >> splits >> pack >> causal;
-  else if (kind == "dense") in >> causal;
+  if (kind == "kvcache" || kind == "varlen") {
+    splits = static_cast<int>(in.integer()), pack = static_cast<int>(in.integer());
+    causal = static_cast<int>(in.integer());
+  } else if (kind == "dense") {
+    causal = static_cast<int>(in.integer());
+  }
   std::map<std::string, cf::Tensor> t;
-  cf::Status st = in ? parse_tensors(in, &t) : cf::invalid("request: bad header line for '" + kind + "'");
+  cf::Status st = in.ok ? parse_tensors(in, &t) : cf::invalid("request: bad header line for '" + kind + "'");
   if (st.ok()) {
     if (kind == "dense") st = dense(t, causal != 0, launch != 0, &out);
     else if (kind == "kvcache") st = kvcache(t, splits, pack, causal != 0, launch != 0, &out);
