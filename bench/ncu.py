@@ -61,10 +61,13 @@ def with_rollup(base: str) -> str:
 
 
 def choose_metrics(names: list[str]) -> list[str]:
+    # Stall reasons before the tensor/TMA pattern: on the H200 that pattern alone matched more
+    # than MAX_METRICS names and the stalls, the reason one schedule is slower, fell off
+    # (check6/c1/ncu, session 6).
     picked = [n for n in names if n in ALWAYS]
+    picked += [n for n in names if STALLS.match(n)]
     picked += [n for n in names if PATTERN.search(n) and n.startswith(("sm__", "smsp__"))
                and "sparsity" not in n]
-    picked += [n for n in names if STALLS.match(n)]
     seen, out = set(), []
     for n in picked:
         m = with_rollup(n)

@@ -211,6 +211,11 @@ def test_ncu_picks_stall_reasons_as_ratios():
     chosen = N.choose_metrics(names)
     assert "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio" in chosen
     assert "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio" in chosen
+    # More tensor/TMA names than the cap (as the H200's ncu lists) leave the stalls in.
+    many = [f"sm__inst_executed_pipe_tensor_op_x{i}" for i in range(2 * N.MAX_METRICS)]
+    chosen = N.choose_metrics(many + names)
+    assert len(chosen) == N.MAX_METRICS
+    assert "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio" in chosen
 
 
 FAKE_NCU = r'''#!/usr/bin/env python3
