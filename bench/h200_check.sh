@@ -14,10 +14,12 @@
 #   PART=cpp OUT=<dir> bash bench/h200_check.sh     # the C++ loader vs Python alone (carry .cubinforge)
 # SKIP="fp8-ab host-overhead" leaves those steps out; GPU_TESTS names the test files to run.
 # AB_RUNS="name:home:seqlens ..." times bench.ab homes (PART=tests, beside cuDNN and FA4 when
-# staged); AB_INF="name:home ..." times inference A/B homes (PART=bench, beside FA4);
+# staged); AB_RUNS_BENCH the same in PART=bench, beside FA4 too; MV_AB_HOME names
+# model_variants' A/B home; AB_INF="name:home ..." times inference A/B homes (PART=bench);
+# a home carried in PART=tests is still there for PART=bench on the same warm machine.
 # GRID="<bench args>" runs the main bench's grid last in PART=bench (e.g. "--dtype bf16 --decode").
-# GPU_SHARDS=n runs GPU_TESTS in n parallel shards; GPU_TEST_FILES="path:seconds ..." runs GPU test files one step each; CORRECTNESS="<bench args>"
-# runs the main bench's correctness sweep; NCU=<cell> runs --ncu on it; CPP_DEBUG=1 runs
+# GPU_SHARDS=n runs GPU_TESTS in n parallel shards; GPU_TEST_FILES="path:seconds ..." runs
+# GPU test files one step each; CORRECTNESS="<bench args>" runs the main bench's correctness sweep; NCU=<cell> runs --ncu on it; CPP_DEBUG=1 runs
 # bench/cpp_debug.sh (the C++ check under ASan and gdb); SNIPPET="<python>" runs one check of its own.
 set -uo pipefail
 OUT=${OUT:-bench/results/$(date +%F)-h200/check}
@@ -31,6 +33,12 @@ step() {  # step NAME SECONDS CMD...: run under a time limit, log to $OUT/NAME.l
     echo "== $name ($(date +%T))"
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "rc=$?" >> "$OUT/$name.log"
     tail -${TAIL:-25} "$OUT/$name.log"
+}
+ab_runs() {  # ab_runs "name:home:seqlens" ...: bench.ab homes, beside whatever anchors are importable
+    for run in "$@"; do
+        IFS=: read -r name home seqlens <<< "$run"
+        step "ab-$name" ${AB_S:-200} python3 -m bench.ab run --home "$home" --seqlens "$seqlens" --out "$OUT/ab-$name"
+    done
 }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"; echo "commit $CUBINFORGE_COMMIT"; } > "$OUT/env-$PART.txt" 2>&1
 # The C++ loader against the Python runtime: every entry point (dense, kvcache, varlen,
@@ -85,10 +93,7 @@ elif [ "${PART:-tests}" = tests ]; then
     [ -d .cubinforge-ab-fp8 ] && step fp8-ab 150 python3 -m bench.ab run --home .cubinforge-ab-fp8 \
         --seqlens ${FP8_AB_SEQLENS:-8192,16384} --out "$OUT/fp8-ab"
     [ -d /tmp/site/flash_attn ] && export PYTHONPATH=$PWD:$FA
-    for run in ${AB_RUNS:-}; do
-        IFS=: read -r name home seqlens <<< "$run"
-        step "ab-$name" ${AB_S:-200} python3 -m bench.ab run --home "$home" --seqlens "$seqlens" --out "$OUT/ab-$name"
-    done
+    ab_runs ${AB_RUNS:-}
 else
     if [ ! -d /tmp/site/flash_attn ]; then
         whl=/tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
@@ -106,8 +111,10 @@ else
     done
     [ -n "${FP8_BENCH:-}" ] && step fp8 90 python3 -m bench.fp8 --skip-errors --json "$OUT/fp8.json"
     step model-variants 90 python3 bench/model_variants.py --out "$OUT/model_variants.json"
-    [ -d .cubinforge-ab ] && step model-variants-ab 180 python3 bench/model_variants.py \
-        --ab-home .cubinforge-ab --out "$OUT/model_variants_ab.json"
+    MV_AB_HOME=${MV_AB_HOME:-.cubinforge-ab}
+    [ -d "$MV_AB_HOME" ] && step model-variants-ab ${MV_AB_S:-180} python3 bench/model_variants.py \
+        --ab-home "$MV_AB_HOME" --out "$OUT/model_variants_ab.json"
+    ab_runs ${AB_RUNS_BENCH:-}
     step host-overhead 70 python3 -m cubinforge.bench.host_overhead --iters 2000 --repeats 5 \
         --out "$OUT/host_overhead.json"
     step host-overhead-raw-off 40 python3 -m cubinforge.bench.host_overhead --kinds plan,prewrapped,torch \
