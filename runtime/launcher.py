@@ -287,7 +287,10 @@ class Kernel:
             # config and parameter array, so one context query and one launch.
             raw = fast[6]
             if raw is not None:      # libcuda through ctypes, arguments prebuilt (rawlaunch.py)
-                if raw.current() == fast[0] and raw.launch(*fast[7]) == 0:
+                # raw.current() inlined (one frame less per launch): 0 is success, the slot
+                # then holds the context (None for none, never equal to the plan's).
+                if (raw.get_current(raw.slot_ref) == 0 and raw.slot.value == fast[0]
+                        and raw.launch(*fast[7]) == 0):
                     _launches[0] += 1
                     _local.record = fast[5]
                     return fast[5]
