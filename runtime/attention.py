@@ -462,7 +462,7 @@ def _torch_hit(q, k, v, out, lse, handle: int, causal: bool, softmax_scale, sour
             order_for(handle, dev, od)
             ptrs = tuple(ptrs)
             with hit.lock:
-                if ptrs == hit.ptrs:
+                if ptrs == hit.ptrs or hit.seen(ptrs) is not None:
                     hit.kernel.run(hit.plan, handle)
                     return True
             return hit.launch(tuple(DeviceArray._trusted(p, shape, strides, hit.dtypes[i], dev, t)
@@ -488,7 +488,7 @@ def _torch_hit(q, k, v, out, lse, handle: int, causal: bool, softmax_scale, sour
     order_for(handle, dev, od)
     ptrs = (fq[0], fk[0], fv[0], fo[0], fl[0])
     with hit.lock:
-        if ptrs == hit.ptrs:
+        if ptrs == hit.ptrs or hit.seen(ptrs) is not None:
             hit.kernel.run(hit.plan, handle)
             return True
     # Other buffers of this layout: the entry checks and rewrites their pointers.
@@ -505,9 +505,14 @@ class _Cached:
     """A checked flash_attn_func call of one layout (outputs given or not), with parameters of
     its own: a later call of that layout only has its pointers checked (alignment, device)
     and rewritten where they changed. A lock keeps rewrite + launch of one entry together
-    (the driver copies the parameter bytes at the launch, so after it they may change)."""
+    (the driver copies the parameter bytes at the launch, so after it they may change).
 
-    __slots__ = ("source", "kernel", "plan", "align", "lock", "ptrs", "dtypes")
+    Each set of pointers it meets (up to _MAX_POINTER_SETS) gets parameters of its own, kept
+    by pointers: the layers of a model call one layout with their own buffers in turn, and
+    each set seen before launches as it is, with nothing rewritten. Past that many sets the
+    last plan is rewritten in place, as before."""
+
+    __slots__ = ("source", "kernel", "plan", "align", "lock", "ptrs", "dtypes", "plans")
 
     def __init__(self, source, kernel: Kernel, plan):
         self.source, self.kernel, self.plan = source, kernel, plan
@@ -517,6 +522,14 @@ class _Cached:
         self.align = tuple(max(specs[n].align_bytes, 16 if n in tma else 1) for n in _ORDER)
         self.lock = threading.Lock()
         self.ptrs = tuple(plan.bound.tensors[n].ptr for n in _ORDER)    # what the parameters hold
+        self.plans = {self.ptrs: plan}     # pointers -> the plan whose parameters hold them
+
+    def seen(self, ptrs: tuple):
+        """The plan already holding these pointers (checked when first met), or None."""
+        plan = self.plans.get(ptrs)
+        if plan is not None:
+            self.plan, self.ptrs = plan, ptrs
+        return plan
 
     def allocate(self, name: str, stream: Any) -> OwnedDeviceArray:
         """A new output laid out as this entry's first call allocated it."""
@@ -536,17 +549,26 @@ class _Cached:
                 or lse.device is None) and not all(a.device is not None or _on(a, dev) for a in arrays):
             return False
         with self.lock:
-            if ptrs != self.ptrs:
+            if ptrs != self.ptrs and self.seen(ptrs) is None:
                 if any(p % al for p, al in zip(ptrs, self.align)):
                     return False
+                plan = self.plan                             # as of now, under the lock
+                if len(self.plans) < _MAX_POINTER_SETS:
+                    plan = self.kernel.clone_plan(plan)     # a plan of its own for these pointers
+                else:
+                    del self.plans[self.ptrs]               # full: this plan is pointed elsewhere
                 self.kernel.rewrite_pointers(plan, {n: a if a.device is not None else a.with_device(dev)
                                                     for n, a in zip(_ORDER, arrays)})
+                self.plans[ptrs] = self.plan = plan
                 self.ptrs = ptrs
-            self.kernel.run(plan, handle)
+            self.kernel.run(self.plan, handle)
         return True
 
 
 _ORDER = ("q", "k", "v", "o", "lse")
+# Pointer sets with parameters of their own per _Cached entry (a few KB each): a 32-layer
+# model's layers and then some.
+_MAX_POINTER_SETS = 64
 
 
 class _CachedDecode:
