@@ -23,7 +23,12 @@ call has new pointers: flash_attn_func / plan.run rewriting them),
 ``parse`` / ``smv`` (no launch: our DLPack parser / cuda.core's StridedMemoryView reading
 the five capsules, where cuda.core is importable), ``cudnn`` and ``fa4`` (GPU only: torch
 SDPA on cuDNN, and flash_attn.cute's flash_attn_func, output allocated per call as they do).
-``producer`` is what the DLPack producers alone spend exporting five capsules.
+``producer`` is what the DLPack producers alone spend exporting five capsules. Two rows tell
+a slower host from slower code (issue 10: a run where torch's own export cost 1.7x the last
+run's moved every row of ours with it): ``floor`` (GPU, or --mock --fake-libcuda) is the
+plan's prebuilt ``cuLaunchKernelEx`` through ctypes alone, the driver's own cost per launch
+and the bound under ``plan``; ``pyref`` is a fixed pure-Python loop that touches no code of
+ours, the interpreter's speed on this host.
 
 On a GPU the device is synchronised every ``SYNC_EVERY`` calls, outside the timed spans, so
 the launch queue never fills: the figures are host time per call, not kernel time.
@@ -48,7 +53,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 KINDS = ("prewrapped", "cai", "dlpack", "torch", "torch-swap", "torch-alloc", "plan", "plan-run", "plan-swap",
-         "miss", "parse", "smv", "cudnn", "fa4")
+         "miss", "parse", "smv", "cudnn", "fa4", "floor", "pyref")
 SWAP = {"torch-swap", "plan-swap"}
 MOCK_ONLY, GPU_ONLY = {"miss"}, {"cudnn", "fa4"}
 SYNC_EVERY = 64
@@ -440,7 +445,7 @@ def gpu_inputs(kind: str, dtype: str = "fp16", shapes=None):
     """(inputs of ``kind``, stream, backend, the framework tensors behind them)."""
     from cubinforge.runtime import as_device_array
     ts, stream, backend = gpu_tensors(dtype, shapes)
-    if kind in ("torch", "torch-alloc", "plan", "plan-run", "torch-swap", "plan-swap"):
+    if kind in ("torch", "torch-alloc", "plan", "floor", "plan-run", "torch-swap", "plan-swap"):
         out = ts
     elif kind in ("dlpack", "parse", "smv"):
         out = {n: DLPackOnly(t) for n, t in ts.items()}
@@ -585,6 +590,33 @@ def _anchor_call(kind: str, ts: dict, causal: bool):
     return fn, stack
 
 
+def _floor_call(inputs, stream, causal):
+    """The plan's launch replay alone: its prebuilt cuLaunchKernelEx arguments through ctypes
+    (runtime/rawlaunch.py), no context query, no Python of ours; or why it cannot run here."""
+    go = _plan_call(inputs, stream, causal, False)
+    go()
+    go()                         # the second launch is the replay: the plan now holds its arguments
+    fast = go.__self__._plan.fast
+    if fast is None or fast[6] is None:
+        return "needs the ctypes launch replay (--raw auto; with --mock, --fake-libcuda too)"
+    launch, args = fast[6].launch, fast[7]
+
+    def floor():
+        launch(*args)
+    return floor
+
+
+_PYREF_KEYS = tuple(range(64))
+
+
+def _pyref() -> None:
+    """A fixed pure-Python workload (tuples, a dict, attribute calls): no code of ours."""
+    d = {}
+    for i in _PYREF_KEYS:
+        d[(i, i + 1)] = str(i)
+    sum(len(v) for v in d.values())
+
+
 def _smv_available() -> str | None:
     try:
         try:
@@ -606,8 +638,11 @@ def _make(kind, mock, dtype, head_dim, causal, shapes, stack):
         return _smv_available()
     if kind == "miss":
         return _miss_calls(dtype, head_dim, causal), None, "mock"
+    if kind == "pyref":
+        return _pyref, None, "none"
     if mock:
-        src_kind = {"torch-alloc": "torch", "plan": "prewrapped", "plan-run": "torch", "torch-swap": "torch",
+        src_kind = {"torch-alloc": "torch", "plan": "prewrapped", "floor": "prewrapped", "plan-run": "torch",
+                    "torch-swap": "torch",
                     "plan-swap": "torch", "parse": "dlpack", "smv": "dlpack"}.get(kind, kind)
         if src_kind == "torch":
             if "torch" in sys.modules:
@@ -630,7 +665,7 @@ def _make(kind, mock, dtype, head_dim, causal, shapes, stack):
             stack.callback(lambda keep=ts: None)
             return fn, (lambda: gpu_sync(backend)), backend
         inputs, stream, backend, ts = gpu_inputs(kind, dtype, shapes)
-        if kind in ("torch", "torch-alloc", "plan", "plan-run", "torch-swap", "plan-swap") and backend != "torch":
+        if kind in ("torch", "torch-alloc", "plan", "floor", "plan-run", "torch-swap", "plan-swap") and backend != "torch":
             return "needs torch"
         if kind in SWAP:
             inputs = (inputs, gpu_inputs(kind, dtype, shapes)[0])
@@ -640,6 +675,9 @@ def _make(kind, mock, dtype, head_dim, causal, shapes, stack):
         return _swap_call(inputs, stream, causal, kind == "plan-swap"), sync, backend
     if kind in ("plan", "plan-run"):
         return _plan_call(inputs, stream, causal, kind == "plan-run"), sync, backend
+    if kind == "floor":
+        made = _floor_call(inputs, stream, causal)
+        return made if isinstance(made, str) else (made, sync, backend)
     if kind in ("parse", "smv"):
         return _parse_call(inputs, stream, kind == "smv"), sync, backend
     return _call(inputs, stream, causal, given=kind != "torch-alloc"), sync, backend

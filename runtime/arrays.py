@@ -284,6 +284,11 @@ assert _MT_VERSIONED.size == ctypes.sizeof(_DLManagedTensorVersioned)
 assert _MT_LEGACY.size == ctypes.sizeof(_DLManagedTensor)
 _I64 = [struct.Struct(f"<{n}q") for n in range(33)]
 _MAX_NDIM = 32
+# Memory is read in place: a ctypes char array over the address (from_address) is a buffer
+# struct.unpack_from reads, half the cost of string_at's copy into bytes (issue 10).
+_AT_VERSIONED = ctypes.c_char * _MT_VERSIONED.size
+_AT_LEGACY = ctypes.c_char * _MT_LEGACY.size
+_AT_I64 = [ctypes.c_char * (8 * n) for n in range(_MAX_NDIM + 1)]
 
 
 def parse_dlpack_capsule(capsule, producer: Any = None, dtype: str | None = None,
@@ -298,7 +303,7 @@ def parse_dlpack_capsule(capsule, producer: Any = None, dtype: str | None = None
         addr = None
     if addr:
         (major, minor, _ctx, deleter, flags, data, dev_type, dev_id, ndim, code, bits, lanes,
-         shape_p, strides_p, byte_offset) = _MT_VERSIONED.unpack(ctypes.string_at(addr, _MT_VERSIONED.size))
+         shape_p, strides_p, byte_offset) = _MT_VERSIONED.unpack_from(_AT_VERSIONED.from_address(addr))
         if major != 1:
             raise InputError(f"{what}: DLPack version {major}.{minor} is not "
                              f"supported (this runtime reads 1.x)")
@@ -306,7 +311,7 @@ def parse_dlpack_capsule(capsule, producer: Any = None, dtype: str | None = None
     elif _IsValid(cap, _NAME):
         addr = _GetPointer(cap, _NAME)
         (data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, byte_offset,
-         _ctx, deleter) = _MT_LEGACY.unpack(ctypes.string_at(addr, _MT_LEGACY.size))
+         _ctx, deleter) = _MT_LEGACY.unpack_from(_AT_LEGACY.from_address(addr))
         flags, used = 0, _USED
     else:
         raise InputError(f"{what}: not an unconsumed DLPack capsule (expected name 'dltensor' "
@@ -333,9 +338,9 @@ def parse_dlpack_capsule(capsule, producer: Any = None, dtype: str | None = None
         raise InputError(f"{what}: DLPack ndim {ndim} is outside 0..{_MAX_NDIM}")
     if ndim and not shape_p:
         raise InputError(f"{what}: DLPack tensor of {ndim} dimensions has no shape")
-    fmt = _I64[ndim]
-    shape = fmt.unpack(ctypes.string_at(shape_p, 8 * ndim)) if ndim else ()
-    strides = (fmt.unpack(ctypes.string_at(strides_p, 8 * ndim)) if ndim else ()) if strides_p else None
+    fmt, at = _I64[ndim], _AT_I64[ndim]
+    shape = fmt.unpack_from(at.from_address(shape_p)) if ndim else ()
+    strides = (fmt.unpack_from(at.from_address(strides_p)) if ndim else ()) if strides_p else None
     ptr = data + byte_offset
     # Rename first: from here on we, not the capsule's destructor, own the tensor.
     if _SetName(cap, used) != 0:

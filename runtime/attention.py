@@ -112,6 +112,7 @@ def clear_cache() -> None:
         _kernels.clear()
         _chosen.clear()
         _calls.clear()
+        _torch_memo[0] = None
 
 
 def _check_layout(name: str, a: DeviceArray, inner_contiguous: bool = True, align: int = 16) -> None:
@@ -440,6 +441,33 @@ def _torch_hit(q, k, v, out, lse, handle: int, causal: bool, softmax_scale, sour
         scale = softmax_scale
     else:
         return False
+    ts = (q, k, v, out, lse)
+    m = _torch_memo[0]
+    if m is not None and m[0] is source and m[1] is causal and m[2] == scale:
+        # The layout of the last call that hit: compared field by field, no key built or
+        # hashed. Any difference (or a tensor the attribute path does not take) goes on to
+        # the keyed lookup below, which reads every field again.
+        dev, layouts = m[3], m[4]
+        ptrs = []
+        try:
+            for t, (shape, strides, tdt) in zip(ts, layouts):
+                if (t.requires_grad or t.is_neg() or t.get_device() != dev or t.dtype is not tdt
+                        or t.stride() != strides or t.shape != shape):
+                    break
+                ptrs.append(t.data_ptr())
+        except (RuntimeError, NotImplementedError):     # no storage / no strides: as torch_fields
+            ptrs = ()
+        if len(ptrs) == 5:
+            hit = m[5]
+            order_for(handle, dev, od)
+            ptrs = tuple(ptrs)
+            with hit.lock:
+                if ptrs == hit.ptrs or hit.seen(ptrs) is not None:
+                    hit.kernel.run(hit.plan, handle)
+                    return True
+            return hit.launch(tuple(DeviceArray._trusted(p, shape, strides, hit.dtypes[i], dev, t)
+                                    for i, (p, t, (shape, strides, _)) in enumerate(zip(ptrs, ts, layouts))),
+                              handle)
     fq, fk, fv, fo, fl = torch_fields(q), torch_fields(k), torch_fields(v), torch_fields(out), torch_fields(lse)
     if fq is None or fk is None or fv is None or fo is None or fl is None:
         return False
@@ -453,33 +481,55 @@ def _torch_hit(q, k, v, out, lse, handle: int, causal: bool, softmax_scale, sour
     hit = _calls.get(key)
     if type(hit) is not _Cached or hit.source is not source:
         return False
+    fs = (fq, fk, fv, fo, fl)
+    # Remembered for the next call: its layout (torch's own shape, stride and dtype objects,
+    # as read) and the entry. One slot: calls of one layout (every layer of a model) share it.
+    _torch_memo[0] = (source, causal, scale, dev, tuple((f[1], f[2], t.dtype) for f, t in zip(fs, ts)), hit)
     order_for(handle, dev, od)
     ptrs = (fq[0], fk[0], fv[0], fo[0], fl[0])
     with hit.lock:
-        if ptrs == hit.ptrs:
+        if ptrs == hit.ptrs or hit.seen(ptrs) is not None:
             hit.kernel.run(hit.plan, handle)
             return True
     # Other buffers of this layout: the entry checks and rewrites their pointers.
-    arrays = tuple(DeviceArray._trusted(f[0], f[1], f[2], f[3], dev, t)
-                   for f, t in ((fq, q), (fk, k), (fv, v), (fo, out), (fl, lse)))
+    arrays = tuple(DeviceArray._trusted(f[0], f[1], f[2], f[3], dev, t) for f, t in zip(fs, ts))
     return hit.launch(arrays, handle)
+
+
+# The last _torch_hit's (source, causal, scale, device, ((shape, strides, torch dtype) x 5),
+# entry): a repeated call of that layout skips the keyed lookup. clear_cache forgets it.
+_torch_memo: list = [None]
 
 
 class _Cached:
     """A checked flash_attn_func call of one layout (outputs given or not), with parameters of
     its own: a later call of that layout only has its pointers checked (alignment, device)
     and rewritten where they changed. A lock keeps rewrite + launch of one entry together
-    (the driver copies the parameter bytes at the launch, so after it they may change)."""
+    (the driver copies the parameter bytes at the launch, so after it they may change).
 
-    __slots__ = ("source", "kernel", "plan", "align", "lock", "ptrs")
+    Each set of pointers it meets (up to _MAX_POINTER_SETS) gets parameters of its own, kept
+    by pointers: the layers of a model call one layout with their own buffers in turn, and
+    each set seen before launches as it is, with nothing rewritten. Past that many sets the
+    last plan is rewritten in place, as before."""
+
+    __slots__ = ("source", "kernel", "plan", "align", "lock", "ptrs", "dtypes", "plans")
 
     def __init__(self, source, kernel: Kernel, plan):
         self.source, self.kernel, self.plan = source, kernel, plan
+        self.dtypes = tuple(plan.bound.tensors[n].dtype for n in _ORDER)     # our names, as keyed
         specs = kernel.contract.tensors
         tma = {p.spec.get("tensor") for p in kernel.contract.params if p.kind == "tensormap"}
         self.align = tuple(max(specs[n].align_bytes, 16 if n in tma else 1) for n in _ORDER)
         self.lock = threading.Lock()
         self.ptrs = tuple(plan.bound.tensors[n].ptr for n in _ORDER)    # what the parameters hold
+        self.plans = {self.ptrs: plan}     # pointers -> the plan whose parameters hold them
+
+    def seen(self, ptrs: tuple):
+        """The plan already holding these pointers (checked when first met), or None."""
+        plan = self.plans.get(ptrs)
+        if plan is not None:
+            self.plan, self.ptrs = plan, ptrs
+        return plan
 
     def allocate(self, name: str, stream: Any) -> OwnedDeviceArray:
         """A new output laid out as this entry's first call allocated it."""
@@ -499,17 +549,26 @@ class _Cached:
                 or lse.device is None) and not all(a.device is not None or _on(a, dev) for a in arrays):
             return False
         with self.lock:
-            if ptrs != self.ptrs:
+            if ptrs != self.ptrs and self.seen(ptrs) is None:
                 if any(p % al for p, al in zip(ptrs, self.align)):
                     return False
+                plan = self.plan                             # as of now, under the lock
+                if len(self.plans) < _MAX_POINTER_SETS:
+                    plan = self.kernel.clone_plan(plan)     # a plan of its own for these pointers
+                else:
+                    del self.plans[self.ptrs]               # full: this plan is pointed elsewhere
                 self.kernel.rewrite_pointers(plan, {n: a if a.device is not None else a.with_device(dev)
                                                     for n, a in zip(_ORDER, arrays)})
+                self.plans[ptrs] = self.plan = plan
                 self.ptrs = ptrs
-            self.kernel.run(plan, handle)
+            self.kernel.run(self.plan, handle)
         return True
 
 
 _ORDER = ("q", "k", "v", "o", "lse")
+# Pointer sets with parameters of their own per _Cached entry (a few KB each): a 32-layer
+# model's layers and then some.
+_MAX_POINTER_SETS = 64
 
 
 class _CachedDecode:

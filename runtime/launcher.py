@@ -7,6 +7,7 @@ is kept per thread for ``last_launch()``.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import struct
 import threading
@@ -17,7 +18,7 @@ from . import driver, rawlaunch
 from .arrays import DeviceArray, as_device_array
 from .contract import Bound, Contract, bind
 from .errors import CudaError, InputError
-from .params import build_params, param_bytes, replace_tensormap_address
+from .params import _aligned_buffer, build_params, param_bytes, replace_tensormap_address
 from .registry_source import Manifest, Source, check_verified, default_source, fetch_cubin
 
 
@@ -230,6 +231,13 @@ class Kernel:
         return _Plan(bound.grid, device, buffers, driver.param_pointers(buffers), bound=bound,
                      keep_arrays=keep_arrays)
 
+    def clone_plan(self, plan: "_Plan") -> "_Plan":
+        """A copy of ``plan`` (one from ``build_plan``) with parameter bytes of its own, for
+        ``rewrite_pointers`` to point elsewhere while ``plan`` keeps its pointers."""
+        buffers = [_aligned_copy(b, p.align) for b, p in zip(plan.buffers, self.contract.params)]
+        return _Plan(plan.grid, plan.device, buffers, driver.param_pointers(buffers), bound=copy.copy(plan.bound),
+                     keep_arrays=plan.keep_arrays)
+
     def pointer_params(self, name: str) -> tuple:
         """How tensor ``name``'s pointer reaches the parameters: (ordinal, how, offset) with
         how = 'tensormap' (its descriptor), 'ptr' (a field or scalar that is the pointer
@@ -287,7 +295,10 @@ class Kernel:
             # config and parameter array, so one context query and one launch.
             raw = fast[6]
             if raw is not None:      # libcuda through ctypes, arguments prebuilt (rawlaunch.py)
-                if raw.current() == fast[0] and raw.launch(*fast[7]) == 0:
+                # raw.current() inlined (one frame less per launch): 0 is success, the slot
+                # then holds the context (None for none, never equal to the plan's).
+                if (raw.get_current(raw.slot_ref) == 0 and raw.slot.value == fast[0]
+                        and raw.launch(*fast[7]) == 0):
                     _launches[0] += 1
                     _local.record = fast[5]
                     return fast[5]
@@ -375,6 +386,11 @@ class _Plan:
     bound: Any = None        # build_plan's: the Bound it was packed from (rewrite_pointers uses it)
     keep_arrays: bool = True
     fast: Any = None         # (context, stream, config, function, params, record, raw, raw args) of the last launch
+
+
+def _aligned_copy(buf, align: int):
+    """A new parameter buffer holding ``buf``'s bytes, aligned as params.build_params aligns."""
+    return _aligned_buffer(bytes(buf), align)
 
 
 def _view(a: DeviceArray) -> DeviceArray:

@@ -129,7 +129,7 @@ def test_bench_times_the_real_bindings_against_a_fake_libcuda(raw):
         pytest.skip("needs a C compiler")
     import json
     proc = subprocess.run([sys.executable, "-m", "cubinforge.bench.host_overhead", "--mock", "--fake-libcuda",
-                           "--raw", raw, "--kinds", "plan", "--iters", "300", "--repeats", "1", "--json"],
+                           "--raw", raw, "--kinds", "plan,floor,pyref", "--iters", "300", "--repeats", "1", "--json"],
                           capture_output=True, text=True, timeout=300)
     if "holds no fa3_fwd variants" in proc.stderr or "VariantNotFound" in proc.stderr:
         pytest.skip("no kernels in .cubinforge (make kernels ARCH=sm90)")
@@ -137,3 +137,9 @@ def test_bench_times_the_real_bindings_against_a_fake_libcuda(raw):
     res = json.loads(proc.stdout)
     assert res["plan"]["median_us"] > 0
     assert "cuLaunchKernelEx" not in res["plan:driver_calls_per_call"]   # not the Python fake's
+    assert res["pyref"]["median_us"] > 0
+    # floor: the replay's launch alone, through ctypes; with the replay off there is none.
+    if raw == "auto":
+        assert res["floor"]["median_us"] > 0 and not res["floor:driver_calls_per_call"]
+    else:
+        assert "ctypes launch replay" in res["skipped"]["floor"]
