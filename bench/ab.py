@@ -330,8 +330,8 @@ SHORT_OVERLAP = [
 # the next tile's first QK^T) and a third K/V stage, against the shipped builds
 # (TUNED_VARIANTS: the window one tile per CTA with the in-order sum and the bit mask;
 # (192, 128) lpt with both). The overlaps need a persistent CTA (FwdConfig refuses them one
-# tile per CTA), so the window's go on the persistent walk, whose tiles cost the same (33
-# key blocks each). Pruned on the CPU by bench/loop_sass.py (bench/results/2026-12-01-cpu/
+# tile per CTA), so the window's go on the persistent walk (its tiles cost nearly the same:
+# 33 key blocks each from m block 32 on, at (4096, 0)). Pruned on the CPU by bench/loop_sass.py (bench/results/2026-12-01-cpu/
 # variant-speed-2.md says which fit and why the others are left out); timed by
 # bench/model_variants.py --ab-home beside the shipped variant and FA4.
 _WS = dict(_W, in_order_row_sum=True, mask_bits=True)  # the shipped window's switches

@@ -5,7 +5,7 @@ and the mask's compares and selects. Candidates FwdConfig refuses are listed wit
     .venv/bin/python bench/loop_sass.py --sets model-variants-2 [--home .cubinforge-ab-mv2]
         [--pruned] [--match REGEX] [--out FILE]
 
-With --home, the cubins `bench.ab build` put there; without, each is compiled here. --pruned
+With --home, the cubins `bench.ab build` put there; the others are compiled here. --pruned
 adds the candidates considered and left out of the set (PRUNED below).
 """
 
@@ -27,6 +27,7 @@ PRUNED = [
     ("single+in-order-sum+mask-bits+q-double-buffer", dict(_W, scheduler="single", q_double_buffer=True)),
     ("single+in-order-sum+mask-bits+tile-128x176", dict(_W, scheduler="single", tile_m=128, tile_n=176)),
     ("single+in-order-sum+mask-bits+tile-128x192", dict(_W, scheduler="single", tile_m=128, tile_n=192)),
+    ("single+in-order-sum+tile-128x176", dict(_W, scheduler="single", mask_bits=False, tile_m=128, tile_n=176)),
     ("persistent+separate-o+in-order-sum+mask-bits+q-double-buffer+stages-3",
      dict(_W, scheduler="persistent", separate_o_smem=True, q_double_buffer=True, stages=3)),
     ("persistent+in-order-sum+mask-bits+stages-3", dict(_W, scheduler="persistent", stages=3)),
@@ -102,7 +103,8 @@ def main(argv=None) -> int:
         if name in seen or not re.search(a.match, name):
             continue
         seen.add(name)
-        if a.home is None:
+        manifest = a.home / "manifests" / f"{name}.json" if a.home else None
+        if manifest is None or not manifest.exists():  # not in the home: compile it here
             try:
                 built = describe_build(name, cfg.arch, compile_variant(cfg))
             except Exception as e:  # a build that fails (smem after padding, a trace check)
@@ -111,7 +113,7 @@ def main(argv=None) -> int:
                 continue
             cubin, m = built.cubin, built.metadata
         else:
-            man = json.loads((a.home / "manifests" / f"{name}.json").read_text())
+            man = json.loads(manifest.read_text())
             sha = man["cubin"]["sha256"]
             cubin, m = (a.home / "blobs" / "sha256" / sha[:2] / sha).read_bytes(), man["metadata"]
         ls = loops(cuobjdump(["-sass"], cubin) or "")
