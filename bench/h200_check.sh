@@ -108,6 +108,9 @@ else
     step model-variants 90 python3 bench/model_variants.py --out "$OUT/model_variants.json"
     [ -d .cubinforge-ab ] && step model-variants-ab 180 python3 bench/model_variants.py \
         --ab-home .cubinforge-ab --out "$OUT/model_variants_ab.json"
+    # The second model-variant round (bench.ab --experiments model-variants-2, 8 candidates).
+    [ -d .cubinforge-ab-mv2 ] && step model-variants-ab2 150 python3 bench/model_variants.py \
+        --ab-home .cubinforge-ab-mv2 --out "$OUT/model_variants_ab2.json"
     step host-overhead 70 python3 -m cubinforge.bench.host_overhead --iters 2000 --repeats 5 \
         --out "$OUT/host_overhead.json"
     step host-overhead-raw-off 40 python3 -m cubinforge.bench.host_overhead --kinds plan,prewrapped,torch \
