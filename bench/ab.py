@@ -324,6 +324,39 @@ SHORT_OVERLAP = [
     *[(f"{label}+stages-3{extra}", dict(base, stages=3, **over))
       for label, base in _SHORT_SHIPPED[:1] for extra, over in (("", {}), ("+q-double-buffer+deferred-o", _DEF))],
 ]
+# Model variants, second round (issue 12's targets still open on 2026-12-01, check2/: the
+# window (4096, 0) at 16k 674 TFLOPS = 0.995x FA4 and 0.93x our causal cell; (192, 128)
+# causal b2 x 8k 739 = 0.965x FA4): session 5's overlaps (Q double-buffered, O stored under
+# the next tile's first QK^T) and a third K/V stage, against the shipped builds
+# (TUNED_VARIANTS: the window one tile per CTA with the in-order sum and the bit mask;
+# (192, 128) lpt with both). The overlaps need a persistent CTA (FwdConfig refuses them one
+# tile per CTA), so the window's go on the persistent walk (its tiles cost nearly the same:
+# 33 key blocks each from m block 32 on, at (4096, 0)). Pruned on the CPU by bench/loop_sass.py (bench/results/2026-12-01-cpu/
+# variant-speed-2.md says which fit and why the others are left out); timed by
+# bench/model_variants.py --ab-home beside the shipped variant and FA4.
+_WS = dict(_W, in_order_row_sum=True, mask_bits=True)  # the shipped window's switches
+_WP = dict(_WS, scheduler="persistent", separate_o_smem=True)  # the same on the persistent walk
+_DVS = dict(_DV, mask_bits=True, in_order_row_sum=True)  # the shipped (192, 128)'s switches
+MODEL_VARIANTS_2 = [
+    # The window: a third K/V stage one tile per CTA (the loop is the shipped one, 488
+    # instructions per unmasked block); the persistent walk with O's own buffer (624 TFLOPS on
+    # 2026-12-01, here the same-run control for the overlaps), then Q double-buffered, then
+    # the O store deferred too (hd128 non-causal's winners in session 5).
+    ("single+in-order-sum+mask-bits+stages-3", dict(_WS, scheduler="single", stages=3)),
+    ("persistent+separate-o+in-order-sum+mask-bits", _WP),
+    ("persistent+separate-o+in-order-sum+mask-bits+q-double-buffer", dict(_WP, **_QDB)),
+    ("persistent+separate-o+in-order-sum+mask-bits+q-double-buffer+deferred-o", dict(_WP, **_DEF)),
+    # (192, 128): neither overlap nor a third stage fits beside 128 x 128 (FwdConfig refuses
+    # them), nor O's own buffer; at 128 x 112 O's buffer does, and P then needs the chunked
+    # conversion (without it F2FP 32 -> 56 and 28 PRMT a block: 549 instructions against 477).
+    ("lpt+mask-bits+in-order-sum+chunked-p+tile-128x112",
+     dict(_DVS, scheduler="lpt", chunked_p_convert=True, tile_m=128, tile_n=112)),
+    ("persistent-lpt+mask-bits+in-order-sum", dict(_DVS, scheduler="persistent")),
+    ("persistent-lpt+mask-bits+in-order-sum+chunked-p+tile-128x112",
+     dict(_DVS, scheduler="persistent", chunked_p_convert=True, tile_m=128, tile_n=112)),
+    ("persistent-lpt+separate-o+mask-bits+in-order-sum+chunked-p+tile-128x112",
+     dict(_DVS, scheduler="persistent", separate_o_smem=True, chunked_p_convert=True, tile_m=128, tile_n=112)),
+]
 # e4m3 paged decode (issue 13): hd128 causal pack-GQA split-KV, the default set's form (64 x
 # 128, 3 stages of K, V and the transposed V, 152 KiB). Decode is memory-bound: what can move
 # it is bytes in flight per SM (stages, key tile) and the transposer's hop (V lands, warps
@@ -379,7 +412,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS, "varlen": VARLEN,
                "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16,
                "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP,
-               "fp8-decode": FP8_DECODE,
+               "fp8-decode": FP8_DECODE, "model-variants-2": MODEL_VARIANTS_2,
                "short-causal-stages": SHORT_CAUSAL_STAGES}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
