@@ -147,6 +147,14 @@ def thread_keep_count(offsets_rc):
     return keep_count
 
 
+def thread_keep_chunks(offsets_rc):
+    """keep_count_chunks for this thread's column offsets, or an error naming them."""
+    chunks = keep_count_chunks(column_offsets(offsets_rc))
+    if chunks is None:
+        raise ValueError(f"mask_bits: no counting rule for column offsets {column_offsets(offsets_rc)}")
+    return chunks
+
+
 @cute.jit
 def apply_mask_bits(
     acc_S: cute.Tensor,
@@ -195,16 +203,14 @@ def apply_wide_mask_bits(
 ):
     """apply_mask_bits for rows of more than MASK_BITS columns: one count and one mask per
     chunk (keep_count_chunks)."""
-    offsets = column_offsets(offsets_rc)
-    chunks = keep_count_chunks(offsets)
-    if chunks is None:
-        raise ValueError(f"mask_bits: no counting rule for column offsets {offsets}")
+    chunks = thread_keep_chunks(offsets_rc)
+    ncols = cute.size(s_rc, mode=[1])
     first_col = coords_rc[0, 0][1]
     for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
         col_limit = row_col_limit(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, causal)
         for i in cutlass.range_constexpr(len(chunks)):
             lo, base, keep_count = chunks[i]
-            hi = min(lo + MASK_BITS, len(offsets))
+            hi = min(lo + MASK_BITS, ncols)
             bits = prefix_bits(keep_count(col_limit - first_col - base, cutlass.min, cutlass.max))
             for j in cutlass.range_constexpr(hi - lo):
                 s_rc[r, lo + j] = s_rc[r, lo + j] if ((bits >> j) & 1) != 0 else -Float32.inf
