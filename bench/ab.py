@@ -406,6 +406,36 @@ SHORT_CAUSAL_STAGES = [
     ("lpt+mask-bits+chunked-p", dict(head_dim=256, causal=True, scheduler="lpt", mask_bits=True,
                                      chunked_p_convert=True)),
 ]
+# hd96 at long sequences (issue 10; check6/c2/grid.log, ours / FA4 at 8k-16k: non-causal
+# 0.85-0.90, causal 0.84). Shipped, the first row of each mask: 128 x 128, non-causal
+# persistent + separate O (config.TUNED), causal one tile per CTA with all off. The earlier
+# A/B (2026-12-01 ab-tiles-overhead.md, without separate O) had 128 x 160 3-4% behind at
+# 8k-16k and 3 stages 2-4% ahead. Key tiles as wide as FA3's (hd96's K/V rows are small):
+# 128 x 176 and 128 x 192, causal with the bit mask of one mask per 32 columns (mask.py
+# keep_count_chunks). FA3's 192-row tiles spill here, where P stays in registers (three
+# consumer warpgroups of 160 registers; FA3 passes P through shared memory): 192 x 112 4 B,
+# 192 x 128 144 B, 192 x 144 224 B, so they are left out. Instruction counts are per key
+# block of the unmasked loop (bench/mufu_sass.py).
+_H96 = dict(head_dim=96, causal=False, scheduler="persistent", separate_o_smem=True)
+_H96C = dict(head_dim=96, causal=True, scheduler="lpt", mask_bits=True)
+HD96 = [
+    ("persistent+separate-o", _H96),  # shipped
+    ("persistent+separate-o+stages-3", dict(_H96, stages=3)),
+    # Wider than 128 keys, P converts element by element through the A-operand view (F2FP 96
+    # a block at 128 x 192, 597 instructions = 398 per 128 keys against 372); in runs, in
+    # pairs (F2FP 48, 517 = 345 per 128 keys).
+    *[(f"persistent+separate-o+chunked-p+tile-128x{n}", dict(_H96, chunked_p_convert=True, tile_m=128, tile_n=n))
+      for n in (176, 192)],
+    ("persistent+separate-o+q-double-buffer+deferred-o", dict(_H96, **_DEF)),  # hd128's winner
+    ("persistent+separate-o+stages-3+q-double-buffer+deferred-o", dict(_H96, stages=3, **_DEF)),
+    ("default", dict(head_dim=96, causal=True, scheduler="single")),  # shipped
+    ("lpt+mask-bits", _H96C),  # hd128 causal's winner
+    ("lpt+mask-bits+in-order-sum", dict(_H96C, in_order_row_sum=True)),
+    ("lpt+mask-bits+stages-3", dict(_H96C, stages=3)),
+    ("lpt+mask-bits+chunked-p+tile-128x192",  # FA3's hd96 causal tile
+     dict(_H96C, chunked_p_convert=True, tile_m=128, tile_n=192)),
+    ("persistent-lpt+separate-o", dict(head_dim=96, causal=True, scheduler="persistent", separate_o_smem=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -413,7 +443,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16,
                "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP,
                "fp8-decode": FP8_DECODE, "model-variants-2": MODEL_VARIANTS_2,
-               "short-causal-stages": SHORT_CAUSAL_STAGES}
+               "short-causal-stages": SHORT_CAUSAL_STAGES, "hd96": HD96}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -62,3 +62,33 @@ def test_window_bits_match_per_column_compare(keep_count_rule, tile_n):
                 bits = prefix(n_hi) & (prefix(n_lo) ^ 0xFFFFFFFF)
                 kept = [start <= first_col + off < limit for off in offsets]
                 assert [bool((bits >> c) & 1) for c in range(ncols)] == kept, (first_col, start, limit)
+
+
+@pytest.mark.parametrize("tile_n", [144, 160, 176, 192, 256])
+def test_wide_rows_keep_columns_chunk_by_chunk(keep_count_rule, tile_n):
+    """apply_wide_mask_bits (tile_n > 128): one count and one 32-bit mask per chunk of 32
+    columns keeps exactly the columns the per-element compare keeps."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90.mask import MASK_BITS, keep_count_chunks
+
+    ncols = tile_n // 4
+    offsets = wgmma_offsets(ncols)
+    chunks = keep_count_chunks(offsets)
+    assert chunks is not None and [lo for lo, _, _ in chunks] == list(range(0, ncols, MASK_BITS))
+    for first_col in (0, 2, 4, 6):
+        for limit in range(-2 * tile_n, 3 * tile_n):
+            kept = [first_col + off < limit for off in offsets]
+            got = [False] * ncols
+            for lo, base, rule in chunks:
+                n = rule(limit - first_col - base, min, max)
+                bits = 0xFFFFFFFF if n >= 32 else (1 << min(n, 31)) - 1
+                for j in range(min(MASK_BITS, ncols - lo)):
+                    got[lo + j] = bool((bits >> j) & 1)
+            assert got == kept, (first_col, limit)
+
+
+def test_chunks_of_narrow_rows_are_the_rule_itself(keep_count_rule):
+    from cubinforge.generator.kernels.fa3_fwd_sm90.mask import keep_count_chunks
+
+    assert [(lo, base) for lo, base, _ in keep_count_chunks(wgmma_offsets(32))] == [(0, 0)]
+    assert keep_count_chunks([0, 1, 2, 3]) is None
+    assert keep_count_chunks(wgmma_offsets(32) + [128, 130]) is None  # a chunk of another shape

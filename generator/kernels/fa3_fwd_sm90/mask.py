@@ -120,12 +120,39 @@ def apply_row_bits(s_rc: cute.Tensor, r: cutlass.Constexpr[int], bits: Int32):
         s_rc[r, c] = s_rc[r, c] if ((bits >> c) & 1) != 0 else -Float32.inf
 
 
+# Columns of one row's bit mask. A wider row (tile_n > 128: more than 32 columns a thread)
+# takes one mask per 32 columns, each counted from its chunk's first offset.
+MASK_BITS = 32
+
+
+def keep_count_chunks(offsets: list[int]):
+    """[(first column index, its offset, keep_count_rule of the chunk)] for each MASK_BITS
+    columns of a row, or None where a chunk has no rule. A chunk starts at an even column,
+    so the WGMMA accumulator's chunks have its offsets again, shifted by 128 keys each."""
+    chunks = []
+    for lo in range(0, len(offsets), MASK_BITS):
+        part = offsets[lo:lo + MASK_BITS]
+        rule = keep_count_rule([o - part[0] for o in part])
+        if rule is None:
+            return None
+        chunks.append((lo, part[0], rule))
+    return chunks or None
+
+
 def thread_keep_count(offsets_rc):
     """The counting rule for this thread's column offsets, or an error naming them."""
     keep_count = keep_count_rule(column_offsets(offsets_rc))
     if keep_count is None:
         raise ValueError(f"mask_bits: no counting rule for column offsets {column_offsets(offsets_rc)}")
     return keep_count
+
+
+def thread_keep_chunks(offsets_rc):
+    """keep_count_chunks for this thread's column offsets, or an error naming them."""
+    chunks = keep_count_chunks(column_offsets(offsets_rc))
+    if chunks is None:
+        raise ValueError(f"mask_bits: no counting rule for column offsets {column_offsets(offsets_rc)}")
+    return chunks
 
 
 @cute.jit
@@ -150,11 +177,43 @@ def apply_mask_bits(
     (tests/test_fa3_mask.py checks the counting rule against the per-element compare).
     """
     s_rc = acc_as_rows_cols(acc_S)
-    keep_count = thread_keep_count(offsets_rc)
+    if cutlass.const_expr(cute.size(s_rc, mode=[1]) <= MASK_BITS):
+        keep_count = thread_keep_count(offsets_rc)
+        first_col = coords_rc[0, 0][1]
+        for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
+            col_limit = row_col_limit(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, causal)
+            apply_row_bits(s_rc, r, prefix_bits(keep_count(col_limit - first_col, cutlass.min, cutlass.max)))
+    else:
+        apply_wide_mask_bits(s_rc, coords_rc, offsets_rc, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n,
+                             causal)
+
+
+@cute.jit
+def apply_wide_mask_bits(
+    s_rc: cute.Tensor,
+    coords_rc: cute.Tensor,
+    offsets_rc: cute.Tensor,
+    m_block: Int32,
+    n_block: Int32,
+    seqlen_q: Int32,
+    seqlen_k: Int32,
+    tile_m: cutlass.Constexpr[int],
+    tile_n: cutlass.Constexpr[int],
+    causal: cutlass.Constexpr[bool],
+):
+    """apply_mask_bits for rows of more than MASK_BITS columns: one count and one mask per
+    chunk (keep_count_chunks)."""
+    chunks = thread_keep_chunks(offsets_rc)
+    ncols = cute.size(s_rc, mode=[1])
     first_col = coords_rc[0, 0][1]
     for r in cutlass.range_constexpr(cute.size(s_rc, mode=[0])):
         col_limit = row_col_limit(coords_rc, r, m_block, n_block, seqlen_q, seqlen_k, tile_m, tile_n, causal)
-        apply_row_bits(s_rc, r, prefix_bits(keep_count(col_limit - first_col, cutlass.min, cutlass.max)))
+        for i in cutlass.range_constexpr(len(chunks)):
+            lo, base, keep_count = chunks[i]
+            hi = min(lo + MASK_BITS, ncols)
+            bits = prefix_bits(keep_count(col_limit - first_col - base, cutlass.min, cutlass.max))
+            for j in cutlass.range_constexpr(hi - lo):
+                s_rc[r, lo + j] = s_rc[r, lo + j] if ((bits >> j) & 1) != 0 else -Float32.inf
 
 
 def window_keep_range(keep_count, col_start, col_limit, first_col, mn=min, mx=max):
