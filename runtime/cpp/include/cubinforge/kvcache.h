@@ -8,7 +8,9 @@
 //    on the paged forms: the dense cache is pages of seqlen_cache rows, cache_batch_idx the
 //    page table viewed as (batch, 1);
 //  - pages that are not a multiple of 16 rows are gathered into a dense cache (kv_gather)
-//    first: correct, not fast.
+//    first: correct, not fast;
+//  - window_size, softcap and learnable_sink (KVCacheArgs.model) resolve as in Python
+//    (variants.h) and choose forms with exactly those model axes.
 // The forms are tried in kvcache._pick's order (the asked causal first, for one query token
 // either; auto pack-GQA first, then the other), each chosen by select() with the bundle's
 // dispatcher preferences; the split count is the decode plan's (decode.h) with the chosen
@@ -19,8 +21,8 @@
 // The plan is pre-packed (prepared.h): prepare_kvcache binds every launch and packs its
 // parameters once; KVCachePlan::run only launches, so a CUDA graph can capture it. What must
 // not change between runs: every buffer's address and shape (q, k_cache, v_cache, k, v,
-// cache_seqlens, cache_batch_idx, page_table, o, lse), the scalars (softmax_scale, causal,
-// num_splits, pack_gqa) and the current device. What may change: the contents (new q and k/v
+// cache_seqlens, cache_batch_idx, page_table, o, lse, learnable_sink), the scalars
+// (softmax_scale, causal, num_splits, pack_gqa, window, softcap) and the current device. What may change: the contents (new q and k/v
 // values, cache_seqlens values within the capacity, page_table / cache_batch_idx entries).
 #pragma once
 

@@ -3,7 +3,8 @@
 // packed the same way (cu_seqlens_k), or with a page_table a paged cache (num_pages,
 // page_size, heads_kv, d) whose sequence b has seqused_k[b] keys (or cu_seqlens_k[b + 1] -
 // cu_seqlens_k[b]). seqused_q / seqused_k shorten a sequence within its slot. o like q, lse
-// float32 (heads_q, total_q). Causal is bottom-right per sequence. max_seqlen_q / _k are hints.
+// float32 (heads_q, total_q). Causal is bottom-right per sequence, and so is a window
+// (VarlenArgs.model: window_size, softcap, learnable_sink, variants.h). max_seqlen_q / _k are hints.
 // Page sizes not a multiple of 16 go through kv_gather into a packed copy (needs seqused_k).
 //
 // What is checked where (as in Python): shapes, dtypes, lengths and alignment always, before
