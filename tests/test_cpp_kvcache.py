@@ -187,3 +187,29 @@ def test_cpp_chooses_the_model_variants_python_chooses(exe: Path):
     assert "varlen-local" in got[6].split("|")[2] and "noncausal-local" in got[6].split("|")[1]
     assert "softcap" in got[7].split("|")[1] and "sink" in got[8].split("|")[1]
     assert got[9].startswith("error") and "local=True, softcap=True, learnable_sink=True" in msgs[9]
+
+
+def test_cpp_resolves_the_variant_arguments_as_python_does(exe: Path):
+    """variants.h resolve_variant against runtime/variants.py resolve over FlashAttention's
+    corners: no window, (-1, 0) = causal, causal setting right = 0, any negative = -1,
+    windows of 0 and one-sided, softcap on/off/bad, a sink."""
+    import subprocess
+    from cubinforge.runtime.variants import resolve
+
+    windows = [(-1, -1), (-1, 0), (0, 0), (63, 0), (-5, -3), (-1, 7), (128, 128), (4096, -1), (0, -1), (-9, 0)]
+    grid = [(c, w, cap, sink) for c in (0, 1) for w in windows for cap in (0.0, 30.0, -1.0, float("nan"), 0.5)
+            for sink in (0, 1)]
+    lines = "".join(f"resolve {c} {w[0]} {w[1]} {cap!r} {sink}\n" for c, w, cap, sink in grid)
+    got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True).stdout.splitlines()
+    want = []
+    for c, w, cap, sink in grid:
+        try:
+            va = resolve(bool(c), w, cap, bool(sink))
+        except InputError as e:
+            want.append(f"error {e}")
+            continue
+        scalars = "".join(f" {k}={v!r}" for k, v in va.scalars.items())
+        want.append(f"{int(va.causal)} {int(va.local)} {int(va.softcap)} {int(va.learnable_sink)}{scalars}")
+    bad = [f"{g_}: C++ {a!r} Python {b!r}" for g_, a, b in zip(grid, got, want) if a != b]
+    assert len(got) == len(want) and not bad, "\n".join(bad[:10])
+    assert any(w.startswith("error softcap") for w in want) and any("window_left=63" in w for w in want)

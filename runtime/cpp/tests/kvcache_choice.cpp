@@ -6,8 +6,10 @@
 // "model causal window_left window_right softcap sink batch seqlen_q seqlen_k heads_q heads_kv
 // head_dim paged sm_count num_splits dtype": the model variant resolve_variant makes of the
 // arguments, and what choose_kvcache, select (dense) and choose_varlen pick for it; a miss
-// prints "error" and, on its own line, the message.
+// prints "error" and, on its own line, the message. "resolve causal window_left window_right
+// softcap sink": what resolve_variant makes of the arguments (axes, then scalars), or the error.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -25,6 +27,25 @@ int main() {
   std::string line;
   while (std::getline(std::cin, line)) {
     std::istringstream in(line);
+    if (line.rfind("resolve", 0) == 0) {
+      std::string word;
+      int c = 0, sink = 0;
+      long long wl = 0, wr = 0;
+      std::string cap_text;
+      in >> word >> c >> wl >> wr >> cap_text >> sink;
+      cf::ModelVariant mv;
+      const cf::Status st = cf::resolve_variant(c != 0, wl, wr, std::strtod(cap_text.c_str(), nullptr), sink != 0, &mv);
+      if (!st.ok()) {
+        std::printf("error %s\n", st.message().c_str());
+        continue;
+      }
+      std::string scalars;
+      for (const cf::NamedScalar& x : mv.scalars())
+        scalars += std::string(" ") + x.name + "=" +
+                   (cf::names_equal(x.name, "softcap") ? cf::py_float(x.value) : std::to_string(static_cast<long long>(x.value)));
+      std::printf("%d %d %d %d%s\n", mv.causal, mv.local, mv.softcap, mv.learnable_sink, scalars.c_str());
+      continue;
+    }
     if (line.rfind("model", 0) == 0) {
       std::string word;
       int sink = 0;
