@@ -59,13 +59,57 @@ def test_cases_cover_every_entry_point():
     assert of("combine")
 
 
+def test_cases_cover_the_model_variants():
+    """Issue 12's arguments on every entry point that takes them: small windows (one side and
+    both), the resolve rule's corners ((-1, 0) is causal; causal sets right = 0), softcap and
+    a sink, in dense attention, paged kvcache decode and varlen."""
+    dense = [c for c in of("dense") if cmp.has_model(c)]
+    windows = {tuple(c["window"]) for c in dense}
+    assert {(63, 0), (128, 128), (-1, 0)} <= windows and any(w[0] >= 4096 for w in windows)
+    assert any(c["softcap"] == 30.0 for c in dense) and any(c["sink"] for c in dense)
+    assert any(c["causal"] and c["window"][1] < 0 <= c["window"][0] for c in dense)
+    kv = [c for c in of("kvcache") if cmp.has_model(c)]
+    assert all(c["page_size"] for c in kv)                                     # paged decode
+    assert any(c["window"] != (-1, -1) and not c["sink"] for c in kv)
+    assert any(c["sink"] and c["window"] == (-1, -1) for c in kv) and any(c["sink"] and c["window"] != (-1, -1)
+                                                                         for c in kv)
+    assert any(c["softcap"] for c in kv) and any(c["num_splits"] > 1 for c in kv)
+    vl = [c for c in of("varlen") if cmp.has_model(c)]
+    assert {(63, 0), (128, 128)} <= {tuple(c["window"]) for c in vl}
+
+
+@pytest.mark.skipif(not [m for m in manifests(SRC, "fa3_fwd")[0] if m.axes.get("local")],
+                    reason=f"no model variants in {SRC.home} (make kernels ARCH=sm90)")
+def test_model_cases_have_their_variants_in_the_default_set():
+    """Every model case finds its variant in the registry (the default set builds them), so
+    the H200 run compares it rather than skipping it."""
+    from cubinforge.runtime.attention import choose_attention_variant
+    from cubinforge.runtime.variants import resolve
+    from cubinforge.runtime.varlen import select_varlen_variant
+
+    for c in (c for c in cmp.CASES if cmp.has_model(c)):
+        va = resolve(bool(c["causal"]), **cmp.model(c), has_sink=bool(c["sink"]))
+        if c["entry"] == "dense":
+            axes = choose_attention_variant(c["dtype"], c["head_dim"], arch="sm_90a", source=SRC, **va.axes).best.axes
+        elif c["entry"] == "kvcache":
+            capacity = cmp._pages(c["capacity"], c["page_size"]) * c["page_size"]
+            _, fwd = kvcache._pick("sm_90a", "bf16", c["head_dim"], va.causal, c["seqlen_q"], None, True,
+                                   c["num_splits"], H200_SMS, c["batch"], c["heads_q"], c["heads_kv"], capacity, SRC,
+                                   va)
+            axes = fwd.manifest.axes
+        else:
+            axes = select_varlen_variant("sm_90a", "bf16", c["head_dim"], va.causal, False, SRC, va).axes
+        assert {a: bool(axes.get(a)) for a in ("local", "softcap", "learnable_sink")} == \
+            {a: va.axes[a] for a in ("local", "softcap", "learnable_sink")}, c
+
+
 @pytest.mark.skipif(not [m for m in manifests(SRC, "fa3_fwd")[0] if m.axes.get("split_kv")],
                     reason=f"no split-KV forms in {SRC.home} (make kernels ARCH=sm90)")
 def test_kvcache_cases_reach_split_combine_and_pack_gqa_on_an_h200():
     """What the Python runtime would pick on 132 SMs: auto splits > 1 (the combine kernel) on a
     long-context case, pack-GQA over several query tokens, split and unsplit forms."""
     picks = []
-    for c in of("kvcache"):
+    for c in (c for c in of("kvcache") if not cmp.has_model(c)):
         paged = bool(c["page_size"] or c["batch_idx"]) and c["page_size"] % 16 == 0
         plan, fwd = kvcache._pick("sm_90a", "bf16", 128, bool(c["causal"]), c["seqlen_q"], None, paged,
                                   c["num_splits"], H200_SMS, c["batch"], c["heads_q"], c["heads_kv"],
@@ -94,21 +138,22 @@ def python_says(case, a) -> str:
     from cubinforge.runtime.varlen import prepare_varlen
 
     g, e = a.get, case["entry"]
+    mv = {**cmp.model(case), "learnable_sink": g("learnable_sink")}
     try:
         if e == "kvcache":
             kvcache.prepare_kvcache(a["q"], a["k_cache"], a["v_cache"], k=g("k"), v=g("v"),
                                     cache_seqlens=a["cache_seqlens"], cache_batch_idx=g("cache_batch_idx"),
                                     page_table=g("page_table"), causal=bool(case["causal"]),
-                                    num_splits=case["num_splits"], out=a["o"], lse=a["lse"], source=SRC)
+                                    num_splits=case["num_splits"], out=a["o"], lse=a["lse"], source=SRC, **mv)
         elif e == "varlen":
             prepare_varlen(a["q"], a["k"], a["v"], a["cu_seqlens_q"], g("cu_seqlens_k"), seqused_q=g("seqused_q"),
                            seqused_k=g("seqused_k"), page_table=g("page_table"), causal=bool(case["causal"]),
-                           out=a["o"], lse=a["lse"], source=SRC)
+                           out=a["o"], lse=a["lse"], source=SRC, **mv)
         elif e == "combine":
             kvcache.flash_attn_combine(a["out_partial"], a["lse_partial"], out=a["o"], lse=a["lse"], source=SRC)
         else:
             flash_attn_func(a["q"], a["k"], a["v"], causal=bool(case["causal"]), out=a["o"], lse=a["lse"],
-                            source=SRC)
+                            source=SRC, **mv)
     except InputError as err:
         return str(err)
     except Exception:  # noqa: BLE001  past the checks: no driver here
@@ -180,6 +225,41 @@ def test_a_malformed_case_is_refused_by_both_in_the_same_words(check_lib, entry,
     (cpp,), py = check_lib([(_request(c, a), False)]), python_says(c, a)
     assert cpp.startswith("error CUDA_ERROR_INVALID_VALUE: ") and py != "ok"
     assert cpp.split(": ", 1)[1] == py
+
+
+def _model_case(entry):
+    return next(c for c in of(entry) if cmp.has_model(c))
+
+
+@pytest.mark.parametrize("entry", ["dense", "kvcache", "varlen"])
+@pytest.mark.parametrize("softcap", [-1.0, float("nan"), float("inf"), -0.25])
+def test_a_bad_softcap_is_refused_by_both_in_the_same_words(check_lib, entry, softcap):
+    c = {**_model_case(entry), "softcap": softcap}
+    a = fake_arrays(c)
+    (cpp,), py = check_lib([(_request(c, a), False)]), python_says(c, a)
+    assert py.startswith("softcap must be finite and >= 0"), py
+    assert cpp == "error CUDA_ERROR_INVALID_VALUE: " + py
+
+
+@pytest.mark.parametrize("entry", ["dense", "kvcache", "varlen"])
+@pytest.mark.parametrize("bad", ["shape", "dtype", "stride"])
+def test_a_bad_sink_is_refused_by_both_in_the_same_words(check_lib, entry, bad):
+    c = {**_model_case(entry), "sink": 1}
+    a = fake_arrays(c)
+    s = a["learnable_sink"]
+    if bad == "shape":
+        a["learnable_sink"] = DeviceArray(s.ptr, (s.shape[0] + 1,), (1,), "f32", device=0)
+    elif bad == "dtype":
+        a["learnable_sink"] = DeviceArray(s.ptr, s.shape, (1,), "i32", device=0)
+    else:
+        a["learnable_sink"] = DeviceArray(s.ptr, s.shape, (2,), "f32", device=0)
+    (cpp,), py = check_lib([(_request(c, a), False)]), python_says(c, a)
+    if entry == "dense" and bad == "stride":
+        # flash_attn_func leaves the stride to the variant's contract, checked at the launch
+        assert cpp == "ok - 0" and py == "ok"
+        return
+    assert py.startswith("learnable_sink must be"), py
+    assert cpp == "error CUDA_ERROR_INVALID_VALUE: " + py
 
 
 def test_launching_without_a_driver_fails_cleanly(check_lib):

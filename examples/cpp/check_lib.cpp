@@ -8,12 +8,15 @@
 //
 // request: a header line, then "t NAME DTYPE PTR RANK SHAPE... STRIDES..." lines (strides in
 // elements), then "end":
-//   dense CAUSAL                       (tensors q k v o lse)
-//   kvcache NUM_SPLITS PACK_GQA CAUSAL (q k_cache v_cache o lse, optional k v cache_seqlens
-//                                       cache_batch_idx page_table: a page_table makes it paged)
-//   varlen NUM_SPLITS PACK_GQA CAUSAL  (q k v cu_seqlens_q o lse, optional cu_seqlens_k
-//                                       seqused_q seqused_k page_table)
-//   combine                            (out_partial lse_partial o lse)
+//   dense CAUSAL MODEL                       (tensors q k v o lse)
+//   kvcache NUM_SPLITS PACK_GQA CAUSAL MODEL (q k_cache v_cache o lse, optional k v cache_seqlens
+//                                             cache_batch_idx page_table: a page_table makes it paged)
+//   varlen NUM_SPLITS PACK_GQA CAUSAL MODEL  (q k v cu_seqlens_q o lse, optional cu_seqlens_k
+//                                             seqused_q seqused_k page_table)
+//   combine                                  (out_partial lse_partial o lse)
+// MODEL is "WINDOW_LEFT WINDOW_RIGHT SOFTCAP_BITS": window_size and softcap, the softcap as its
+// IEEE-754 bits (an integer: exact, and no locale in the parse); dense, kvcache and varlen
+// also take an optional learnable_sink tensor.
 // launch 0 only runs the host checks (no driver: the CPU tests validate the matrix with
 // it); 1 also prepares, runs on the legacy stream and synchronises. reply: "ok KERNELS
 // SPLITS" (kernels comma-separated, "-" for none) or "error MESSAGE". Returns 0 for ok.
@@ -72,6 +75,13 @@ struct Words {
     if (s.empty() || *end != '\0') ok = false;
     return v;
   }
+  // A double sent as its IEEE-754 bits.
+  double bits() {
+    const unsigned long long b = address();
+    double v = 0;
+    std::memcpy(&v, &b, sizeof v);
+    return v;
+  }
   unsigned long long address() {
     const std::string s = word();
     char* end = nullptr;
@@ -123,9 +133,14 @@ cf::Status run_plan(const cf::PreparedPlan& p) {
   return cf::check_cu(cuCtxSynchronize(), "cuCtxSynchronize (the kernels)");
 }
 
-cf::Status dense(std::map<std::string, cf::Tensor>& t, bool causal, bool launch, std::string* reply) {
+cf::Status dense(std::map<std::string, cf::Tensor>& t, bool causal, cf::ModelArgs model, bool launch,
+                 std::string* reply) {
   const cf::Tensor q = get(t, "q"), k = get(t, "k");
+  model.learnable_sink = get(t, "learnable_sink");
+  cf::ModelVariant mv;  // flash_attn_func's order: the variant arguments, the inputs, the sink
+  CUBINFORGE_TRY(cf::resolve_variant(causal, model, &mv));
   if (q.rank != 4 || k.rank != 4) return cf::invalid("dense: q and k must be (batch, seqlen, heads, head_dim)");
+  CUBINFORGE_TRY(cf::check_sink(model.learnable_sink, q.shape[2], false));
   if (!launch) return cf::Status::Ok();
   CUBINFORGE_TRY(context());
   std::string arch;
@@ -135,27 +150,31 @@ cf::Status dense(std::map<std::string, cf::Tensor>& t, bool causal, bool launch,
   sizes.heads_q = q.shape[2], sizes.heads_kv = k.shape[2];
   const cf::Variant* v = nullptr;
   CUBINFORGE_TRY(cf::select(cubinforge_bundle::kBundle,
-                            cf::attention_query(arch, cf::dtype_name(q.dtype), static_cast<int>(q.shape[3]), causal),
+                            cf::attention_query(arch, cf::dtype_name(q.dtype), static_cast<int>(q.shape[3]), mv),
                             sizes, &v));
   cf::Kernel kernel;
   CUBINFORGE_TRY(cf::Kernel::load(*v, CUBINFORGE_BUNDLE_DIR, &kernel));
   std::vector<cf::NamedTensor> args;
   for (const char* n : {"q", "k", "v", "o", "lse"}) args.push_back({n, get(t, n)});
+  if (cf::given(model.learnable_sink)) args.push_back({"learnable_sink", model.learnable_sink});
+  const std::vector<cf::NamedScalar> scalars = mv.scalars();
   cf::Bound bound;
-  CUBINFORGE_TRY(cf::bind(kernel.contract(), args.data(), static_cast<int>(args.size()), nullptr, 0, &bound));
+  CUBINFORGE_TRY(cf::bind(kernel.contract(), args.data(), static_cast<int>(args.size()), scalars.data(),
+                          static_cast<int>(scalars.size()), &bound));
   CUBINFORGE_TRY(cf::launch_bound(kernel, bound, nullptr));
   CUBINFORGE_TRY(cf::check_cu(cuCtxSynchronize(), "cuCtxSynchronize (the kernel)"));
   *reply = std::string(v->name) + " 1";
   return cf::Status::Ok();
 }
 
-cf::Status kvcache(std::map<std::string, cf::Tensor>& t, int splits, int pack, bool causal, bool launch,
-                   std::string* reply) {
+cf::Status kvcache(std::map<std::string, cf::Tensor>& t, int splits, int pack, bool causal, const cf::ModelArgs& model,
+                   bool launch, std::string* reply) {
   cf::KVCacheArgs a;
   a.q = get(t, "q"), a.k_cache = get(t, "k_cache"), a.v_cache = get(t, "v_cache"), a.k = get(t, "k");
   a.v = get(t, "v"), a.cache_seqlens = get(t, "cache_seqlens"), a.cache_batch_idx = get(t, "cache_batch_idx");
   a.page_table = get(t, "page_table"), a.paged = cf::given(a.page_table), a.o = get(t, "o"), a.lse = get(t, "lse");
   a.causal = causal, a.num_splits = splits, a.pack_gqa = pack;
+  a.model = model, a.model.learnable_sink = get(t, "learnable_sink");
   if (!launch) {
     cf::KVCacheShape s;
     const cf::Bundle& bundle = cubinforge_bundle::kBundle;  // a bundle rendered without one: none to check against
@@ -170,13 +189,14 @@ cf::Status kvcache(std::map<std::string, cf::Tensor>& t, int splits, int pack, b
   return cf::Status::Ok();
 }
 
-cf::Status varlen(std::map<std::string, cf::Tensor>& t, int splits, int pack, bool causal, bool launch,
-                  std::string* reply) {
+cf::Status varlen(std::map<std::string, cf::Tensor>& t, int splits, int pack, bool causal, const cf::ModelArgs& model,
+                  bool launch, std::string* reply) {
   cf::VarlenArgs a;
   a.q = get(t, "q"), a.k = get(t, "k"), a.v = get(t, "v"), a.cu_seqlens_q = get(t, "cu_seqlens_q");
   a.cu_seqlens_k = get(t, "cu_seqlens_k"), a.seqused_q = get(t, "seqused_q"), a.seqused_k = get(t, "seqused_k");
   a.page_table = get(t, "page_table"), a.o = get(t, "o"), a.lse = get(t, "lse");
   a.causal = causal, a.num_splits = splits, a.pack_gqa = pack;
+  a.model = model, a.model.learnable_sink = get(t, "learnable_sink");
   if (!launch) {
     cf::VarlenShape s;
     return cf::check_varlen(a, &s);
@@ -209,18 +229,20 @@ extern "C" int cubinforge_check_run(const char* request, int launch, char* reply
   std::string out = "- 0";
   const std::string kind = in.word();
   int splits = 0, pack = -1, causal = 0;
+  cf::ModelArgs model;
   if (kind == "kvcache" || kind == "varlen") {
     splits = static_cast<int>(in.integer()), pack = static_cast<int>(in.integer());
+  }
+  if (kind == "kvcache" || kind == "varlen" || kind == "dense") {
     causal = static_cast<int>(in.integer());
-  } else if (kind == "dense") {
-    causal = static_cast<int>(in.integer());
+    model.window_left = in.integer(), model.window_right = in.integer(), model.softcap = in.bits();
   }
   std::map<std::string, cf::Tensor> t;
   cf::Status st = in.ok ? parse_tensors(in, &t) : cf::invalid("request: bad header line for '" + kind + "'");
   if (st.ok()) {
-    if (kind == "dense") st = dense(t, causal != 0, launch != 0, &out);
-    else if (kind == "kvcache") st = kvcache(t, splits, pack, causal != 0, launch != 0, &out);
-    else if (kind == "varlen") st = varlen(t, splits, pack, causal != 0, launch != 0, &out);
+    if (kind == "dense") st = dense(t, causal != 0, model, launch != 0, &out);
+    else if (kind == "kvcache") st = kvcache(t, splits, pack, causal != 0, model, launch != 0, &out);
+    else if (kind == "varlen") st = varlen(t, splits, pack, causal != 0, model, launch != 0, &out);
     else if (kind == "combine") st = combine(t, launch != 0, &out);
     else st = cf::invalid("request: unknown entry point '" + kind + "' (dense, kvcache, varlen, combine)");
   }

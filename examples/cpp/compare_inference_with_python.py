@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import struct
 import sys
 import time
 from pathlib import Path
@@ -75,10 +76,41 @@ DENSE_CASES = [
 CB = ("num_splits", "batch", "seqlen_q", "heads", "head_dim")
 CB_CASES = [(3, 2, 3, 8, 128), (16, 4, 1, 32, 128)]
 
-CASES = ([{"entry": "dense", **dict(zip(DENSE, c))} for c in DENSE_CASES]
-         + [{"entry": "kvcache", **dict(zip(KV, c))} for c in KV_CASES]
-         + [{"entry": "varlen", **dict(zip(VL, c))} for c in VL_CASES]
-         + [{"entry": "combine", **dict(zip(CB, c))} for c in CB_CASES])
+# The model variants (issue 12), FlashAttention's arguments: window_size, softcap, and
+# learnable_sink (1: a random float32 (heads_q,) sink). Each case is a plain case of its entry
+# point with some of these set, on variants the default set builds (generator/spec.py
+# "default": dense bf16 hd128 window / causal softcap / causal sink; paged split-KV decode
+# forms for an hd128 window, hd64 sinks with and without a window, hd256 causal softcap; a
+# packed varlen hd128 window). kvcache cases may also set head_dim (else D).
+NO_MODEL = {"window": (-1, -1), "softcap": 0.0, "sink": 0}
+DENSE_MODEL_CASES = [
+    ((1, 1000, 1000, 8, 8, 128, 0, "bf16"), {"window": (63, 0)}),       # a window smaller than a tile
+    ((2, 700, 1500, 16, 4, 128, 0, "bf16"), {"window": (128, 128)}),    # both sides, seqlen_q != seqlen_k, GQA
+    ((1, 2048, 5000, 8, 8, 128, 1, "bf16"), {"window": (4096, -1)}),    # causal sets right = 0: (4096, 0)
+    ((2, 512, 512, 8, 8, 128, 0, "bf16"), {"window": (-1, 0)}),         # (-1, 0) is causal: the plain causal kernel
+    ((2, 600, 900, 8, 2, 128, 1, "bf16"), {"softcap": 30.0}),           # Gemma-2's softcap, causal
+    ((2, 512, 640, 16, 16, 128, 1, "bf16"), {"sink": 1}),               # gpt-oss's sink, causal
+]
+KV_MODEL_CASES = [
+    ((8, 1, 8192, 32, 8, 0, 256, 0, 0, 0), {"window": (1023, 0)}),                    # Mistral-style window, auto splits
+    ((4, 4, 4096, 32, 8, 1, 16, 3, 0, 0), {"window": (127, -1)}),                     # causal + window, page 16, 3 splits
+    ((4, 1, 4096, 64, 8, 1, 256, 0, 0, 0), {"head_dim": 64, "sink": 1}),              # gpt-oss full layer: sink
+    ((4, 2, 4096, 64, 8, 1, 64, 0, 0, 0), {"head_dim": 64, "window": (128, 0), "sink": 1}),  # its sliding layer
+    ((2, 1, 3000, 16, 8, 1, 256, 0, 0, 0), {"head_dim": 256, "softcap": 50.0}),       # Gemma-2 hd256 softcap
+]
+VL_MODEL_CASES = [
+    (([0, 1, 17, 300], [5, 1, 40, 700], 16, 4, 128, 0, 0, None, None), {"window": (63, 0)}),
+    (([64, 129, 3, 1000], [64, 200, 3000, 1000], 8, 8, 128, 0, 0, None, [64, 150, 2000, 1000]),
+     {"window": (128, 128)}),                                                          # both sides, seqused_k < slot
+]
+
+CASES = ([{"entry": "dense", **dict(zip(DENSE, c)), **NO_MODEL} for c in DENSE_CASES]
+         + [{"entry": "kvcache", **dict(zip(KV, c)), "head_dim": D, **NO_MODEL} for c in KV_CASES]
+         + [{"entry": "varlen", **dict(zip(VL, c)), **NO_MODEL} for c in VL_CASES]
+         + [{"entry": "combine", **dict(zip(CB, c))} for c in CB_CASES]
+         + [{"entry": "dense", **dict(zip(DENSE, c)), **NO_MODEL, **m} for c, m in DENSE_MODEL_CASES]
+         + [{"entry": "kvcache", **dict(zip(KV, c)), "head_dim": D, **NO_MODEL, **m} for c, m in KV_MODEL_CASES]
+         + [{"entry": "varlen", **dict(zip(VL, c)), **NO_MODEL, **m} for c, m in VL_MODEL_CASES])
 for _i, _c in enumerate(CASES):
     _c["seed"] = _i
 
@@ -88,7 +120,18 @@ APPENDED = ("k_cache", "v_cache")      # written in place when k/v are appended
 
 
 def label(case: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in case.items() if k not in ("entry", "seed"))
+    return " ".join(f"{k}={v}" for k, v in case.items()
+                    if k not in ("entry", "seed") and not (k in NO_MODEL and v == NO_MODEL[k]))
+
+
+def model(case: dict) -> dict:
+    """The case's model-variant keyword arguments, as FlashAttention's functions take them."""
+    return {"window_size": tuple(case.get("window", NO_MODEL["window"])),
+            "softcap": float(case.get("softcap", NO_MODEL["softcap"]))}
+
+
+def has_model(case: dict) -> bool:
+    return any(case.get(k, v) != v for k, v in NO_MODEL.items())
 
 
 def _pages(n: int, size: int) -> int:
@@ -101,24 +144,26 @@ def tensors(case: dict) -> dict:
     if e == "dense":
         b, sq, sk, hq, hkv, d, dt = (case[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv",
                                                         "head_dim", "dtype"))
-        return {"q": ((b, sq, hq, d), dt), "k": ((b, sk, hkv, d), dt), "v": ((b, sk, hkv, d), dt),
-                "o": ((b, sq, hq, d), dt), "lse": ((b, hq, sq), "f32")}
+        t = {"q": ((b, sq, hq, d), dt), "k": ((b, sk, hkv, d), dt), "v": ((b, sk, hkv, d), dt),
+             "o": ((b, sq, hq, d), dt), "lse": ((b, hq, sq), "f32")}
+        return _sink(case, t, hq)
     if e == "kvcache":
         b, sq, cap, hq, hkv, ps, sn = (case[k] for k in ("batch", "seqlen_q", "capacity", "heads_q", "heads_kv",
                                                           "page_size", "seqlen_new"))
-        t = {"q": ((b, sq, hq, D), "bf16"), "o": ((b, sq, hq, D), "bf16"), "lse": ((b, hq, sq), "f32"),
+        d = case["head_dim"]
+        t = {"q": ((b, sq, hq, d), "bf16"), "o": ((b, sq, hq, d), "bf16"), "lse": ((b, hq, sq), "f32"),
              "cache_seqlens": ((b,), "i32")}
         if ps:
             pages = _pages(cap, ps)
-            t["k_cache"] = t["v_cache"] = ((b * pages + 3, ps, hkv, D), "bf16")
+            t["k_cache"] = t["v_cache"] = ((b * pages + 3, ps, hkv, d), "bf16")
             t["page_table"] = ((b, pages), "i32")
         else:
-            t["k_cache"] = t["v_cache"] = ((b + 2 if case["batch_idx"] else b, cap, hkv, D), "bf16")
+            t["k_cache"] = t["v_cache"] = ((b + 2 if case["batch_idx"] else b, cap, hkv, d), "bf16")
             if case["batch_idx"]:
                 t["cache_batch_idx"] = ((b,), "i32")
         if sn:
-            t["k"] = t["v"] = ((b, sn, hkv, D), "bf16")
-        return t
+            t["k"] = t["v"] = ((b, sn, hkv, d), "bf16")
+        return _sink(case, t, hq)
     if e == "varlen":
         ql, kl, hq, hkv, d, ps = (case[k] for k in ("q_lens", "k_lens", "heads_q", "heads_kv", "head_dim",
                                                      "page_size"))
@@ -136,10 +181,16 @@ def tensors(case: dict) -> dict:
             t["seqused_q"] = ((b,), "i32")
         if case["used_k"] is not None:
             t["seqused_k"] = ((b,), "i32")
-        return t
+        return _sink(case, t, hq)
     s, b, sq, h, d = (case[k] for k in CB)
     return {"out_partial": ((s, b, sq, h, d), "f32"), "lse_partial": ((s, b, h, sq), "f32"),
             "o": ((b, sq, h, d), "bf16"), "lse": ((b, h, sq), "f32")}
+
+
+def _sink(case: dict, t: dict, heads_q: int) -> dict:
+    if case.get("sink"):
+        t["learnable_sink"] = ((heads_q,), "f32")
+    return t
 
 
 def int_values(case: dict) -> dict:
@@ -173,9 +224,11 @@ def int_values(case: dict) -> dict:
 def request(case: dict, arrays: dict) -> str:
     """check_lib.cpp's request text; arrays: name -> (ptr, shape, strides in elements, dtype)."""
     e = case["entry"]
-    head = {"dense": f"dense {case.get('causal', 0)}",
-            "kvcache": f"kvcache {case.get('num_splits', 0)} -1 {case.get('causal', 0)}",
-            "varlen": f"varlen 0 -1 {case.get('causal', 0)}", "combine": "combine"}[e]
+    left, right = model(case)["window_size"]
+    # softcap as its IEEE-754 bits: exact, and check_lib.cpp parses it without a locale
+    words = f"{case.get('causal', 0)} {left} {right} {struct.unpack('<Q', struct.pack('<d', model(case)['softcap']))[0]}"
+    head = {"dense": f"dense {words}", "kvcache": f"kvcache {case.get('num_splits', 0)} -1 {words}",
+            "varlen": f"varlen 0 -1 {words}", "combine": "combine"}[e]
     lines = [head]
     for n, (ptr, shape, strides, dtype) in arrays.items():
         lines.append(f"t {n} {dtype} {ptr} {len(shape)} {' '.join(map(str, shape))} {' '.join(map(str, strides))}")
@@ -319,8 +372,9 @@ def _python_side(case: dict, a: dict, dt: dict):
     w = {n: as_device_array(x, dtype=dt[n], what=n) for n, x in a.items()}
     g = w.get
     e = case["entry"]
+    mv = {**model(case), "learnable_sink": g("learnable_sink")} if e != "combine" else {}
     if e == "dense":
-        flash_attn_func(w["q"], w["k"], w["v"], causal=bool(case["causal"]), out=w["o"], lse=w["lse"])
+        flash_attn_func(w["q"], w["k"], w["v"], causal=bool(case["causal"]), out=w["o"], lse=w["lse"], **mv)
         return [last_launch().variant], 1
     if e == "combine":
         flash_attn_combine(w["out_partial"], w["lse_partial"], out=w["o"], lse=w["lse"])
@@ -328,11 +382,12 @@ def _python_side(case: dict, a: dict, dt: dict):
     if e == "kvcache":
         p = prepare_kvcache(w["q"], w["k_cache"], w["v_cache"], k=g("k"), v=g("v"), cache_seqlens=w["cache_seqlens"],
                             cache_batch_idx=g("cache_batch_idx"), page_table=g("page_table"),
-                            causal=bool(case["causal"]), num_splits=case["num_splits"], out=w["o"], lse=w["lse"])
+                            causal=bool(case["causal"]), num_splits=case["num_splits"], out=w["o"], lse=w["lse"],
+                            **mv)
     else:
         p = prepare_varlen(w["q"], w["k"], w["v"], w["cu_seqlens_q"], g("cu_seqlens_k"), seqused_q=g("seqused_q"),
                            seqused_k=g("seqused_k"), page_table=g("page_table"), causal=bool(case["causal"]),
-                           out=w["o"], lse=w["lse"])
+                           out=w["o"], lse=w["lse"], **mv)
     p.run()
     return p.kernels, p.plan.num_splits
 

@@ -11,6 +11,7 @@
 #include "cubinforge/params.h"     // kernelParams packed at the contract's offsets
 #include "cubinforge/device.h"     // compute capability -> sm_90a / sm_100a; primary context
 #include "cubinforge/select.h"     // pick a variant by axes, or say what is missing
+#include "cubinforge/variants.h"   // window_size / softcap / learnable_sink -> variant axes and scalars
 #include "cubinforge/module.h"     // load a cubin, raise the dynamic smem limit
 #include "cubinforge/launch.h"     // cuLaunchKernelEx on the caller's stream
 #include "cubinforge/decode.h"     // the decode plan: split count, pack-GQA

@@ -8,7 +8,9 @@
 //    on the paged forms: the dense cache is pages of seqlen_cache rows, cache_batch_idx the
 //    page table viewed as (batch, 1);
 //  - pages that are not a multiple of 16 rows are gathered into a dense cache (kv_gather)
-//    first: correct, not fast.
+//    first: correct, not fast;
+//  - window_size, softcap and learnable_sink (KVCacheArgs.model) resolve as in Python
+//    (variants.h) and choose forms with exactly those model axes.
 // The forms are tried in kvcache._pick's order (the asked causal first, for one query token
 // either; auto pack-GQA first, then the other), each chosen by select() with the bundle's
 // dispatcher preferences; the split count is the decode plan's (decode.h) with the chosen
@@ -19,8 +21,8 @@
 // The plan is pre-packed (prepared.h): prepare_kvcache binds every launch and packs its
 // parameters once; KVCachePlan::run only launches, so a CUDA graph can capture it. What must
 // not change between runs: every buffer's address and shape (q, k_cache, v_cache, k, v,
-// cache_seqlens, cache_batch_idx, page_table, o, lse), the scalars (softmax_scale, causal,
-// num_splits, pack_gqa) and the current device. What may change: the contents (new q and k/v
+// cache_seqlens, cache_batch_idx, page_table, o, lse, learnable_sink), the scalars
+// (softmax_scale, causal, num_splits, pack_gqa, window, softcap) and the current device. What may change: the contents (new q and k/v
 // values, cache_seqlens values within the capacity, page_table / cache_batch_idx entries).
 #pragma once
 
@@ -41,6 +43,7 @@
 #include "cubinforge/status.h"
 #include "cubinforge/tensor.h"
 #include "cubinforge/text.h"
+#include "cubinforge/variants.h"
 
 namespace cubinforge {
 
@@ -63,6 +66,7 @@ struct KVCacheArgs {
   int pack_gqa = -1;         // -1: auto, 0 / 1
   bool has_softmax_scale = false;
   double softmax_scale = 0;  // default 1/sqrt(d)
+  ModelArgs model;           // window_size, softcap, learnable_sink (variants.h); causal=true sets right = 0
 };
 
 // The problem check_kvcache read from the arguments.
@@ -74,6 +78,7 @@ struct KVCacheShape {
   Tensor page_table;         // what they read as the page table
   bool fixed_seqlens = false;  // no cache_seqlens tensor: seqlens_value keys everywhere
   int64_t seqlens_value = 0;
+  ModelVariant variant;      // causal and the model axes, resolved (variants.h)
 };
 
 namespace detail {
@@ -120,6 +125,8 @@ inline Status check_kvcache(const KVCacheArgs& a, int max_splits, KVCacheShape* 
     return invalid("num_splits must be 0 (auto) or a positive int, got " + std::to_string(a.num_splits));
   if (a.num_splits > max_splits)
     return invalid("num_splits " + std::to_string(a.num_splits) + " is above " + std::to_string(max_splits));
+  ModelVariant variant;
+  CUBINFORGE_TRY(resolve_variant(a.causal, a.model, &variant));
   const std::pair<const char*, const Tensor*> qkv[] = {{"q", &a.q}, {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache}};
   for (const auto& [n, t] : qkv) {
     if (t->rank != 4) return invalid(std::string(n) + " must have 4 dimensions, got " + py_shape(*t));
@@ -140,6 +147,7 @@ inline Status check_kvcache(const KVCacheArgs& a, int max_splits, KVCacheShape* 
     return invalid("head_dim differs: q has " + std::to_string(d) + ", k_cache " + std::to_string(a.k_cache.shape[3]));
   if (hkv == 0 || hq % hkv)
     return invalid("heads_q (" + std::to_string(hq) + ") must be a multiple of heads_kv (" + std::to_string(hkv) + ")");
+  CUBINFORGE_TRY(check_sink(a.model.learnable_sink, hq));
   Tensor pt = a.page_table;
   bool paged = a.paged;
   if (given(a.cache_batch_idx)) {
@@ -206,6 +214,7 @@ inline Status check_kvcache(const KVCacheArgs& a, int max_splits, KVCacheShape* 
                    dtype_name(a.lse.dtype) + " " + py_shape(a.lse));
   out->batch = b, out->seqlen_q = sq, out->heads_q = hq, out->heads_kv = hkv, out->head_dim = d;
   out->capacity = capacity, out->seqlen_new = s_new, out->paged = paged, out->page_table = pt;
+  out->variant = variant;
   return Status::Ok();
 }
 
@@ -228,11 +237,14 @@ inline int axis_int(const Variant& v, const char* key) {
 }  // namespace detail
 
 // The forms and split count for a problem (sizes as flash_attn_with_kvcache's: capacity is
-// the cache's keys per sequence), on `arch` with `sm_count` SMs.
+// the cache's keys per sequence), on `arch` with `sm_count` SMs. `variant`: the model axes
+// (window, softcap, sink; resolve_variant), matched exactly; nullptr: none on. A miss names
+// the nearest variants (select's), as kvcache._pick's nearest_error.
 inline Status choose_kvcache(const Bundle& bundle, const std::string& arch, const char* dtype, int head_dim,
                              bool causal, bool paged, int64_t batch, int64_t seqlen_q, int64_t heads_q,
                              int64_t heads_kv, int64_t capacity, int64_t sm_count, int num_splits, int pack_gqa,
-                             KVCacheChoice* out) {
+                             KVCacheChoice* out, const ModelVariant* variant = nullptr) {
+  const ModelVariant model = variant ? *variant : ModelVariant();
   *out = KVCacheChoice();
   if (bundle.decode_plan == nullptr) return invalid("the bundle has no decode plan table (render it again)");
   if (heads_kv <= 0 || heads_q % heads_kv)
@@ -254,7 +266,8 @@ inline Status choose_kvcache(const Bundle& bundle, const std::string& arch, cons
       // preferences rank, then the name.
       auto query = [&](bool split) {
         Query q;
-        q.set("arch", arch).set("dtype", dtype).set("head_dim", head_dim).set("causal", c);
+        q.set("arch", arch).set("dtype", dtype).set("head_dim", head_dim);
+        model.apply(q).set("causal", c);
         q.set("paged_kv", paged).set("pack_gqa", pack).set("split_kv", split);
         return q;
       };
@@ -284,10 +297,40 @@ inline Status choose_kvcache(const Bundle& bundle, const std::string& arch, cons
       }
     }
   }
+  // What is built for this dtype / head dim (and model axes), and the nearest to what was wanted.
+  auto py_bool = [](bool b) { return std::string(b ? "True" : "False"); };
+  std::vector<std::string> have;
+  for (int i = 0; i < bundle.count; ++i) {
+    const Variant& v = bundle.variants[i];
+    auto is = [&](const char* key, const std::string& value) {
+      const char* x = axis_value(v, key);
+      return x != nullptr && value == x;
+    };
+    const bool form = is("split_kv", "true") || is("pack_gqa", "true") || is("paged_kv", "true");
+    if (names_equal(v.family, "fa3_fwd") && form && !is("varlen", "true") && is("arch", arch) && is("dtype", dtype) &&
+        is("head_dim", std::to_string(head_dim)) && is("paged_kv", paged ? "true" : "false") &&
+        is("local", model.local ? "true" : "false") && is("softcap", model.softcap ? "true" : "false") &&
+        is("learnable_sink", model.learnable_sink ? "true" : "false"))
+      have.push_back(v.name);
+  }
+  std::sort(have.begin(), have.end());
+  std::string list;
+  for (size_t i = 0; i < have.size() && i < 12; ++i) list += (i ? ", " : "") + have[i];
+  Query want;
+  want.set("arch", arch).set("dtype", dtype).set("head_dim", head_dim);
+  model.apply(want).set("causal", causal);
+  want.set("paged_kv", paged).set("split_kv", num_splits != 1).set("pack_gqa", pack_gqa >= 0 ? pack_gqa != 0 : auto_pack);
+  const Variant* none = nullptr;
+  const Status near = select(bundle, want, &none);
+  const std::string model_text = model.text();
   return Status(CUDA_ERROR_NOT_FOUND,
                 "no fa3_fwd inference variant for " + arch + " " + dtype + " hd" + std::to_string(head_dim) +
-                    " causal=" + (causal ? "true" : "false") + " paged_kv=" + (paged ? "true" : "false") +
-                    " in this bundle; build them with `make kernels ARCH=sm90 SET=inference`");
+                    " causal=" + py_bool(causal) + " paged_kv=" + py_bool(paged) + " pack_gqa=" +
+                    (pack_gqa < 0 ? std::string("None") : py_bool(pack_gqa != 0)) + " num_splits=" +
+                    std::to_string(num_splits) + model_text + " (built for this dtype/hd" +
+                    (model_text.empty() ? "" : " and these model axes") + ": " + (list.empty() ? "none" : list) +
+                    "); build them with `make kernels ARCH=sm90 SET=inference`" +
+                    (near.ok() ? std::string() : ". " + near.message()));
 }
 
 class KVCachePlan;
@@ -355,8 +398,8 @@ inline Status prepare_kvcache(const Bundle& bundle, const std::string& bundle_di
     CUBINFORGE_TRY(select(bundle, q, &p.choice_.gather));
   }
   KVCacheChoice forms;
-  CUBINFORGE_TRY(choose_kvcache(bundle, arch, dtype, static_cast<int>(d), a.causal, paged && !gather, b, sq, hq, hkv,
-                                s.capacity, sms, a.num_splits, a.pack_gqa, &forms));
+  CUBINFORGE_TRY(choose_kvcache(bundle, arch, dtype, static_cast<int>(d), s.variant.causal, paged && !gather, b, sq,
+                                hq, hkv, s.capacity, sms, a.num_splits, a.pack_gqa, &forms, &s.variant));
   p.choice_.forward = forms.forward, p.choice_.combine = forms.combine, p.choice_.plan = forms.plan;
 
   std::vector<NamedTensor> pool = {{"q", a.q}, {"k", a.k_cache}, {"v", a.v_cache}};
@@ -404,8 +447,9 @@ inline Status prepare_kvcache(const Bundle& bundle, const std::string& bundle_di
                               [](const NamedTensor& n) { return names_equal(n.name, "page_table"); }),
                pool.end());
   }
-  std::vector<NamedScalar> scalars;
+  std::vector<NamedScalar> scalars = s.variant.scalars();
   if (a.has_softmax_scale) scalars.push_back({"softmax_scale", a.softmax_scale});
+  if (given(a.model.learnable_sink)) pool.push_back({"learnable_sink", a.model.learnable_sink});
   const Kernel* fwd = nullptr;
   CUBINFORGE_TRY(p.load(*p.choice_.forward, bundle_dir, &fwd));
   pool.push_back({"o", a.o});

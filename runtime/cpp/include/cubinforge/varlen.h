@@ -3,7 +3,8 @@
 // packed the same way (cu_seqlens_k), or with a page_table a paged cache (num_pages,
 // page_size, heads_kv, d) whose sequence b has seqused_k[b] keys (or cu_seqlens_k[b + 1] -
 // cu_seqlens_k[b]). seqused_q / seqused_k shorten a sequence within its slot. o like q, lse
-// float32 (heads_q, total_q). Causal is bottom-right per sequence. max_seqlen_q / _k are hints.
+// float32 (heads_q, total_q). Causal is bottom-right per sequence, and so is a window
+// (VarlenArgs.model: window_size, softcap, learnable_sink, variants.h). max_seqlen_q / _k are hints.
 // Page sizes not a multiple of 16 go through kv_gather into a packed copy (needs seqused_k).
 //
 // What is checked where (as in Python): shapes, dtypes, lengths and alignment always, before
@@ -31,6 +32,7 @@
 #include "cubinforge/status.h"
 #include "cubinforge/tensor.h"
 #include "cubinforge/text.h"
+#include "cubinforge/variants.h"
 
 namespace cubinforge {
 
@@ -49,6 +51,7 @@ struct VarlenArgs {
   int pack_gqa = -1;                  // -1 / 0: varlen is built without pack-GQA so far
   bool has_softmax_scale = false;
   double softmax_scale = 0;           // default 1/sqrt(d)
+  ModelArgs model;                    // window_size, softcap, learnable_sink (variants.h)
   bool check = false;                 // also check the device values on the host (a sync)
 };
 
@@ -56,6 +59,7 @@ struct VarlenShape {
   int64_t batch = 0, total_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
   bool paged = false;
   int64_t num_pages = 0, page_size = 0, max_pages = 0;
+  ModelVariant variant;               // causal and the model axes, resolved (variants.h)
 };
 
 namespace detail {
@@ -75,6 +79,8 @@ inline Status i32_vector(const Tensor& a, const char* name, int64_t n, const cha
 // order and words, on the host (no driver).
 inline Status check_varlen(const VarlenArgs& a, VarlenShape* out) {
   *out = VarlenShape();
+  ModelVariant variant;
+  CUBINFORGE_TRY(resolve_variant(a.causal, a.model, &variant));
   const std::pair<const char*, int64_t> hints[] = {{"max_seqlen_q", a.max_seqlen_q}, {"max_seqlen_k", a.max_seqlen_k}};
   for (const auto& [name, hint] : hints)
     if (hint < -1)
@@ -110,6 +116,7 @@ inline Status check_varlen(const VarlenArgs& a, VarlenShape* out) {
     return invalid("head_dim differs: q has " + std::to_string(d) + ", k " + std::to_string(a.k.shape[kv_rank - 1]));
   if (hkv == 0 || hq % hkv)
     return invalid("heads_q (" + std::to_string(hq) + ") must be a multiple of heads_kv (" + std::to_string(hkv) + ")");
+  CUBINFORGE_TRY(check_sink(a.model.learnable_sink, hq));
   if (!given(a.cu_seqlens_q))
     return invalid("cu_seqlens_q is required: int32 (batch + 1,) offsets of the sequences in q");
   if (!given(a.cu_seqlens_k) && !(paged && given(a.seqused_k)))
@@ -143,7 +150,7 @@ inline Status check_varlen(const VarlenArgs& a, VarlenShape* out) {
     return invalid("lse must be float32 (heads_q, total_q) = " + py_tuple(lse_shape, 2) + "; got " +
                    dtype_name(a.lse.dtype) + " " + py_shape(a.lse));
   out->batch = batch, out->total_q = total_q, out->heads_q = hq, out->heads_kv = hkv, out->head_dim = d;
-  out->paged = paged;
+  out->paged = paged, out->variant = variant;
   return Status::Ok();
 }
 
@@ -208,17 +215,19 @@ inline Status check_varlen_values(const std::vector<int32_t>& cu_q, const std::v
   return Status::Ok();
 }
 
-// The varlen forward variant (varlen=true, unsplit, unpacked; paged_kv for a paged cache).
+// The varlen forward variant (varlen=true, unsplit, unpacked; paged_kv for a paged cache);
+// `variant`: the model axes (resolve_variant), matched exactly, or nullptr for none.
 inline Status choose_varlen(const Bundle& bundle, const std::string& arch, const char* dtype, int head_dim, bool causal,
-                            bool paged, const Variant** out) {
+                            bool paged, const Variant** out, const ModelVariant* variant = nullptr) {
   Query q;
-  q.set("arch", arch).set("dtype", dtype).set("head_dim", head_dim).set("causal", causal);
+  q.set("arch", arch).set("dtype", dtype).set("head_dim", head_dim);
+  (variant ? *variant : ModelVariant()).apply(q).set("causal", causal);
   q.set("varlen", true).set("paged_kv", paged).set("split_kv", false).set("pack_gqa", false);
   const Status st = select(bundle, q, out);
   if (st.ok()) return st;
   return Status(st.code(), st.message() +
                                "; build them with `make kernels ARCH=sm90 SET=inference` (the default set has "
-                               "bf16/fp16 hd64/128 packed and bf16 hd128 paged)");
+                               "bf16/fp16 hd64/128 packed, bf16 hd128 paged and a bf16 hd128 window)");
 }
 
 namespace detail {
@@ -295,6 +304,8 @@ inline Status prepare_varlen(const Bundle& bundle, const std::string& bundle_dir
   if (paged) pool.push_back({"page_table", a.page_table});
   std::vector<NamedScalar> scalars = {{"has_seqused_q", given(a.seqused_q) ? 1.0 : 0.0},
                                       {"has_seqused_k", given(a.seqused_k) ? 1.0 : 0.0}};
+  for (const NamedScalar& m : s.variant.scalars()) scalars.push_back(m);
+  if (given(a.model.learnable_sink)) pool.push_back({"learnable_sink", a.model.learnable_sink});
   if (a.has_softmax_scale) scalars.push_back({"softmax_scale", a.softmax_scale});
   if (gather) {
     // Gather the used keys into (batch, capacity) rows, packed: sequence b at b * capacity.
@@ -336,7 +347,8 @@ inline Status prepare_varlen(const Bundle& bundle, const std::string& bundle_dir
   };
   if (get("seqused_q") == nullptr) pool.push_back({"seqused_q", prefix("cu_seqlens_q")});
   if (get("seqused_k") == nullptr) pool.push_back({"seqused_k", prefix("cu_seqlens_k")});
-  CUBINFORGE_TRY(choose_varlen(bundle, arch, dtype, static_cast<int>(d), a.causal, paged, &p.forward_));
+  CUBINFORGE_TRY(choose_varlen(bundle, arch, dtype, static_cast<int>(d), s.variant.causal, paged, &p.forward_,
+                               &s.variant));
   const Kernel* fwd = nullptr;
   CUBINFORGE_TRY(p.load(*p.forward_, bundle_dir, &fwd));
   CUBINFORGE_TRY(p.add(*fwd, detail::for_contract(fwd->contract(), pool), scalars));
