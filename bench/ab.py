@@ -361,6 +361,8 @@ FP8_P_SCALE = [
     # K/V stage at the shipped switches (built only where ptxas spills nothing).
     ("tile-128x192+in-order-sum+lazy-rescale-8+stages-3", dict(_P128, rescale_threshold=8.0, stages=3)),
     ("tile-128x224+in-order-sum+lazy-rescale-8", dict(_P128, tile_n=224, rescale_threshold=8.0)),
+    ("tile-128x224+in-order-sum+lazy-rescale-4+p-scale-4",
+     dict(_P128, tile_n=224, rescale_threshold=4.0, p_scale_log2=4.0)),
     # The bf16 kernel on plain Gaussian inputs, the yardstick (config.TUNED's hd128).
     ("persistent+in-order-sum+separate-o+q-double-buffer+deferred-o",
      dict(head_dim=128, causal=False, scheduler="persistent", in_order_row_sum=True, separate_o_smem=True,

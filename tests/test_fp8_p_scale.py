@@ -26,6 +26,8 @@ def test_p_scale_bounds_are_checked():
         FwdConfig(**E4M3_HD128, rescale_threshold=0.0, p_scale_log2=2.5)
     with pytest.raises(ValueError, match="whole number"):
         FwdConfig(**E4M3_HD128, rescale_threshold=0.0, p_scale_log2=-1.0)
+    with pytest.raises(ValueError, match="whole number"):
+        FwdConfig(**E4M3_HD128, rescale_threshold=0.0, p_scale_log2=float("inf"))
     with pytest.raises(ValueError, match="e4m3 only"):
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, p_scale_log2=4.0)
     with pytest.raises(ValueError, match="dense forward only"):
@@ -36,7 +38,7 @@ def test_p_scale_bounds_are_checked():
 def test_p_scale_set_starts_from_the_shipped_configs():
     """Each base of bench.ab's fp8-p-scale set is the FwdConfig its shipped set builds (the
     default set's e4m3 hd128 and hd256, SET=fp8's row-major hd128), and each p-scale row
-    differs from its base in rescale_threshold and p_scale_log2 alone, as its label says."""
+    differs from its base in rescale_threshold, p_scale_log2 and a tile its label names."""
     from dataclasses import replace
 
     from cubinforge.bench.ab import EXPERIMENTS, FP8_P_SCALE_BASES, ab_name, experiment_config
@@ -56,10 +58,11 @@ def test_p_scale_set_starts_from_the_shipped_configs():
     for name, want in shipped.items():
         assert rows[name][1] == want, name
     scaled = [(n, lc) for n, lc in rows.items() if "p-scale" in n]
-    assert len(scaled) == 5
+    assert len(scaled) == 6
     for name, (label, c) in scaled:
-        base = next(b for b in shipped if b.split("+", 1)[0] == name.split("+", 1)[0])  # same variant
-        assert replace(c, rescale_threshold=shipped[base].rescale_threshold, p_scale_log2=0.0) == shipped[base], name
+        base = shipped[next(b for b in shipped if b.split("+", 1)[0] == name.split("+", 1)[0])]  # same variant
+        assert replace(c, rescale_threshold=base.rescale_threshold, p_scale_log2=0.0, tile_n=base.tile_n) == base, name
+        assert c.tile_n == base.tile_n or label.startswith(f"tile-128x{c.tile_n}+"), name
         assert f"p-scale-{int(c.p_scale_log2)}" in label
         assert (f"lazy-rescale-{int(c.rescale_threshold)}" in label) == (c.rescale_threshold > 0)
         assert c.rescale_threshold + c.p_scale_log2 <= 8.0

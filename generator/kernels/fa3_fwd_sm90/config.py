@@ -392,7 +392,7 @@ class FwdConfig:
             if not self.fp8:
                 raise ValueError(f"p_scale_log2 shifts P before its e4m3 rounding: e4m3 only, not {self.dtype}")
             room = cap - self.rescale_threshold
-            if self.p_scale_log2 != int(self.p_scale_log2) or not 0 <= self.p_scale_log2 <= room:
+            if not 0 <= self.p_scale_log2 <= room or self.p_scale_log2 != int(self.p_scale_log2):
                 raise ValueError(f"p_scale_log2 must be a whole number in [0, {room:g}] (P <= 2^(rescale_threshold "
                                  f"+ p_scale_log2) <= 2^{cap:g} must fit e4m3), got {self.p_scale_log2}")
         if self.inference and (self.exp2_emu_eighths or self.rescale_threshold or self.p_scale_log2):
