@@ -15,6 +15,8 @@ v N(0,1); RMSE of O against float64 attention on the *unquantised* inputs for
 Then TFLOPS of the e4m3 variants (batch 1, 16 heads, seqlen 16k, causal and not, V column-
 major and row-major (transposed in shared memory, SET=fp8)) and torch._scaled_mm e4m3 8192^3 with unit scales, in the same process. Every
 case runs in its own try/except; the table at the end says what failed and why.
+
+    python3 -m bench.fp8 --ab-home .cubinforge-ab-fp8p   # bench.ab's e4m3 candidates (ab_home)
 """
 
 from __future__ import annotations
@@ -112,16 +114,17 @@ def rmse(o, ref) -> float:
 
 # --------------------------------------------------------------------------- error study
 
-def run_fp8(q_bits, k_bits, v_bits, descales, causal=False):
-    """Our e4m3 kernel -> float64 O. descales: (q, k, v) float32 (b, h) arrays."""
+def run_fp8(q_bits, k_bits, v_bits, descales, causal=False, v_layout="colmajor", **pin):
+    """Our e4m3 kernel -> float64 O. descales: (q, k, v) float32 (b, h) arrays; v_bits row-major
+    (b, sk, h, d), sent as `v_layout` wants it; pin: flash_attn_func's source=."""
     from cubinforge.runtime import flash_attn_func
     torch = _torch()
     q8, _tq = to_dev_bytes(q_bits)
     k8, _tk = to_dev_bytes(k_bits)
-    v8, _tv = colmajor_v(v_bits)
+    v8, _tv = colmajor_v(v_bits) if v_layout == "colmajor" else to_dev_bytes(v_bits)
     kw = {f"{n}_descale": torch.from_numpy(np.ascontiguousarray(d, np.float32)).cuda()
           for n, d in zip(("q", "k", "v"), descales)}
-    out, _ = flash_attn_func(q8, k8, v8, causal=causal, v_layout="colmajor", **kw)
+    out, _ = flash_attn_func(q8, k8, v8, causal=causal, v_layout=v_layout, **kw, **pin)
     torch.cuda.synchronize()
     return host_f64(out)
 
@@ -235,6 +238,120 @@ def scaled_mm_ceiling(n: int = 8192):
     attempt("ceiling", one)
 
 
+# --------------------------------------------------------------------------- A/B home
+
+def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int = 0) -> int:
+    """bench.ab's e4m3 candidates in the registry at `home` (`bench.ab build --experiments
+    fp8-p-scale`): each through bench.ab's e4m3 gate (and its rising-score case where the
+    softmax keeps a stale maximum or shifts P), then the error study's kernel rows (a0), (a)
+    and (b) pinned to it, and TFLOPS at `seqlen` in alternating rounds with the other
+    variants of its (head dim, V layout), read against that group's base (bench.ab's
+    FP8_P_SCALE_BASES). A bf16 variant in the home gives row (c). The inputs are quantised on
+    the host (fp8_reference.quantize: fp8_quant's numpy model), the same bytes for every
+    variant. Returns the gate's failures."""
+    import os
+    from pathlib import Path
+
+    os.environ["CUBINFORGE_HOME"] = str(home)  # Ours pins through LocalSource() of this home
+    from cubinforge.runtime import flash_attn_func
+
+    from .ab import FP8_P_SCALE_BASES, RISING_SHAPES, check_fp8_variant, fp8_call
+    from .anchors import Ours
+    from .fp8_reference import quantize
+    from .timing import alternating, median, time_cuda
+
+    torch = _torch()
+    ours = Ours()
+    manifests = {p.stem: json.loads(p.read_text())["axes"] for p in sorted((Path(home) / "manifests").glob("*.json"))}
+    dense = {n: ax for n, ax in manifests.items()
+             if not any(ax.get(a) for a in ("split_kv", "pack_gqa", "paged_kv", "varlen"))}
+    b, h = 1, 8
+    inputs: dict[int, dict] = {}
+
+    def cases(d):  # host inputs, quantisations and float64 references per head dim, made once
+        if d not in inputs:
+            rng = np.random.default_rng(seed)
+            g = np.random.default_rng(seed + 1)
+            qo, ko = (outlier_inputs(rng, b, err_seqlen, h, d) for _ in range(2))
+            vo = rng.standard_normal((b, err_seqlen, h, d))
+            qg, kg, vg = (g.standard_normal((b, err_seqlen, h, d)) for _ in range(3))
+            per_head = [quantize(x, None, had, seed=1234)[:2] for x, had in ((qo, True), (ko, True), (vo, False))]
+            inputs[d] = {
+                "(a0) per-tensor, Gaussian": ([per_tensor(x) for x in (qg, kg, vg)], attention(qg, kg, vg)),
+                "(a) per-tensor, outliers": ([per_tensor(x) for x in (qo, ko, vo)], attention(qo, ko, vo)),
+                "(b) per-head + Hadamard, outliers": ([(bits, desc[:, :, 0]) for bits, desc in per_head],
+                                                      attention(qo, ko, vo)),
+                "gauss": (qg, kg, vg),
+            }
+        return inputs[d]
+
+    summary, failed = {}, 0
+    for name, ax in dense.items():
+        d = ax["head_dim"]
+        if ax["dtype"] != "e4m3":
+            def case_c(name=name, d=d):
+                qg, kg, vg = cases(d)["gauss"]
+                out, _ = flash_attn_func(bf16_dev(qg), bf16_dev(kg), bf16_dev(vg), **ours._source(name))
+                torch.cuda.synchronize()
+                summary[name] = {"(c) bf16, Gaussian": rmse(host_f64(out), attention(qg, kg, vg))}
+                record(f"{name} (c) bf16 kernel, plain Gaussian inputs", rmse=summary[name]["(c) bf16, Gaussian"])
+            attempt(name, case_c)
+            continue
+        v_layout = ax.get("v_layout", "rowmajor")
+        row = summary[name] = {"gate": "FAIL"}
+
+        def gate(name=name, d=d, ax=ax, v_layout=v_layout, row=row):
+            rel, lse_err, ok = check_fp8_variant(ours, name, d, ax["causal"], v_layout)
+            if "lazy-rescale" in name or "p-scale" in name:
+                rise = check_fp8_variant(ours, name, d, ax["causal"], v_layout, RISING_SHAPES, rising_scores=True)
+                rel, lse_err, ok = max(rel, rise[0]), max(lse_err, rise[1]), ok and rise[2]
+            row["gate"] = "ok" if ok else "FAIL"
+            record(f"{name} gate", rel_err=f"{rel:.2e}", lse_err=f"{lse_err:.1e}", ok=ok)
+        attempt(f"{name} gate", gate)
+        failed += row["gate"] != "ok"
+        for case, (parts, ref) in ((c, v) for c, v in cases(d).items() if c.startswith("(")):
+            def one(case=case, parts=parts, ref=ref, name=name, v_layout=v_layout):
+                (qb, qd), (kb, kd), (vb, vd) = parts
+                row[case] = rmse(run_fp8(qb, kb, vb, (qd, kd, vd), v_layout=v_layout, **ours._source(name)), ref)
+                if ours.last_variant() != name:
+                    raise RuntimeError(f"{name}: the runtime ran {ours.last_variant()}")
+                record(f"{name} {case}", rmse=row[case])
+            attempt(f"{name} {case}", one)
+    # Speed: the variants of one (head dim, causal, V layout) in alternating rounds.
+    groups: dict[tuple, list[str]] = {}
+    for name, ax in dense.items():
+        if ax["dtype"] == "e4m3" and summary.get(name, {}).get("gate") == "ok":
+            groups.setdefault((ax["head_dim"], ax["causal"], ax.get("v_layout", "rowmajor")), []).append(name)
+    from .ab import fp8_inputs
+    for (d, causal, v_layout), names in groups.items():
+        def timed(d=d, causal=causal, v_layout=v_layout, names=names):
+            q8, k8, v8_in, _v = fp8_inputs(1, seqlen, seqlen, heads, heads, d, v_layout, seed=seqlen)
+            out = torch.empty((1, seqlen, heads, d), dtype=torch.bfloat16, device="cuda")
+            lse = torch.empty((1, heads, seqlen), dtype=torch.float32, device="cuda")
+            fns = {n: fp8_call(ours, n, causal, v_layout, q8, k8, v8_in, out, lse) for n in names}
+            ms = {n: [] for n in names}
+            for n in alternating(fns):
+                ms[n].append(time_cuda(fns[n], warmup=3, min_iters=10, max_iters=30, budget_s=0.2).median_ms)
+            flops = attention_flops(1, heads, seqlen, seqlen, d, causal)
+            base = next((n for n in names if n.split("+", 1)[1] in FP8_P_SCALE_BASES), names[0])
+            for n in names:
+                summary[n]["tflops"] = tflops(flops, median(ms[n]))
+            for n in names:
+                summary[n]["vs_base"] = summary[n]["tflops"] / summary[base]["tflops"]
+                record(f"{n} s{seqlen}", tflops=round(summary[n]["tflops"], 1),
+                       vs_base=f"{summary[n]['vs_base']:.3f} of {base.split('+', 1)[1]}")
+        attempt(f"speed hd{d} {v_layout}", timed)
+    cols = ("gate", "tflops", "vs_base", "(a0) per-tensor, Gaussian", "(a) per-tensor, outliers",
+            "(b) per-head + Hadamard, outliers", "(c) bf16, Gaussian")
+    print("\n| variant | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
+    for name, row in summary.items():
+        cells = [row.get(c, "") for c in cols]
+        fmt = [f"{x:.1f}" if c == "tflops" and x != "" else f"{x:.3f}" if c == "vs_base" and x != ""
+               else f"{x:.3e}" if isinstance(x, float) else str(x) for c, x in zip(cols, cells)]
+        print(f"| {name} | " + " | ".join(fmt) + " |")
+    return failed
+
+
 def table() -> str:
     ceiling = next((r.get("tflops") for r in ROWS if "ceiling" in r["case"] and "tflops" in r), None)
     lines = ["| case | RMSE | ms | TFLOPS | % of e4m3 ceiling | error |", "|---|---|---|---|---|---|"]
@@ -264,7 +381,15 @@ def main(argv=None) -> int:
     p.add_argument("--skip-errors", action="store_true", help="speed rows only")
     p.add_argument("--v-layout", choices=("colmajor", "rowmajor", "both"), default="both",
                    help="V layouts of the speed rows (rowmajor needs SET=fp8)")
+    p.add_argument("--ab-home", help="bench.ab's e4m3 candidates in this registry (fp8-p-scale): gate, "
+                                     "error rows and TFLOPS per variant, nothing else")
     a = p.parse_args(argv)
+    if a.ab_home:
+        failed = ab_home(a.ab_home, a.seqlen, a.err_seqlen)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(ROWS, f, indent=1)
+        return 1 if failed else 0
     if not a.skip_errors:
         attempt("error study", lambda: error_study(a.err_seqlen))
     if not a.skip_speed:

@@ -95,7 +95,7 @@ SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", 
             "q_double_buffer", "deferred_o_store", "o_smem_store")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
-VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0}
+VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
 # L2 section of the lpt order (FA4's); persistent causal orders all (head, batch) pairs
 # together. 24 MiB sections for persistent causal and one global order for lpt lost on
 # every cell of the A/B, so neither is a knob any more.
@@ -178,6 +178,12 @@ class FwdConfig:
     # units, skipping O's rescale when no row of a warp needs it (FA4's conditional
     # rescaling; softmax.OnlineSoftmax). P then reaches 2^threshold. 0: rescale every block.
     rescale_threshold: float | None = None
+    # e4m3: P = 2^(s - (max - p_scale_log2)), shifted up by 2^k before its e4m3 rounding so
+    # that small P stay out of e4m3's subnormals (below 2^-6) and a fresh maximum's P (2^k) is
+    # exact; the row sum is of the same P, so the shift cancels in O (softmax.OnlineSoftmax).
+    # A whole number, with rescale_threshold + p_scale_log2 <= RESCALE_THRESHOLD_MAX (P <= 2^8
+    # fits e4m3's 448). 0: no shift.
+    p_scale_log2: float | None = None
     # How V arrives: "rowmajor" (batch, seqlen_k, heads_kv, head_dim) or, for e4m3,
     # "colmajor" (batch, heads_kv, head_dim, seqlen_k): WGMMA reads an 8-bit B operand
     # K-major only, which a column-major V already is.
@@ -382,9 +388,16 @@ class FwdConfig:
         if not 0.0 <= self.rescale_threshold <= cap:
             raise ValueError(f"rescale_threshold for {self.dtype} must be in [0, {cap}] (P <= 2^threshold "
                              f"must fit {self.dtype}), got {self.rescale_threshold}")
-        if self.inference and (self.exp2_emu_eighths or self.rescale_threshold):
-            raise ValueError("exp2_emu_eighths and rescale_threshold are built for the dense forward only, "
-                             "not split_kv, pack_gqa, paged_kv or varlen")
+        if self.p_scale_log2:
+            if not self.fp8:
+                raise ValueError(f"p_scale_log2 shifts P before its e4m3 rounding: e4m3 only, not {self.dtype}")
+            room = cap - self.rescale_threshold
+            if not 0 <= self.p_scale_log2 <= room or self.p_scale_log2 != int(self.p_scale_log2):
+                raise ValueError(f"p_scale_log2 must be a whole number in [0, {room:g}] (P <= 2^(rescale_threshold "
+                                 f"+ p_scale_log2) <= 2^{cap:g} must fit e4m3), got {self.p_scale_log2}")
+        if self.inference and (self.exp2_emu_eighths or self.rescale_threshold or self.p_scale_log2):
+            raise ValueError("exp2_emu_eighths, rescale_threshold and p_scale_log2 are built for the dense forward "
+                             "only, not split_kv, pack_gqa, paged_kv or varlen")
 
     @property
     def l2_section_mib(self) -> int:

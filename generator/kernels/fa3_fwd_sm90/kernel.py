@@ -544,7 +544,7 @@ class FlashFwdSm90:
         coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
         softmax = OnlineSoftmax(
             softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum,
-            self.cfg.exp2_emu_eighths, self.cfg.exp2_emu_degree, self.cfg.rescale_threshold,
+            self.cfg.exp2_emu_eighths, self.cfg.exp2_emu_degree, self.cfg.rescale_threshold, self.cfg.p_scale_log2,
         )
 
         gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O)

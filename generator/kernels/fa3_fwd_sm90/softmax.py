@@ -23,7 +23,7 @@ LOG2E = math.log2(math.e)
 
 class OnlineSoftmax:
     def __init__(self, scale_log2: Float32, rows: int, in_order_sum: bool = False, exp2_emu_eighths: int = 0,
-                 exp2_emu_degree: int = 3, rescale_threshold: float = 0.0):
+                 exp2_emu_degree: int = 3, rescale_threshold: float = 0.0, p_scale_log2: float = 0.0):
         self.scale_log2 = scale_log2
         self.rows = rows
         # exp2 of `exp2_emu_eighths` of every 8 columns of a row on the FMA pipe (exp2_fma),
@@ -36,6 +36,10 @@ class OnlineSoftmax:
         # Sum and O share the reference maximum, so finish() stays exact (FA4's rescaling).
         self.rescale_threshold = rescale_threshold
         self.rescaled = None
+        # > 0: P = 2^(s - (max - k)), so e4m3's P keeps its small values out of the subnormals
+        # (below 2^-6) and a fresh row maximum's P is 2^k, exact. The row sum is of the same P,
+        # so 2^k cancels in O / rowsum; finish() takes it out of the LSE (and adds it to a sink).
+        self.p_scale_log2 = p_scale_log2
         # How a row's probabilities are summed. "tree": four independent chains, short
         # latency. In order, seeded with the rescaled running sum: one long chain, which is
         # what makes ptxas hoist the FFMAs and part of the exp2s above the PV GEMM's wait, as
@@ -130,12 +134,18 @@ class OnlineSoftmax:
 
     @cute.jit
     def _exp2_row(self, s_rc: cute.Tensor, r: cutlass.Constexpr[int], m_safe: Float32):
-        """Row r of S <- 2^(S * scale - m * scale), emu_eighths of each 8 columns on the FMA pipe."""
-        if cutlass.const_expr(self.emu_eighths == 0):
+        """Row r of S <- 2^(S * scale - m * scale + p_scale_log2), emu_eighths of each 8 columns on the FMA pipe."""
+        if cutlass.const_expr(self.emu_eighths == 0 and self.p_scale_log2 == 0):
             row = s_rc[r, None].load()
             s_rc[r, None].store(cute.math.exp2(row * self.scale_log2 - m_safe * self.scale_log2, fastmath=True))
+        elif cutlass.const_expr(self.emu_eighths == 0):
+            row = s_rc[r, None].load()
+            m_scaled = m_safe * self.scale_log2 - Float32(self.p_scale_log2)
+            s_rc[r, None].store(cute.math.exp2(row * self.scale_log2 - m_scaled, fastmath=True))
         else:
             m_scaled = m_safe * self.scale_log2
+            if cutlass.const_expr(self.p_scale_log2 != 0):
+                m_scaled = m_scaled - Float32(self.p_scale_log2)
             for c in cutlass.range_constexpr(cute.size(s_rc, mode=[1])):
                 x = s_rc[r, c] * self.scale_log2 - m_scaled
                 if cutlass.const_expr(emulated_column(c, self.emu_eighths)):
@@ -172,20 +182,26 @@ class OnlineSoftmax:
                     has = sink_log2 != -Float32.inf
                     m = sink_log2 / self.scale_log2 if m == -Float32.inf and has else m
                     self.row_max[r] = m
-                    total = total + (cute.math.exp2(sink_log2 - m * self.scale_log2, fastmath=True)
+                    total = total + (cute.math.exp2(sink_log2 - self._shifted(m), fastmath=True)
                                      if has else Float32(0.0))
                 else:
                     m = sink_log2 / self.scale_log2 if m == -Float32.inf else m
                     self.row_max[r] = m
-                    total = total + cute.math.exp2(sink_log2 - m * self.scale_log2, fastmath=True)
+                    total = total + cute.math.exp2(sink_log2 - self._shifted(m), fastmath=True)
             empty = total == Float32(0.0) or total != total
             inv[r] = Float32(0.0) if empty else cute.arch.rcp_approx(total)
             lse[r] = (
                 -Float32.inf
                 if empty
-                else (self.row_max[r] * self.scale_log2 + cute.math.log2(total, fastmath=True)) * LN2
+                else (self._shifted(self.row_max[r]) + cute.math.log2(total, fastmath=True)) * LN2
             )
         return inv, lse
+
+    def _shifted(self, m):
+        """m * scale_log2 - p_scale_log2: the log2 offset P = 2^(s * scale_log2 - this) took."""
+        if self.p_scale_log2 == 0:  # a trace-time float: the unshifted form, as before the switch
+            return m * self.scale_log2
+        return m * self.scale_log2 - Float32(self.p_scale_log2)
 
 
 def _add(a, b):
