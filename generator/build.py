@@ -18,13 +18,14 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
 from cubinforge.registry import ArtifactInput
 
 from .compile_worker import CompileJob, CompileResult, compile_job, init_worker
-from .content_key import content_key, dsl_version
+from .content_key import content_key, dsl_version, package_dir
 from .families import get_family
 from .metadata import with_sass
 from .render import RenderedSource, render
@@ -191,9 +192,21 @@ def build(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
     return [outcomes[v.name] for v in variants]
 
 
+@lru_cache(maxsize=None)
+def _package_bytes(package: str) -> int:
+    return sum(f.stat().st_size for f in package_dir(package).rglob("*.py"))
+
+
+def _longest_first(pending: list[_Pending]) -> list[_Pending]:
+    """The variants of the biggest kernel packages first (an FA3 variant takes ~10x the CPU of
+    a combine or KV-append one), in set order within a package: the pool then ends on short
+    jobs instead of one long compile running alone on a core."""
+    return sorted(pending, key=lambda p: -_package_bytes(get_family(p.variant.family).package))
+
+
 def _run_local(pending: list[_Pending], jobs: int, build_dir: Path, store: Callable) -> None:
     by_arch: dict[str, list[CompileJob]] = defaultdict(list)
-    for p in pending:
+    for p in _longest_first(pending):
         by_arch[p.variant.arch].append(p.job)
     for arch, arch_jobs in by_arch.items():
         dump_dir = build_dir / "dsl-dump"
