@@ -18,16 +18,22 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
 from cubinforge.registry import ArtifactInput
 
 from .compile_worker import CompileJob, CompileResult, compile_job, init_worker
-from .content_key import content_key, dsl_version
+from .content_key import content_key, dsl_version, package_dir
 from .families import get_family
+from .metadata import with_sass
 from .render import RenderedSource, render
+from .sass import sass_counts_many
 from .spec import Variant
+
+# Cubins disassembled per nvdisasm run (sass.py: its start-up is most of the cost of one).
+SASS_BATCH = 16
 
 
 @dataclass
@@ -75,8 +81,32 @@ def plan(variants: Iterable[Variant], registry, build_dir: Path, force: bool = F
         if write_sources and (not path.is_file() or path.read_text() != rendered.text):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(rendered.text)
-        pending.append(_Pending(v, rendered, key, CompileJob(v.name, v.arch, str(path), rendered.module_name)))
+        job = CompileJob(v.name, v.arch, str(path), rendered.module_name, sass=False)  # _SassBatch counts them
+        pending.append(_Pending(v, rendered, key, job))
     return pending, done
+
+
+class _SassBatch:
+    """Results whose metadata still lacks its SASS counts (CompileJob.sass False), held until
+    enough are here to be worth one nvdisasm run, then completed and passed on; others pass at once."""
+
+    def __init__(self, on_result: Callable):
+        self.on_result = on_result
+        self.held: list[CompileResult] = []
+
+    def add(self, result: CompileResult) -> None:
+        if result.ok and result.sass_pending:
+            self.held.append(result)
+        else:
+            self.on_result(result)
+
+    def flush(self) -> None:
+        held, self.held = self.held, []
+        if not held:
+            return
+        for result, counts in zip(held, sass_counts_many([r.cubin for r in held])):
+            result.metadata, result.sass_pending = with_sass(result.metadata, counts), False
+            self.on_result(result)
 
 
 def _run_pool(arch: str, jobs: list[CompileJob], workers: int, isolate: bool, on_result: Callable,
@@ -85,19 +115,25 @@ def _run_pool(arch: str, jobs: list[CompileJob], workers: int, isolate: bool, on
     ctx = multiprocessing.get_context("spawn")
     extra = {"max_tasks_per_child": 1} if isolate else {}
     lost: list[CompileJob] = []
-    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=ctx,
+    workers = max(1, min(workers, len(jobs)))
+    batch = _SassBatch(on_result)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
                              initializer=init_worker, initargs=(arch, str(dump_dir)), **extra) as pool:
         futures = {pool.submit(compile_job, j): j for j in jobs}
+        running = len(futures)
         for fut in as_completed(futures):
             job = futures[fut]
+            running -= 1
             try:
-                result = fut.result()
+                batch.add(fut.result())
             except BrokenProcessPool:
                 lost.append(job)
-                continue
             except Exception:  # e.g. a result that could not be sent back
-                result = CompileResult(job.variant, ok=False, error=traceback.format_exc())
-            on_result(result)
+                batch.add(CompileResult(job.variant, ok=False, error=traceback.format_exc()))
+            # Once a worker has nothing left to start, disassemble on its core rather than after the pool.
+            if len(batch.held) >= SASS_BATCH or running < workers:
+                batch.flush()
+    batch.flush()
     return lost
 
 
@@ -156,9 +192,21 @@ def build(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
     return [outcomes[v.name] for v in variants]
 
 
+@lru_cache(maxsize=None)
+def _package_bytes(package: str) -> int:
+    return sum(f.stat().st_size for f in package_dir(package).rglob("*.py"))
+
+
+def _longest_first(pending: list[_Pending]) -> list[_Pending]:
+    """The variants of the biggest kernel packages first (an FA3 variant takes ~10x the CPU of
+    a combine or KV-append one), in set order within a package: the pool then ends on short
+    jobs instead of one long compile running alone on a core."""
+    return sorted(pending, key=lambda p: -_package_bytes(get_family(p.variant.family).package))
+
+
 def _run_local(pending: list[_Pending], jobs: int, build_dir: Path, store: Callable) -> None:
     by_arch: dict[str, list[CompileJob]] = defaultdict(list)
-    for p in pending:
+    for p in _longest_first(pending):
         by_arch[p.variant.arch].append(p.job)
     for arch, arch_jobs in by_arch.items():
         dump_dir = build_dir / "dsl-dump"

@@ -21,6 +21,7 @@ class CompileJob:
     arch: str
     source_path: str
     module_name: str
+    sass: bool = True  # False: the caller disassembles its cubins in batches (metadata.with_sass)
 
 
 @dataclass
@@ -34,6 +35,7 @@ class CompileResult:
     metadata: dict = field(default_factory=dict)
     compile_options: str = ""
     ptxas_version: str | None = None
+    sass_pending: bool = False  # the metadata still lacks its SASS counts (CompileJob.sass False)
 
 
 def init_worker(arch: str, dump_dir: str) -> None:
@@ -68,9 +70,10 @@ def _ptxas_version(cubin_toolkit: str | None) -> str | None:
         return None
 
 
-def describe_build(variant: str, arch: str, build, seconds: float = 0.0) -> CompileResult:
+def describe_build(variant: str, arch: str, build, seconds: float = 0.0, sass: bool = True) -> CompileResult:
     """Check a KernelBuild and describe it: the contract assembled and verified against the
-    cubin's own parameter table, metadata from the ELF and SASS. Raises when a check fails."""
+    cubin's own parameter table, metadata from the ELF and SASS (with `sass` False, without the
+    SASS counts: the result says sass_pending). Raises when a check fails."""
     from .contract import assemble, verify
     from .cubin_elf import read_cubin
     from .metadata import kernel_metadata
@@ -89,9 +92,10 @@ def describe_build(variant: str, arch: str, build, seconds: float = 0.0) -> Comp
         seconds=seconds,
         cubin=bytes(build.cubin),
         contract=contract,
-        metadata=kernel_metadata(info, kernel, build, sass_counts(build.cubin)),
+        metadata=kernel_metadata(info, kernel, build, sass_counts(build.cubin) if sass else None),
         compile_options=build.compile_options,
         ptxas_version=info.ptxas_version or _ptxas_version(info.toolkit),
+        sass_pending=not sass,
     )
 
 
@@ -100,7 +104,7 @@ def compile_job(job: CompileJob) -> CompileResult:
     start = time.perf_counter()
     try:
         build = _load(job).build()
-        return describe_build(job.variant, job.arch, build, time.perf_counter() - start)
+        return describe_build(job.variant, job.arch, build, time.perf_counter() - start, sass=job.sass)
     except BaseException as exc:  # noqa: BLE001 - everything is reported, the pool goes on
         if isinstance(exc, KeyboardInterrupt):
             raise

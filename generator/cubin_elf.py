@@ -21,6 +21,7 @@ import re
 import struct
 from dataclasses import asdict, dataclass, field
 
+from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
 EIFMT_SVAL = 0x04
@@ -171,3 +172,12 @@ def read_cubin(data: bytes) -> CubinInfo:
 
 def param_table(k: KernelInfo) -> list[dict]:
     return [asdict(p) for p in k.params]
+
+
+def code_of(data: bytes) -> tuple[str, bytes]:
+    """(arch, machine code): the cubin's executable sections, in section order, as one blob
+    (what `cuobjdump -sass` disassembles; sass.sass_counts_many hands it to nvdisasm raw)."""
+    elf = ELFFile(io.BytesIO(data))
+    code = b"".join(s.data() for s in elf.iter_sections() if s["sh_flags"] & SH_FLAGS.SHF_EXECINSTR
+                    and s["sh_type"] != "SHT_NOBITS")
+    return _arch(elf.header)[0], code

@@ -7,6 +7,7 @@ Returns None when the tools are not installed; the build does not depend on them
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import shutil
@@ -63,9 +64,14 @@ def sass_counts(cubin: bytes) -> dict | None:
 
 def counts_of(text: str) -> dict:
     """sass_counts of SASS text already disassembled."""
+    return _count((m.group(1), m.group(2)) for m in _INSTR.finditer(text))
+
+
+def _count(instructions) -> dict:
+    """The counts of (opcode, ".MOD.MOD") pairs, as sass_counts returns them."""
     counts: Counter = Counter()
-    for m in _INSTR.finditer(text):
-        op, mods = m.group(1), m.group(2).split(".")[1:]
+    for op, mod_text in instructions:
+        mods = mod_text.split(".")[1:]
         counts["instructions"] += 1
         if op in WATCHED:
             counts[WATCHED[op]] += 1
@@ -77,6 +83,77 @@ def counts_of(text: str) -> dict:
             counts["spill_load_bytes" if op == "LDL" else "spill_store_bytes"] += width
     return {k: counts[k] for k in (*WATCHED.values(), *WATCHED_MODS.values(), "instructions", "spill_load_bytes",
                                    "spill_store_bytes")}
+
+
+# nvdisasm takes ~0.5 s CPU to start whatever it reads, then ~25 us an instruction: one run per
+# cubin was ~0.6 s of a ~5 s variant build. A batch is disassembled in one run per arch, as raw
+# code (nvdisasm -b SMxy over the cubins' executable sections, end to end; on SM90 every 16-byte
+# slot prints as one instruction, so each line's offset names its cubin).
+_SLOT = 16
+_RAW_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
+
+
+def find_nvdisasm() -> str | None:
+    """nvdisasm: beside cuobjdump (the pip wheels put them together), else on PATH."""
+    cuobj = find_cuobjdump()
+    beside = Path(cuobj).parent / "nvdisasm" if cuobj else None
+    if beside is not None and beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("nvdisasm")
+
+
+def sass_counts_many(cubins: list[bytes]) -> list[dict | None]:
+    """sass_counts of each cubin (the same dicts), disassembling them together: one nvdisasm run
+    per arch. Where a batch cannot be read that way (no nvdisasm, an error, a code section whose
+    instructions do not all come back), each of its cubins goes through sass_counts alone."""
+    from .cubin_elf import code_of
+
+    out: list[dict | None] = [None] * len(cubins)
+    by_arch: dict[str, list[tuple[int, bytes]]] = {}
+    for i, cubin in enumerate(cubins):
+        try:
+            arch, code = code_of(cubin)
+        except Exception:  # not an ELF we can read: cuobjdump says what it makes of it
+            out[i] = sass_counts(cubin)
+            continue
+        by_arch.setdefault(arch, []).append((i, code))
+    for arch, items in by_arch.items():
+        counted = _raw_counts(arch, [code for _, code in items])
+        for n, (i, _) in enumerate(items):
+            out[i] = counted[n] if counted is not None else sass_counts(cubins[i])
+    return out
+
+
+def _raw_counts(arch: str, codes: list[bytes], timeout: float = 300) -> list[dict] | None:
+    """Counts of each code blob, from one raw nvdisasm run; None where that run cannot be trusted."""
+    exe = find_nvdisasm()
+    if exe is None or not arch.startswith("sm_") or any(len(c) % _SLOT for c in codes):
+        return None
+    starts, end = [], 0
+    for code in codes:
+        starts.append(end)
+        end += len(code)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "code.bin"
+        path.write_bytes(b"".join(codes))
+        try:
+            run = subprocess.run([exe, "-b", arch.replace("sm_", "SM"), str(path)], capture_output=True, text=True,
+                                 timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    if run.returncode != 0:
+        return None
+    per: list[list[tuple[str, str]]] = [[] for _ in codes]
+    seen = 0
+    for m in _RAW_INSTR.finditer(run.stdout):
+        offset = int(m.group(1), 16)
+        if offset >= end:
+            return None
+        per[bisect.bisect_right(starts, offset) - 1].append((m.group(2), m.group(3)))
+        seen += 1
+    if seen != end // _SLOT:  # a slot printed twice or not at all: the split by offset is off
+        return None
+    return [_count(instrs) for instrs in per]
 
 
 _LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);")
