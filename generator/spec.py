@@ -325,13 +325,17 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # Each (head dim, mask) ships the scheduler that won the H200 A/B of 2026-12-01 (the
     # switches that go with it are the family's: fa3_fwd_sm90/config.py TUNED). Non-causal:
     # persistent everywhere. Causal: lpt for hd128-256 (+2-8% at 1k-8k), persistent for hd64
-    # (+3-6% at 512-1k), one tile per CTA for hd96 (not measured yet); for short causal
-    # prefill a second variant each for hd64 and hd128.
+    # (+3-6% at 512-1k) and for hd96 (session 6: +5-23% over one tile per CTA at 512-16k);
+    # for short causal prefill a second variant each for hd64 and hd128.
     "smoke": [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
                            "scheduler": ["persistent"]})],
     "default": [
-        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": ALL, "causal": [False],
-                     "scheduler": ["persistent"]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128, 192, 256],
+                     "causal": [False], "scheduler": ["persistent"]}),
+        # hd96 non-causal at FA3's wider key tile, 128 x 176 with P converted in pairs
+        # (config.TUNED; session 6 H200 A/B, check6/d2/ab-hd96).
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [False],
+                     "scheduler": ["persistent"], "tile_m": [128], "tile_n": [176]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 192, 256],
                      "causal": [True], "scheduler": ["lpt"]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [True],
@@ -343,7 +347,7 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [True],
                      "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
-                     "scheduler": ["single"]}),
+                     "scheduler": ["persistent"]}),
         # FP8 (e4m3) forward, V column-major: not timed yet, so bf16's schedulers: persistent
         # non-causal, lpt for hd128/256 causal, persistent for hd64 causal.
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["e4m3"], "head_dim": [64], "causal": [False],

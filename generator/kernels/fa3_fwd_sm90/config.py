@@ -44,6 +44,16 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     # / 736 (526 / 629 / 721). hd128 causal's short variant gained nothing (286 / 384 / 668).
     (64, False, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True, "q_double_buffer": True},
     (96, False, "persistent", None): {"separate_o_smem": True},
+    # Session 6 (bench/results/2026-12-01-h200/check6/d2/, beside cuDNN and FA4, ours / best at
+    # 1k / 2k / 8k / 16k): hd96 non-causal at 128 x 176 with P converted in pairs 1.12 / 1.01 /
+    # 0.95 / 0.88 (531 / 589 / 638 / 598 TFLOPS against 524 / 556 / 581 / 561 at 128 x 128);
+    # hd96 causal persistent + separate O 1.02 / 1.08 / 0.96 / 0.91 / 0.88 at 512 / 1k / 2k /
+    # 8k / 16k (one tile per CTA 0.83 / 0.95 / 0.92 / 0.88 / 0.85); hd192 causal lpt + bit
+    # mask + P in pairs 0.87 / 0.96 / 1.04 / 0.99 at 512 / 1k / 2k / 8k (check6/c2's grid, all
+    # off: 0.84 / 0.92 / 0.99 / 0.94).
+    (96, False, "persistent", (128, 176)): {"separate_o_smem": True, "chunked_p_convert": True},
+    (96, True, "persistent", None): {"separate_o_smem": True},
+    (192, True, "lpt", None): {"mask_bits": True, "chunked_p_convert": True},
     (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True, "q_double_buffer": True,
                                        "deferred_o_store": True},
     (192, False, "persistent", None): {"chunked_p_convert": True},
