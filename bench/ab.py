@@ -466,6 +466,20 @@ FP8_P_SCALE = [
           q_double_buffer=True, deferred_o_store=True)),
 ]
 FP8_P_SCALE_BASES = ("tile-128x192+in-order-sum+lazy-rescale-8", "v-rowmajor+tile-128x224", "tile-128x128")
+# hd96 after its session-6 promotion (check6/e2: bf16 non-causal 128 x 176 0.90 / 0.97 at 8k /
+# 16k, causal persistent + separate O 0.89 / 0.86): the shipped forms as baselines, then the
+# overlaps and masks that won on hd128 / hd64 on top of each.
+_H96W = dict(_H96, chunked_p_convert=True, tile_m=128, tile_n=176)
+_H96P = dict(head_dim=96, causal=True, scheduler="persistent", separate_o_smem=True)
+HD96_2 = [
+    ("persistent+separate-o+chunked-p+tile-128x176", _H96W),  # shipped (bf16)
+    ("persistent+separate-o+chunked-p+tile-128x176+q-double-buffer+deferred-o", dict(_H96W, **_DEF)),
+    ("persistent+separate-o+chunked-p+tile-128x176+in-order-sum", dict(_H96W, in_order_row_sum=True)),
+    ("persistent-lpt+separate-o", _H96P),  # shipped
+    ("persistent-lpt+separate-o+mask-bits", dict(_H96P, mask_bits=True)),
+    ("persistent-lpt+separate-o+mask-bits+in-order-sum", dict(_H96P, mask_bits=True, in_order_row_sum=True)),
+    ("persistent-lpt+separate-o+q-double-buffer+deferred-o", dict(_H96P, **_DEF)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -473,7 +487,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16,
                "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP,
                "fp8-decode": FP8_DECODE, "model-variants-2": MODEL_VARIANTS_2,
-               "short-causal-stages": SHORT_CAUSAL_STAGES, "hd96": HD96, "fp8-p-scale": FP8_P_SCALE}
+               "short-causal-stages": SHORT_CAUSAL_STAGES, "hd96": HD96, "fp8-p-scale": FP8_P_SCALE,
+               "hd96-2": HD96_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
