@@ -52,7 +52,9 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     # mask + P in pairs 0.87 / 0.96 / 1.04 / 0.99 at 512 / 1k / 2k / 8k (check6/c2's grid, all
     # off: 0.84 / 0.92 / 0.99 / 0.94).
     (96, False, "persistent", (128, 176)): {"separate_o_smem": True, "chunked_p_convert": True},
-    (96, True, "persistent", None): {"separate_o_smem": True},
+    # hd96 causal, second round (check6/f1, same run): + bit mask + in-order sum 283 / 378 / 457 /
+    # 590 / 604 TFLOPS at 512 / 1k / 2k / 8k / 16k against 279 / 374 / 450 / 574 / 598.
+    (96, True, "persistent", None): {"separate_o_smem": True, "mask_bits": True, "in_order_row_sum": True},
     (192, True, "lpt", None): {"mask_bits": True, "chunked_p_convert": True},
     (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True, "q_double_buffer": True,
                                        "deferred_o_store": True},
