@@ -49,6 +49,17 @@ TEST_FAMILIES = [
 
 
 @pytest.fixture
+def mock():
+    """bench/host_overhead's mocked CUDA driver, installed for one test (the runtime's CPU
+    tests of the launch path); modules using it importorskip cuda.bindings themselves."""
+    from cubinforge.bench.host_overhead import MockDriver
+
+    m = MockDriver().install()
+    yield m
+    m.uninstall()
+
+
+@pytest.fixture
 def home(tmp_path, monkeypatch):
     path = tmp_path / "cfhome"
     monkeypatch.setenv("CUBINFORGE_HOME", str(path))

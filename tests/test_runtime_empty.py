@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("cuda.bindings.driver")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_runtime_fixtures import BASE, arr, manifest, write_registry  # noqa: E402
+from test_runtime_fixtures import BASE, arr, manifest, registry_source  # noqa: E402
 
-from cubinforge.bench.host_overhead import FakeDLPackArray, MockDriver  # noqa: E402
-from cubinforge.runtime import (InputError, LocalSource, VariantNotFound, clear_cache, flash_attn_func,  # noqa: E402
+from cubinforge.bench.host_overhead import FakeDLPackArray  # noqa: E402
+from cubinforge.runtime import (InputError, VariantNotFound, flash_attn_func,  # noqa: E402
                                 last_launch, launch_count, plan_attention)
 from cubinforge.runtime.arrays import DeviceArray  # noqa: E402
 from cubinforge.runtime.fill import levels  # noqa: E402
@@ -29,17 +29,8 @@ ZERO16, NEG_INF32 = 0, 0xFF800000
 @pytest.fixture
 def source(tmp_path):
     ms = [manifest(dtype=dt, hd=128, causal=c, cubin=CUBIN) for dt in ("bf16", "fp16") for c in (False, True)]
-    write_registry(tmp_path, ms, [CUBIN])
-    clear_cache()
-    yield LocalSource(tmp_path)
-    clear_cache()
-
-
-@pytest.fixture
-def mock():
-    m = MockDriver().install()
-    yield m
-    m.uninstall()
+    with registry_source(tmp_path, ms, [CUBIN]) as src:
+        yield src
 
 
 def arrays(b=2, sq=300, sk=500, hq=8, hkv=2, d=128, dtype="bf16"):

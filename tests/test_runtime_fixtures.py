@@ -3,6 +3,7 @@ raw-pointer arrays, and a temporary registry. (No tests here.)"""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -109,6 +110,20 @@ def write_registry(home: Path, manifests, blobs=None) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
     return home
+
+
+@contextlib.contextmanager
+def registry_source(home: Path, manifests, blobs=None):
+    """A LocalSource over a registry of these manifests, with the runtime's caches cleared
+    before and after (what every mocked-driver test's `source` fixture needs)."""
+    from cubinforge.runtime import LocalSource, clear_cache
+
+    write_registry(home, manifests, blobs)
+    clear_cache()
+    try:
+        yield LocalSource(home)
+    finally:
+        clear_cache()
 
 
 def deep(d):

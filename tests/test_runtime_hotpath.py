@@ -14,12 +14,12 @@ import pytest
 pytest.importorskip("cuda.bindings.driver")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_runtime_fixtures import BASE, arr, fa_arrays, manifest, write_registry  # noqa: E402
+from test_runtime_fixtures import BASE, arr, fa_arrays, manifest, registry_source  # noqa: E402
 
-from cubinforge.bench.host_overhead import (FakeCAIArray, FakeDLPackArray, MockDriver,  # noqa: E402
+from cubinforge.bench.host_overhead import (FakeCAIArray, FakeDLPackArray,  # noqa: E402
                                             main as bench_main)
 from cubinforge.runtime import (CudaError, DeviceArray, InputError, Kernel, LocalSource, launch_count,  # noqa: E402
-                                clear_cache, flash_attn_func, last_launch, select_attention_variant)
+                                flash_attn_func, last_launch, select_attention_variant)
 
 CUBIN = b"\x7fELF not really"
 GB = 1 << 30
@@ -29,17 +29,8 @@ GB = 1 << 30
 def source(tmp_path):
     ms = [manifest(dtype=dt, hd=hd, causal=c, cubin=CUBIN) for dt in ("bf16", "fp16") for hd in (64, 128)
           for c in (False, True)]
-    write_registry(tmp_path, ms, [CUBIN])
-    clear_cache()
-    yield LocalSource(tmp_path)
-    clear_cache()
-
-
-@pytest.fixture
-def mock():
-    m = MockDriver().install()
-    yield m
-    m.uninstall()
+    with registry_source(tmp_path, ms, [CUBIN]) as src:
+        yield src
 
 
 def call(t, source, **kw):

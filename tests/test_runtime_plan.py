@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("cuda.bindings.driver")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_runtime_fixtures import BASE, arr, fa_arrays, manifest, write_registry  # noqa: E402
+from test_runtime_fixtures import BASE, arr, fa_arrays, manifest, registry_source  # noqa: E402
 
-from cubinforge.bench.host_overhead import FakeCAIArray, MockDriver  # noqa: E402
-from cubinforge.runtime import (AttentionPlan, DeviceArray, InputError, LocalSource, clear_cache,  # noqa: E402
-                                flash_attn_func, last_launch, launch_count, plan_attention)
+from cubinforge.bench.host_overhead import FakeCAIArray  # noqa: E402
+from cubinforge.runtime import (AttentionPlan, DeviceArray, InputError, flash_attn_func,  # noqa: E402
+                                last_launch, launch_count, plan_attention)
 
 CUBIN = b"\x7fELF not really"
 GB = 1 << 30
@@ -24,17 +24,8 @@ GB = 1 << 30
 @pytest.fixture
 def source(tmp_path):
     ms = [manifest(dtype="bf16", hd=128, causal=c, cubin=CUBIN) for c in (False, True)]
-    write_registry(tmp_path, ms, [CUBIN])
-    clear_cache()
-    yield LocalSource(tmp_path)
-    clear_cache()
-
-
-@pytest.fixture
-def mock():
-    m = MockDriver().install()
-    yield m
-    m.uninstall()
+    with registry_source(tmp_path, ms, [CUBIN]) as src:
+        yield src
 
 
 def plan_of(t, source, **kw):

@@ -14,11 +14,9 @@ import pytest
 pytest.importorskip("cuda.bindings.driver")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_runtime_fixtures import arr, fa_arrays, manifest, write_registry  # noqa: E402
+from test_runtime_fixtures import arr, fa_arrays, manifest, registry_source  # noqa: E402
 
-from cubinforge.bench.host_overhead import MockDriver  # noqa: E402
-from cubinforge.runtime import (InputError, Kernel, LocalSource, clear_cache, flash_attn_func,  # noqa: E402
-                                select_attention_variant)
+from cubinforge.runtime import InputError, Kernel, flash_attn_func, select_attention_variant  # noqa: E402
 from cubinforge.runtime import attention  # noqa: E402
 
 CUBIN = b"\x7fELF not really"
@@ -27,17 +25,8 @@ GB = 1 << 30
 
 @pytest.fixture
 def source(tmp_path):
-    write_registry(tmp_path, [manifest(dtype="bf16", hd=128, cubin=CUBIN)], [CUBIN])
-    clear_cache()
-    yield LocalSource(tmp_path)
-    clear_cache()
-
-
-@pytest.fixture
-def mock():
-    m = MockDriver().install()
-    yield m
-    m.uninstall()
+    with registry_source(tmp_path, [manifest(dtype="bf16", hd=128, cubin=CUBIN)], [CUBIN]) as src:
+        yield src
 
 
 def layer(i):

@@ -15,22 +15,14 @@ if importlib.util.find_spec("torch") is not None:
     pytest.skip("torch is installed: tests/gpu covers real tensors", allow_module_level=True)
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_runtime_fixtures import BASE, manifest, write_registry  # noqa: E402
+from test_runtime_fixtures import BASE, manifest, registry_source  # noqa: E402
 
-from cubinforge.bench.host_overhead import FakeTorchTensor, MockDriver, fake_torch_module  # noqa: E402
-from cubinforge.runtime import (InputError, LocalSource, as_device_array, clear_cache, flash_attn_func,  # noqa: E402
-                                plan_attention)
+from cubinforge.bench.host_overhead import FakeTorchTensor, fake_torch_module  # noqa: E402
+from cubinforge.runtime import InputError, as_device_array, flash_attn_func, plan_attention  # noqa: E402
 from cubinforge.runtime.arrays import parse_dlpack_capsule  # noqa: E402
 
 CUBIN = b"\x7fELF not really"
 GB = 1 << 30
-
-
-@pytest.fixture
-def mock():
-    m = MockDriver().install()
-    yield m
-    m.uninstall()
 
 
 @pytest.fixture
@@ -41,10 +33,8 @@ def torch_mod():
 
 @pytest.fixture
 def source(tmp_path):
-    write_registry(tmp_path, [manifest(dtype="bf16", hd=128, cubin=CUBIN)], [CUBIN])
-    clear_cache()
-    yield LocalSource(tmp_path)
-    clear_cache()
+    with registry_source(tmp_path, [manifest(dtype="bf16", hd=128, cubin=CUBIN)], [CUBIN]) as src:
+        yield src
 
 
 def tensors(**kw):

@@ -12,10 +12,9 @@ import pytest
 pytest.importorskip("cuda.bindings.driver")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_runtime_fixtures import BASE, arr, fa_arrays, manifest, write_registry  # noqa: E402
+from test_runtime_fixtures import BASE, arr, fa_arrays, manifest, registry_source  # noqa: E402
 
-from cubinforge.bench.host_overhead import MockDriver  # noqa: E402
-from cubinforge.runtime import (LocalSource, clear_cache, flash_attn_func, last_launch, plan_attention)  # noqa: E402
+from cubinforge.runtime import flash_attn_func, last_launch, plan_attention  # noqa: E402
 from cubinforge.runtime.arrays import DeviceArray  # noqa: E402
 from cubinforge.runtime.restage import needs_copy  # noqa: E402
 
@@ -25,17 +24,8 @@ GB = 1 << 30
 
 @pytest.fixture
 def source(tmp_path):
-    write_registry(tmp_path, [manifest(dtype="bf16", hd=128, cubin=CUBIN)], [CUBIN])
-    clear_cache()
-    yield LocalSource(tmp_path)
-    clear_cache()
-
-
-@pytest.fixture
-def mock():
-    m = MockDriver().install()
-    yield m
-    m.uninstall()
+    with registry_source(tmp_path, [manifest(dtype="bf16", hd=128, cubin=CUBIN)], [CUBIN]) as src:
+        yield src
 
 
 def call(t, source):

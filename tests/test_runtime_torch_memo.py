@@ -18,9 +18,9 @@ if importlib.util.find_spec("torch") is not None:
     pytest.skip("torch is installed: tests/gpu covers real tensors", allow_module_level=True)
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_runtime_fixtures import BASE, manifest, write_registry  # noqa: E402
+from test_runtime_fixtures import BASE, manifest, registry_source, write_registry  # noqa: E402
 
-from cubinforge.bench.host_overhead import FakeTorchTensor, MockDriver, fake_torch_module  # noqa: E402
+from cubinforge.bench.host_overhead import FakeTorchTensor, fake_torch_module  # noqa: E402
 from cubinforge.runtime import InputError, LocalSource, VariantNotFound, clear_cache, flash_attn_func  # noqa: E402
 from cubinforge.runtime import attention  # noqa: E402
 
@@ -31,13 +31,6 @@ KV = (2, 500, 2, 128)
 
 
 @pytest.fixture
-def mock():
-    m = MockDriver().install()
-    yield m
-    m.uninstall()
-
-
-@pytest.fixture
 def torch_mod():
     with fake_torch_module() as t:
         yield t
@@ -45,10 +38,8 @@ def torch_mod():
 
 @pytest.fixture
 def source(tmp_path):
-    write_registry(tmp_path, [manifest(dtype="bf16", hd=128, causal=c, cubin=CUBIN) for c in (False, True)], [CUBIN])
-    clear_cache()
-    yield LocalSource(tmp_path)
-    clear_cache()
+    with registry_source(tmp_path, [manifest(dtype="bf16", hd=128, causal=c, cubin=CUBIN) for c in (False, True)], [CUBIN]) as src:
+        yield src
 
 
 def tensors(base=BASE, dtype="bf16", **kw):
