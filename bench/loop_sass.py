@@ -12,7 +12,6 @@ adds the candidates considered and left out of the set (PRUNED below).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -79,6 +78,7 @@ def main(argv=None) -> int:
     from cubinforge.generator.compile_worker import describe_build
     from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
     from cubinforge.generator.sass import cuobjdump
+    from cubinforge.runtime.registry_source import LocalSource
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", type=Path, help="an A/B registry home (bench.ab build) to read the cubins from")
@@ -87,6 +87,8 @@ def main(argv=None) -> int:
     ap.add_argument("--match", default="", help="only variants whose name matches this regex")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    home = LocalSource(a.home) if a.home else None
+    in_home = set(home.list()) if home else set()
     todo = [item for s in a.sets.split(",") if s for item in EXPERIMENTS[s]] + (PRUNED if a.pruned else [])
     lines = ["| variant | smem B | regs | spill B | kernel insts | loops (insts / GEMMs / ISETP / FSEL / R2P) |",
              "| --- | ---: | ---: | ---: | ---: | --- |"]
@@ -103,8 +105,7 @@ def main(argv=None) -> int:
         if name in seen or not re.search(a.match, name):
             continue
         seen.add(name)
-        manifest = a.home / "manifests" / f"{name}.json" if a.home else None
-        if manifest is None or not manifest.exists():  # not in the home: compile it here
+        if home is None or name not in in_home:  # not in the home: compile it here
             try:
                 built = describe_build(name, cfg.arch, compile_variant(cfg))
             except Exception as e:  # a build that fails (smem after padding, a trace check)
@@ -113,9 +114,8 @@ def main(argv=None) -> int:
                 continue
             cubin, m = built.cubin, built.metadata
         else:
-            man = json.loads(manifest.read_text())
-            sha = man["cubin"]["sha256"]
-            cubin, m = (a.home / "blobs" / "sha256" / sha[:2] / sha).read_bytes(), man["metadata"]
+            man = home.get(name)
+            cubin, m = home.blob(man["cubin"]["sha256"]), man["metadata"]
         ls = loops(cuobjdump(["-sass"], cubin) or "")
         spill = (m.get("spill_store_bytes") or 0) + (m.get("spill_load_bytes") or 0)
         desc = ", ".join(f"{x['insts']}/{x['gemm']}/{x['isetp']}/{x['fsel']}/{x['r2p']}" for x in ls)

@@ -13,7 +13,6 @@ largest loop's (the unmasked one; causal's masked loop adds its mask).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
@@ -53,6 +52,7 @@ def main(argv=None) -> int:
     from cubinforge.generator.compile_worker import describe_build
     from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
     from cubinforge.generator.sass import cuobjdump
+    from cubinforge.runtime.registry_source import LocalSource
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--home", type=Path, help="an A/B registry home (bench.ab build) to read the cubins from")
@@ -60,14 +60,14 @@ def main(argv=None) -> int:
     ap.add_argument("--match", default="", help="only variants whose name matches this regex")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    home = LocalSource(a.home) if a.home else None
 
     def cubin_and_metadata(name, cfg):
-        if a.home is None:
+        if home is None:
             built = describe_build(name, cfg.arch, compile_variant(cfg))
             return built.cubin, built.metadata
-        man = json.loads((a.home / "manifests" / f"{name}.json").read_text())
-        sha = man["cubin"]["sha256"]
-        return (a.home / "blobs" / "sha256" / sha[:2] / sha).read_bytes(), man["metadata"]
+        man = home.get(name)
+        return home.blob(man["cubin"]["sha256"]), man["metadata"]
     head = ["variant", "regs", "spill B", "insts/block", *OPS]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     seen = set()
