@@ -461,6 +461,8 @@ def _torch_hit(q, k, v, out, lse, handle: int, causal: bool, softmax_scale, sour
             hit = m[5]
             order_for(handle, dev, od)
             ptrs = tuple(ptrs)
+            # The same replay as the keyed path's below, written out: a shared method measured
+            # 570 instructions (1.4%) more per call under callgrind (session 6).
             with hit.lock:
                 if ptrs == hit.ptrs or hit.seen(ptrs) is not None:
                     hit.kernel.run(hit.plan, handle)

@@ -234,7 +234,7 @@ class Kernel:
     def clone_plan(self, plan: "_Plan") -> "_Plan":
         """A copy of ``plan`` (one from ``build_plan``) with parameter bytes of its own, for
         ``rewrite_pointers`` to point elsewhere while ``plan`` keeps its pointers."""
-        buffers = [_aligned_copy(b, p.align) for b, p in zip(plan.buffers, self.contract.params)]
+        buffers = [_aligned_buffer(bytes(b), p.align) for b, p in zip(plan.buffers, self.contract.params)]
         return _Plan(plan.grid, plan.device, buffers, driver.param_pointers(buffers), bound=copy.copy(plan.bound),
                      keep_arrays=plan.keep_arrays)
 
@@ -386,11 +386,6 @@ class _Plan:
     bound: Any = None        # build_plan's: the Bound it was packed from (rewrite_pointers uses it)
     keep_arrays: bool = True
     fast: Any = None         # (context, stream, config, function, params, record, raw, raw args) of the last launch
-
-
-def _aligned_copy(buf, align: int):
-    """A new parameter buffer holding ``buf``'s bytes, aligned as params.build_params aligns."""
-    return _aligned_buffer(bytes(buf), align)
 
 
 def _view(a: DeviceArray) -> DeviceArray:
