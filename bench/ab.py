@@ -289,6 +289,26 @@ VARLEN_PERSIST = [
      dict(_VL, causal=True, scheduler="persistent", o_smem_store=True, mask_bits=True, in_order_row_sum=True)),
     *[("persistent", dict(_VL, causal=c, scheduler="persistent", paged_kv=True)) for c in (False, True)],
 ]
+# The persistent varlen walk, second round (issue 11: non-causal 0.98x FA4 in check5/b2): O
+# staged in a buffer of its own instead of Q's (separate-o), so Q goes back to the producer
+# after the tile's last QK^T and the next tile's Q loads under the last PV and the store
+# (with it 2 K/V stages fit, not 3), then Q in two stages as well (the dense kernel's hd128
+# non-causal gained 629 -> 646 TFLOPS at 1k from the pair, check5/a1). The first row of each
+# mask is the shipped form (config.TUNED_VARLEN).
+_VLP = dict(_VL, scheduler="persistent", o_smem_store=True)
+_VLP_CAUSAL = dict(_VLP, causal=True, mask_bits=True, in_order_row_sum=True)
+VARLEN_PERSIST_2 = [
+    ("persistent+o-smem", dict(_VLP, causal=False)),
+    ("persistent+o-smem+separate-o", dict(_VLP, causal=False, separate_o_smem=True)),
+    ("persistent+o-smem+separate-o+q-double-buffer", dict(_VLP, causal=False, separate_o_smem=True,
+                                                           q_double_buffer=True)),
+    ("persistent+o-smem+separate-o+q-double-buffer+in-order-sum",
+     dict(_VLP, causal=False, separate_o_smem=True, q_double_buffer=True, in_order_row_sum=True)),
+    ("persistent+o-smem+mask-bits+in-order-sum", _VLP_CAUSAL),
+    ("persistent+o-smem+mask-bits+in-order-sum+separate-o", dict(_VLP_CAUSAL, separate_o_smem=True)),
+    ("persistent+o-smem+mask-bits+in-order-sum+separate-o+q-double-buffer",
+     dict(_VLP_CAUSAL, separate_o_smem=True, q_double_buffer=True)),
+]
 # Short prefill's per-tile fixed cost (issue 10; thousands of tiles of 2-8 key blocks at
 # 512-1k): each shipped configuration of the short cells (config.TUNED, runtime/dispatch.py)
 # beside the same build with Q double-buffered (the next tile's Q loads while this tile runs)
@@ -488,7 +508,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP,
                "fp8-decode": FP8_DECODE, "model-variants-2": MODEL_VARIANTS_2,
                "short-causal-stages": SHORT_CAUSAL_STAGES, "hd96": HD96, "fp8-p-scale": FP8_P_SCALE,
-               "hd96-2": HD96_2}
+               "hd96-2": HD96_2, "varlen-persist-2": VARLEN_PERSIST_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

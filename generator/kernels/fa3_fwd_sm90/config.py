@@ -163,7 +163,8 @@ class FwdConfig:
     # scheduler) in TUNED, else off. bench.ab sets them explicitly to measure each one.
     # O's own shared-memory buffer instead of Q's: a persistent CTA then releases Q after the
     # tile's last QK^T, so the next tile's Q loads under the last PV GEMM and the epilogue.
-    # Fits hd <= 128 only (SMEM_LIMIT).
+    # Fits hd <= 128 only (SMEM_LIMIT). The persistent varlen walk takes it with o_smem_store
+    # (O staged in its own buffer, then the predicated row stores).
     separate_o_smem: bool | None = None
     # Each consumer warpgroup stores its own 64 rows of O (its own TMA store, a 128-thread
     # barrier) instead of all of them syncing for one store: no warpgroup waits for another
@@ -362,8 +363,16 @@ class FwdConfig:
             on = [n for n in ("softcap", "local", "learnable_sink") if getattr(self, n)]
             raise ValueError(f"the persistent varlen walk is built without the model variants (got {', '.join(on)}): "
                              f"build varlen {'/'.join(on)} with scheduler 'single'")
-        if self.inference and (self.separate_o_smem or self.wg_epilogue):
-            raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
+        if self.inference and self.wg_epilogue:
+            raise ValueError("split_kv, pack_gqa, paged_kv and varlen write O from registers or through one "
+                             "shared buffer: no per-warpgroup O store")
+        if self.inference and self.separate_o_smem and not (self.persistent_varlen and self.o_smem_store):
+            raise ValueError("separate_o_smem in the inference forms gives o_smem_store its own buffer: it needs "
+                             "varlen with scheduler 'persistent' and o_smem_store (split_kv, pack_gqa and paged_kv "
+                             "write O from registers)")
+        if self.inference and self.deferred_o_store:
+            raise ValueError("deferred_o_store is built for the dense forward only, not split_kv, pack_gqa, "
+                             "paged_kv or varlen")
         if self.q_double_buffer and not (self.scheduler == "persistent" and self.separate_o_smem):
             raise ValueError("q_double_buffer needs scheduler 'persistent' and separate_o_smem "
                              "(one tile per CTA loads Q once; O cannot go out through a staged Q)")
@@ -437,6 +446,11 @@ class FwdConfig:
     def inference(self) -> bool:
         """Whether any inference axis is on (the seqused_k / register-epilogue kernel form)."""
         return self.split_kv or self.pack_gqa or self.paged_kv or self.varlen
+
+    @property
+    def persistent_varlen(self) -> bool:
+        """The persistent varlen walk (schedule.varlen_persistent_walk)."""
+        return self.varlen and self.scheduler == "persistent"
 
     @property
     def model_variant(self) -> bool:
