@@ -600,9 +600,16 @@ def _floor_call(inputs, stream, causal):
     if fast is None or fast[6] is None:
         return "needs the ctypes launch replay (--raw auto; with --mock, --fake-libcuda too)"
     launch, args = fast[6].launch, fast[7]
+    plan = go.__self__
 
     def floor():
-        launch(*args)
+        # `args` are raw addresses into the plan (its launch config's C struct, its kernelParams
+        # array): the closure holds the plan so they stay valid. Without it the plan was freed
+        # on return and every launch read freed memory (check7/i2's and check6/h1's illegal
+        # instruction: a garbage tensor map).
+        if launch(*args):
+            raise RuntimeError("cuLaunchKernelEx failed in the floor replay")
+    floor.plan = plan
     return floor
 
 

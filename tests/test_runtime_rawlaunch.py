@@ -143,3 +143,30 @@ def test_bench_times_the_real_bindings_against_a_fake_libcuda(raw):
         assert res["floor"]["median_us"] > 0 and not res["floor:driver_calls_per_call"]
     else:
         assert "ctypes launch replay" in res["skipped"]["floor"]
+
+
+def test_the_bench_floor_replay_keeps_the_plan_its_arguments_point_into(env, monkeypatch, tmp_path):
+    """bench/host_overhead.py's `floor` launches with raw addresses (the launch config's C struct,
+    the kernelParams array): the plan owning them must live as long as the replay does. It did
+    not (the plan was dropped when _floor_call returned), and on the H200 the replay read freed
+    memory: an illegal instruction at the next sync, one run in three."""
+    import gc
+    import weakref
+
+    from cubinforge.bench import host_overhead as ho
+
+    mock, lib, source = env
+    monkeypatch.setenv("CUBINFORGE_HOME", str(tmp_path))
+    monkeypatch.delenv("CUBINFORGE_REGISTRY_URL", raising=False)
+    floor = ho._floor_call(fa_arrays(), 0x77, True)
+    owner = weakref.ref(floor.plan._plan)     # the launcher plan: buffers, pointers, config
+    gc.collect()
+    assert owner() is not None
+    launches = _get(lib, "launches", ctypes.c_int)
+    floor()
+    assert _get(lib, "launches", ctypes.c_int) == launches + 1
+    assert _get(lib, "last_params") == owner().pointers._addr
+    assert _get(lib, "last_cfg") == owner().fast[2].getPtr()
+    ctypes.c_int.in_dll(lib, "launch_rc").value = 1
+    with pytest.raises(RuntimeError, match="floor replay"):
+        floor()

@@ -1,14 +1,13 @@
 """First calls of fresh processes, several at once, against torch's float32 attention.
 
-On 2026-12-01 (bench/results/2026-12-01-h200/check6/NOTES.md, h1) the first
-`flash_attn_func` call of the first process on a freshly started H200 -- fp16 hd128 causal
-(1, 128, 4, 128), which runs fa3-fwd-sm_90a-fp16-hd128-causal-persistent on 4 CTAs (the
-persistent grid is min(tiles, SMs): no CTA is idle) -- ended in "an illegal instruction was
-encountered"; 16 later fresh processes did not repeat it. This runs that first call and its
-neighbours (hd64/96/128, causal or not, bf16 and fp16) in CUBINFORGE_FIRST_CALL_RUNS new
-processes at a time, each checked against torch, and fails on any CUDA error, so a rare
-fault gets more chances to show and names the variant when it does. Run it first on a
-fresh machine.
+On 2026-12-01 two H200 runs of bench.host_overhead (check6/h1, check7/i2) ended in "an
+illegal instruction was encountered" at a sync after a first call. The cause was the bench's
+`floor` replay, which launched with raw addresses into a plan it had let go (a garbage tensor
+map; fixed in bench/host_overhead.py, CPU test in tests/test_runtime_rawlaunch.py); the
+runtime's own first calls never failed. This keeps the checks that ruled them out: the first
+call of new processes (hd64/128, causal or not, outputs allocated or given with a stream
+handle as host_overhead gives them) and host_overhead's first call of a kind (`floor` among
+them), CUBINFORGE_FIRST_CALL_RUNS processes at a time, each failing on any CUDA error.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_
               pytest.mark.skipif(NO_TORCH, reason="the first call under test is the torch-tensor path")]
 
 REPO = Path(__file__).resolve().parents[2]
-RUNS = int(os.environ.get("CUBINFORGE_FIRST_CALL_RUNS", "3"))
+RUNS = int(os.environ.get("CUBINFORGE_FIRST_CALL_RUNS", "2"))
 
 CHILD = """
 import sys, torch
@@ -67,16 +66,16 @@ def _fresh_processes(argvs: list[list[str]]) -> None:
     assert not failed, "\n".join(failed)
 
 
-@pytest.mark.parametrize("how", ["alloc", "given", "given-stream"])
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("how", ["alloc", "given-stream"])
+@pytest.mark.parametrize("dtype", ["float16"])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("d", [64, 96, 128])
+@pytest.mark.parametrize("d", [64, 128])
 def test_first_call_of_fresh_processes(d, causal, dtype, how):
     _fresh_processes([[sys.executable, "-c", CHILD, str(d), str(int(causal)), dtype, how]] * RUNS)
 
 
-@pytest.mark.parametrize("kind", ["prewrapped", "torch"])
+@pytest.mark.parametrize("kind", ["prewrapped", "floor"])
 def test_host_overhead_first_call_in_fresh_processes(kind):
-    """The process that failed twice (check6/h1, check7/i2): bench.host_overhead's first call."""
+    """The process that failed twice (check6/h1, check7/i2): bench.host_overhead's first calls."""
     _fresh_processes([[sys.executable, "-m", "cubinforge.bench.host_overhead", "--kinds", kind, "--iters", "20",
                        "--repeats", "1"]] * RUNS)
