@@ -377,6 +377,17 @@ MODEL_VARIANTS_2 = [
     ("persistent-lpt+separate-o+mask-bits+in-order-sum+chunked-p+tile-128x112",
      dict(_DVS, scheduler="persistent", separate_o_smem=True, chunked_p_convert=True, tile_m=128, tile_n=112)),
 ]
+# The window, third round: the persistent walk in the causal (longest first, zigzag) order
+# (schedule.TileScheduler.local). In m order the static stride had left one CTA in eight
+# with only full tiles, 17% over the mean at (4096, 0) x 16k under the blocks-visited cost
+# model: the persistent forms' 621-630 TFLOPS against one tile per CTA's 672 (check6/d2).
+# One tile per CTA is the same-run control (the shipped switches).
+MODEL_VARIANTS_3 = [
+    ("single+in-order-sum+mask-bits", dict(_WS, scheduler="single")),
+    ("persistent-lpt+separate-o+in-order-sum+mask-bits", _WP),
+    ("persistent-lpt+separate-o+in-order-sum+mask-bits+q-double-buffer", dict(_WP, **_QDB)),
+    ("persistent-lpt+separate-o+in-order-sum+mask-bits+q-double-buffer+deferred-o", dict(_WP, **_DEF)),
+]
 # e4m3 paged decode (issue 13): hd128 causal pack-GQA split-KV, the default set's form (64 x
 # 128, 3 stages of K, V and the transposed V, 152 KiB). Decode is memory-bound: what can move
 # it is bytes in flight per SM (stages, key tile) and the transposer's hop (V lands, warps
@@ -508,7 +519,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP,
                "fp8-decode": FP8_DECODE, "model-variants-2": MODEL_VARIANTS_2,
                "short-causal-stages": SHORT_CAUSAL_STAGES, "hd96": HD96, "fp8-p-scale": FP8_P_SCALE,
-               "hd96-2": HD96_2, "varlen-persist-2": VARLEN_PERSIST_2}
+               "hd96-2": HD96_2, "varlen-persist-2": VARLEN_PERSIST_2,
+               "model-variants-3": MODEL_VARIANTS_3}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

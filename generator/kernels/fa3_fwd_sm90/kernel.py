@@ -73,7 +73,7 @@ class FlashFwdSm90:
         self.overlap = cfg.intra_wg_overlap
         self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
         self.persistent = cfg.scheduler == "persistent"
-        self.sched = TileScheduler(cfg.scheduler, cfg.causal)
+        self.sched = TileScheduler(cfg.scheduler, cfg.causal, local=cfg.local)
         self.separate_o = cfg.separate_o_smem
         self.wg_epilogue = cfg.wg_epilogue
         # Rows of O one TMA store writes: the whole tile, or one warpgroup's slab.
