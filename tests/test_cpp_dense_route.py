@@ -14,6 +14,7 @@ writes (the global address, then a hash of every other argument). No GPU."""
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,11 @@ def grid():
 
 
 PROBLEMS = grid()
+# ... and the dense cases the H200 check compares bit for bit (examples/cpp/compare_inference_with_python.py).
+_spec = importlib.util.spec_from_file_location("cmp_inference", harness.EXAMPLE / "compare_inference_with_python.py")
+cmp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cmp)
+PROBLEMS += [(*c[:7], c[7], SMS) for c in cmp.DENSE_CASES + cmp.DENSE_DECODE_CASES]
 
 
 def _fnv(values) -> int:

@@ -25,6 +25,7 @@
 #include "cubinforge/select.h"
 #include "cubinforge/status.h"
 #include "cubinforge/tensor.h"
+#include "cubinforge/text.h"
 #include "cubinforge/variants.h"
 
 namespace cubinforge {
@@ -101,12 +102,16 @@ class AttentionPlan : public PreparedPlan {
   AttentionChoice choice_;
 };
 
-// flash_attn_func's host checks that come before the variant: the model arguments, q/k/v
-// ranks and heads, the sink (its stride is left to the contract, as Python's), the outputs.
+// flash_attn_func's host checks that come before the variant, in its words: the model
+// arguments, q/k/v ranks and heads, the sink (its stride is left to the contract, as
+// Python's), the outputs. The chosen variant's contract checks the rest at bind.
 inline Status check_attention(const AttentionArgs& a, ModelVariant* mv) {
   CUBINFORGE_TRY(resolve_variant(a.causal, a.model, mv));  // flash_attn_func's order: the variant arguments first
-  if (a.q.rank != 4 || a.k.rank != 4 || a.v.rank != 4)
-    return invalid("dense: q, k and v must be (batch, seqlen, heads, head_dim)");
+  const std::pair<const char*, const Tensor*> qkv[] = {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}};
+  for (const auto& [n, t] : qkv)
+    if (t->rank != 4)
+      return invalid(std::string(n) + " must be (batch, seqlen, heads, head_dim); got " + std::to_string(t->rank) +
+                     " dims " + py_shape(*t));
   const int64_t hq = a.q.shape[2], hkv = a.k.shape[2];
   if ((hkv == 0 && hq != 0) || (hkv && hq % hkv))
     return invalid("heads_q (" + std::to_string(hq) + ") must be a multiple of heads_kv (" + std::to_string(hkv) +
