@@ -122,6 +122,28 @@ def test_kvcache_cases_reach_split_combine_and_pack_gqa_on_an_h200():
     assert any(a.get("pack_gqa") and c["heads_q"] > c["heads_kv"] and c["seqlen_q"] > 1 for c, _, a in picks)
 
 
+@pytest.mark.skipif(not [m for m in manifests(SRC, "fa3_fwd")[0] if m.axes.get("split_kv")],
+                    reason=f"no split-KV forms in {SRC.home} (make kernels ARCH=sm90)")
+def test_dense_decode_cases_reach_split_combine_on_an_h200():
+    """What flash_attn_func's dispatcher picks on 132 SMs for the dense cases: the split-KV
+    forms with several split counts (so the C++ side must run split + combine), the unsplit
+    pack-GQA form for hd64, and the plain kernel for the prefill cases."""
+    from cubinforge.runtime.attention import choose_attention_variant
+
+    picks = []
+    for c in (c for c in of("dense") if not cmp.has_model(c)):
+        sizes = {k: c[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv")}
+        ch = choose_attention_variant(c["dtype"], c["head_dim"], bool(c["causal"]), arch="sm_90a", source=SRC,
+                                      sizes={**sizes, "sm_count": H200_SMS})
+        picks.append((c, ch.best.axes, ch.params.get("num_splits")))
+    split = [(c, n) for c, a, n in picks if a.get("split_kv")]
+    assert len({n for _, n in split}) >= 3 and all(n > 1 for _, n in split)
+    assert {c["head_dim"] for c, _ in split} == {64, 128, 256} and {c["dtype"] for c, _ in split} == {"bf16", "fp16"}
+    assert any(c["seqlen_q"] > 1 and c["causal"] for c, _ in split)
+    assert any(a.get("pack_gqa") and not a.get("split_kv") for _, a, _ in picks)
+    assert any(not a.get("pack_gqa") and not a.get("split_kv") for _, a, _ in picks)
+
+
 BASE = 1 << 32
 
 

@@ -8,7 +8,8 @@
 //
 // request: a header line, then "t NAME DTYPE PTR RANK SHAPE... STRIDES..." lines (strides in
 // elements), then "end":
-//   dense CAUSAL MODEL                       (tensors q k v o lse)
+//   dense CAUSAL MODEL                       (tensors q k v o lse; routed as flash_attn_func: a
+//                                             decode-shaped call runs split-KV + combine)
 //   kvcache NUM_SPLITS PACK_GQA CAUSAL MODEL (q k_cache v_cache o lse, optional k v cache_seqlens
 //                                             cache_batch_idx page_table: a page_table makes it paged)
 //   varlen NUM_SPLITS PACK_GQA CAUSAL MODEL  (q k v cu_seqlens_q o lse, optional cu_seqlens_k
@@ -133,37 +134,22 @@ cf::Status run_plan(const cf::PreparedPlan& p) {
   return cf::check_cu(cuCtxSynchronize(), "cuCtxSynchronize (the kernels)");
 }
 
-cf::Status dense(std::map<std::string, cf::Tensor>& t, bool causal, cf::ModelArgs model, bool launch,
+cf::Status dense(std::map<std::string, cf::Tensor>& t, bool causal, const cf::ModelArgs& model, bool launch,
                  std::string* reply) {
-  const cf::Tensor q = get(t, "q"), k = get(t, "k");
-  model.learnable_sink = get(t, "learnable_sink");
-  cf::ModelVariant mv;  // flash_attn_func's order: the variant arguments, the inputs, the sink
-  CUBINFORGE_TRY(cf::resolve_variant(causal, model, &mv));
-  if (q.rank != 4 || k.rank != 4) return cf::invalid("dense: q and k must be (batch, seqlen, heads, head_dim)");
-  CUBINFORGE_TRY(cf::check_sink(model.learnable_sink, q.shape[2], false));
-  if (!launch) return cf::Status::Ok();
+  cf::AttentionArgs a;
+  a.q = get(t, "q"), a.k = get(t, "k"), a.v = get(t, "v"), a.o = get(t, "o"), a.lse = get(t, "lse");
+  a.causal = causal, a.model = model, a.model.learnable_sink = get(t, "learnable_sink");
+  if (!launch) {
+    cf::ModelVariant mv;
+    return cf::check_attention(a, &mv);
+  }
   CUBINFORGE_TRY(context());
-  std::string arch;
-  CUBINFORGE_TRY(cf::current_arch(&arch));
-  cf::ProblemSizes sizes;  // the dispatcher's preferences choose as the Python runtime does
-  sizes.batch = q.shape[0], sizes.seqlen_q = q.shape[1], sizes.seqlen_k = k.shape[1];
-  sizes.heads_q = q.shape[2], sizes.heads_kv = k.shape[2];
-  const cf::Variant* v = nullptr;
-  CUBINFORGE_TRY(cf::select(cubinforge_bundle::kBundle,
-                            cf::attention_query(arch, cf::dtype_name(q.dtype), static_cast<int>(q.shape[3]), mv),
-                            sizes, &v));
-  cf::Kernel kernel;
-  CUBINFORGE_TRY(cf::Kernel::load(*v, CUBINFORGE_BUNDLE_DIR, &kernel));
-  std::vector<cf::NamedTensor> args;
-  for (const char* n : {"q", "k", "v", "o", "lse"}) args.push_back({n, get(t, n)});
-  if (cf::given(model.learnable_sink)) args.push_back({"learnable_sink", model.learnable_sink});
-  const std::vector<cf::NamedScalar> scalars = mv.scalars();
-  cf::Bound bound;
-  CUBINFORGE_TRY(cf::bind(kernel.contract(), args.data(), static_cast<int>(args.size()), scalars.data(),
-                          static_cast<int>(scalars.size()), &bound));
-  CUBINFORGE_TRY(cf::launch_bound(kernel, bound, nullptr));
-  CUBINFORGE_TRY(cf::check_cu(cuCtxSynchronize(), "cuCtxSynchronize (the kernel)"));
-  *reply = std::string(v->name) + " 1";
+  // The dispatcher's choice with the device's SM count, as flash_attn_func: a decode-shaped
+  // call runs the split-KV form and the combine.
+  cf::AttentionPlan p;
+  CUBINFORGE_TRY(cf::prepare_attention(cubinforge_bundle::kBundle, CUBINFORGE_BUNDLE_DIR, a, &p));
+  CUBINFORGE_TRY(run_plan(p));
+  *reply = names(p) + " " + std::to_string(p.num_splits());
   return cf::Status::Ok();
 }
 

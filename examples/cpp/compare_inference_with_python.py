@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import re
 import struct
 import sys
 import time
@@ -72,6 +73,20 @@ DENSE_CASES = [
     (3, 129, 65, 4, 1, 64, 0, "bf16"),      # MQA, ragged tiles
     (2, 256, 256, 8, 8, 128, 1, "fp16"),
 ]
+# Decode-shaped dense calls: on an H200 (132 SMs) the dispatcher routes them to the split-KV
+# forms (decode-split-kv: forward into split partials, then the combine) or, for hd64 where
+# one split fills the SMs, the unsplit pack-GQA form (decode-pack-hd64); C++ must do the same.
+DENSE_DECODE_CASES = [
+    (8, 1, 32768, 32, 8, 128, 1, "bf16"),     # the inference bench's dense decode: 2 splits
+    (4, 1, 32768, 16, 16, 128, 1, "bf16"),    # a bench --decode cell, no GQA: 2 splits
+    (4, 16, 32768, 16, 16, 128, 0, "bf16"),   # 16 query tokens, non-causal
+    (1, 64, 8192, 32, 8, 128, 1, "bf16"),     # 64 query tokens, bottom-right causal: 4 splits
+    (2, 3, 5000, 8, 2, 128, 0, "bf16"),       # ragged key blocks: 10 splits
+    (2, 4, 16384, 32, 8, 256, 1, "bf16"),     # hd256 (m64n80 tiles): 7 splits
+    (2, 1, 65536, 64, 8, 64, 1, "bf16"),      # hd64, 64k keys: 7 splits
+    (16, 1, 8192, 32, 32, 64, 0, "bf16"),     # hd64, SMs filled: the unsplit pack-GQA form
+    (4, 1, 32768, 16, 16, 128, 1, "fp16"),    # fp16
+]
 # flash_attn_combine on partials of its own (some splits' LSE -inf, one row with none left).
 CB = ("num_splits", "batch", "seqlen_q", "heads", "head_dim")
 CB_CASES = [(3, 2, 3, 8, 128), (16, 4, 1, 32, 128)]
@@ -104,7 +119,7 @@ VL_MODEL_CASES = [
      {"window": (128, 128)}),                                                          # both sides, seqused_k < slot
 ]
 
-CASES = ([{"entry": "dense", **dict(zip(DENSE, c)), **NO_MODEL} for c in DENSE_CASES]
+CASES = ([{"entry": "dense", **dict(zip(DENSE, c)), **NO_MODEL} for c in DENSE_CASES + DENSE_DECODE_CASES]
          + [{"entry": "kvcache", **dict(zip(KV, c)), "head_dim": D, **NO_MODEL} for c in KV_CASES]
          + [{"entry": "varlen", **dict(zip(VL, c)), **NO_MODEL} for c in VL_CASES]
          + [{"entry": "combine", **dict(zip(CB, c))} for c in CB_CASES]
@@ -375,7 +390,7 @@ def _python_side(case: dict, a: dict, dt: dict):
     mv = {**model(case), "learnable_sink": g("learnable_sink")} if e != "combine" else {}
     if e == "dense":
         flash_attn_func(w["q"], w["k"], w["v"], causal=bool(case["causal"]), out=w["o"], lse=w["lse"], **mv)
-        return [last_launch().variant], 1
+        return dense_route(case, last_launch())
     if e == "combine":
         flash_attn_combine(w["out_partial"], w["lse_partial"], out=w["o"], lse=w["lse"])
         return [last_launch().variant], case["num_splits"]
@@ -390,6 +405,27 @@ def _python_side(case: dict, a: dict, dt: dict):
                            out=w["o"], lse=w["lse"], **mv)
     p.run()
     return p.kernels, p.plan.num_splits
+
+
+def dense_route(case: dict, rec) -> tuple[list, int]:
+    """(kernels, num_splits) of the flash_attn_func call ``rec`` records: the record names
+    the forward kernel; a call routed to the split-KV form names the combine in its note,
+    and its split count is the dispatcher's (the same choice flash_attn_func made)."""
+    from cubinforge.runtime import driver
+    from cubinforge.runtime.attention import choose_attention_variant
+    from cubinforge.runtime.variants import resolve
+
+    m = re.search(r"then (\S+) reduces its splits", rec.note)
+    if m is None:
+        return [rec.variant], 1
+    va = resolve(bool(case["causal"]), **model(case), has_sink=bool(case.get("sink")))
+    sizes = dict(zip(("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv"),
+                     (case[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv"))))
+    choice = choose_attention_variant(case["dtype"], case["head_dim"], arch=driver.device_arch(0),
+                                      sizes={**sizes, "sm_count": driver.sm_count(0)}, **va.axes)
+    if choice.best.variant != rec.variant:
+        raise RuntimeError(f"flash_attn_func ran {rec.variant}, the dispatcher says {choice.best.variant}")
+    return [rec.variant, m.group(1)], int(choice.params["num_splits"])
 
 
 def compare(call, xp, case: dict) -> str:

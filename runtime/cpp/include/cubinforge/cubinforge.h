@@ -20,3 +20,4 @@
 #include "cubinforge/kvcache.h"    // flash_attn_with_kvcache: append, cache_batch_idx, split-KV + combine, paged
 #include "cubinforge/varlen.h"     // flash_attn_varlen_func: packed and paged varlen
 #include "cubinforge/combine.h"    // flash_attn_combine: split partials reduced
+#include "cubinforge/attention.h"  // flash_attn_func: dense, decode-shaped calls through split-KV + combine
