@@ -10,7 +10,7 @@ import random
 import pytest
 from conftest import module_available
 
-from cubinforge.generator.kernels.fa3_fwd_sm90.config import SMEM_LIMIT, FwdConfig
+from cubinforge.generator.kernels.fa3_fwd_sm90.config import FwdConfig
 from cubinforge.generator.kernels.fa3_fwd_sm90.schedule import (
     TileScheduler, VARLEN_CTAS_PER_SM, strided_tile, tiles_keyed, varlen_ctas, varlen_persistent_walk, varlen_tile,
     varlen_tile_bound, varlen_tile_by_keys,
@@ -196,27 +196,6 @@ def test_config_takes_persistent_for_varlen_only():
     for axis in ("split_kv", "paged_kv"):
         with pytest.raises(ValueError, match="scheduler 'single'"):
             FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, scheduler="persistent", **{axis: True})
-
-
-def test_separate_o_buffer_is_the_persistent_varlen_walks_only():
-    """separate_o_smem in an inference form is o_smem_store's own buffer: the persistent varlen
-    walk takes it (2 K/V stages then, and Q in two stages fits beside it); every other
-    inference form writes O from registers and refuses it, as it refuses the dense-only O
-    options."""
-    base = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, scheduler="persistent",
-                o_smem_store=True)
-    cfg = FwdConfig(**base, separate_o_smem=True, q_double_buffer=True)
-    assert (cfg.stages, cfg.q_stages) == (2, 2) and cfg.smem_bytes <= SMEM_LIMIT
-    assert FwdConfig(**base, separate_o_smem=True).stages == 2
-    assert FwdConfig(**base).stages == 3
-    for over, words in ((dict(o_smem_store=False, separate_o_smem=True), "o_smem_store"),
-                        (dict(scheduler="single", separate_o_smem=True), "o_smem_store"),
-                        (dict(separate_o_smem=True, wg_epilogue=True), "per-warpgroup"),
-                        (dict(separate_o_smem=True, q_double_buffer=True, deferred_o_store=True), "dense forward")):
-        with pytest.raises(ValueError, match=words):
-            FwdConfig(**{**base, **over})
-    with pytest.raises(ValueError, match="o_smem_store"):
-        FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, split_kv=True, separate_o_smem=True)
 
 
 @pytest.mark.slow

@@ -42,7 +42,7 @@ from . import descale, v_transpose
 from .barriers import Barrier
 from .config import PAGE_CHUNK, FwdConfig
 from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local
-from .kernel import PERSISTENT_CTAS, FlashFwdSm90, _inner_cols, _smem_buffer
+from .kernel import PERSISTENT_CTAS, FlashFwdSm90, _inner_cols
 from . import block_range
 from .mask import apply_mask_bits, apply_window_mask, apply_window_mask_bits
 from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, smem_store_atom, transpose_view
@@ -119,16 +119,10 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             ]
         tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
         sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
-        # One Q tile: the TMA box and the layout O is staged in (o_smem_store).
-        sQ_tile = sQ_layout
-        if const_expr(self.q_stages > 1):
-            sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim, self.q_stages)
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
         sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
 
         fields = self._storage_fields(sQ_layout, sK_layout, sV_layout)
-        if const_expr(self.separate_o):
-            fields["sO"] = _smem_buffer(sQ_tile, self.dtype)
         if const_expr(self.v_transpose):
             # e4m3: V arrives row-major as a cache stores it; the producer's spare warps
             # transpose each stage into sVt (v_transpose.py), the dense kernel's way.
@@ -149,8 +143,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self.tma_boxes = {"k": (cols, self.tile_n), "v": (cols, self.tile_n)}
         tma_q, tQ = None, mQ
         if const_expr(not self.pack):
-            tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_tile, (self.tile_m, self.hdim))
-            self.tma_boxes["q"] = (_inner_cols(sQ_tile), self.tile_m)
+            tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_layout, (self.tile_m, self.hdim))
+            self.tma_boxes["q"] = (_inner_cols(sQ_layout), self.tile_m)
         tma_kc, tKc, tma_vc, tVc = None, None, None, None
         if const_expr(self.paged):
             # One swizzle atom's columns by PAGE_CHUNK rows: the chunk of a stage tile at
@@ -181,7 +175,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             softmax_scale_log2, mSeqUsedK, mPageTable,
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
             sQ_layout, sK_layout, sV_layout, tiled_mma_qk, tiled_mma_pv, mDescale,
-            softcap_pre, window_left, window_right, mSink, sQ_tile,
+            softcap_pre, window_left, window_right, mSink,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
 
     # ---------------------------------------------------------------- device side
@@ -218,7 +212,6 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         window_left: Int32 | None = None,
         window_right: Int32 | None = None,
         mSink: cute.Tensor | None = None,
-        sQ_tile: cute.ComposedLayout | None = None,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -248,12 +241,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             pipe_v_mma = pipe_vt
 
         if const_expr(self.persistent_varlen):
-            # Where O is staged (o_smem_store): its own buffer (separate_o_smem) or Q's.
-            sO = sQ
-            if const_expr(self.separate_o):
-                sO = storage.sO.get_tensor(sQ_tile.outer, swizzle=sQ_tile.inner)
             self.persistent_walk(
-                warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sO, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
+                warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
                 pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
                 mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
             )
@@ -297,7 +286,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
     @cute.jit
     def persistent_walk(
-        self, warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sO, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
+        self, warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
         pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
         mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
     ):
@@ -313,7 +302,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
-                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.q_stages)
+                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
                 kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
                 k = Int32(0)
                 lin = self.vsched.first(k, cta, ctas)
@@ -335,7 +324,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             if const_expr(self.pingpong):
                 if ctidx < 128:
                     cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1), number_of_threads=2 * 128)
-            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.q_stages)
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             k = Int32(0)
             lin = self.vsched.first(k, cta, ctas)
@@ -344,7 +333,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 q_state, kv_state = self.consume_range(
                     mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
                     softmax_scale_log2, ctidx, m_block, split, head, batch, group, seq.seqlen_q, seq.seqlen_k,
-                    lo, hi, seq.offset_q, q_state=q_state, kv_state=kv_state, sO=sO,
+                    lo, hi, seq.offset_q, q_state=q_state, kv_state=kv_state,
                 )
                 k += 1
                 lin = self.vsched.next(k, lin, cta, ctas)
@@ -597,8 +586,6 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             gQ = cute.local_tile(mQ_s, (self.tile_m, self.hdim), (m_block, 0))
             tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, one, cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
             pipe_q.producer_acquire(q_state)
-            if const_expr(self.q_stages > 1):
-                tQsQ = tQsQ[None, q_state.index]
             cute.copy(tma_q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
             if const_expr(self.persistent_varlen):
                 q_state.advance()
@@ -683,7 +670,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self, mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
         softmax_scale_log2, tidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
         offset_q=0, v_descale=None, q_state=None, kv_state=None,
-        softcap_pre=None, window_left=None, window_right=None, mSink=None, sO=None,
+        softcap_pre=None, window_left=None, window_right=None, mSink=None,
     ):
         """One tile: main loop over [lo, hi), then O and LSE. The persistent walk passes its
         pipeline states in and takes them back; Q's slot goes back to the producer once this
@@ -695,8 +682,6 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         thr_mma_qk = tiled_mma_qk.get_slice(tidx)
 
         tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
-        if const_expr(self.q_stages > 1):
-            tSrQ = tSrQ[None, None, None, q_state.index]
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
         # e4m3: sV is sVt, (head_dim, keys) keys contiguous: the K-major B operand as it is.
         tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sV if const_expr(self.fp8) else transpose_view(sV)))
@@ -718,7 +703,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
         if const_expr(self.persistent_varlen):
             return self.consume_tile_persistent(
-                mQ, mO, mLSE, sQ, sQ if const_expr(sO is None) else sO, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
+                mQ, mO, mLSE, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
                 tiled_mma_pv, pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k,
                 lo, hi, offset_q, q_state, kv_state,
             )
@@ -744,15 +729,13 @@ class FlashFwdSm90Inference(FlashFwdSm90):
 
     @cute.jit
     def consume_tile_persistent(
-        self, mQ, mO, mLSE, sQ, sO, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
+        self, mQ, mO, mLSE, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
         tiled_mma_pv, pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k,
         lo, hi, offset_q, q_state, kv_state,
     ):
-        """consume_range's tile in the persistent walk. With o_smem_store, O is staged in sO: Q's
-        buffer (released once O has left it) or, with separate_o_smem, its own (Q released
-        after the last QK^T, in mainloop). An empty tile (no key blocks: no Q was loaded for
-        it) writes its O = 0 from registers even with o_smem_store, since the producer may
-        already be filling Q's buffer with the next tile's Q."""
+        """consume_range's tile in the persistent walk. An empty tile (no key blocks: no Q was
+        loaded for it) writes its O = 0 from registers even with o_smem_store, since the
+        producer may already be filling Q's buffer with the next tile's Q."""
         if hi > lo:
             q_state, kv_state = self.mainloop(
                 mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
@@ -763,13 +746,12 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
             if hi > lo:
-                self.store_rows_smem(acc_O, lse, mO, mLSE, sO, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q)
-                if const_expr(not self.separate_o):
-                    # This thread's reads of O in Q's buffer are done (registers loaded): order
-                    # them and the stmatrix writes before the next Q's TMA writes, then release.
-                    cute.arch.fence_view_async_shared()
-                    pipe_q.consumer_release(q_state)
-                    q_state = self._advanced(q_state)
+                self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q)
+                # This thread's reads of O in Q's buffer are done (registers loaded): order
+                # them and the stmatrix writes before the next Q's TMA writes, then release.
+                cute.arch.fence_view_async_shared()
+                pipe_q.consumer_release(q_state)
+                q_state = self._advanced(q_state)
             else:
                 self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, 0, head, batch, group, seqlen_q,
                                 offset_q)
@@ -885,9 +867,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                     kv_state, hi - 2 - n_masked - n_unmasked - i, gemm_qk, gemm_pv, mask, to_p,
                     softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, True, softcap_pre,
                 )
-        if const_expr(self.persistent_varlen and (self.separate_o or not self.cfg.o_smem_store)):
+        if const_expr(self.persistent_varlen and not self.cfg.o_smem_store):
             # This warp's last QK^T has completed: the producer may load the next tile's Q
-            # under the last PV and the epilogue (O staged in Q's buffer needs it first).
+            # under the last PV and the epilogue (with o_smem_store, O needs the buffer first).
             pipe_q.consumer_release(q_state)
             q_state.advance()
         if const_expr(self.rescale_early):
@@ -989,18 +971,17 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                         mLSE[batch, h, token] = lse[r]
 
     @cute.jit
-    def store_rows_smem(self, acc_O, lse, mO, mLSE, sO, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q):
-        """varlen O through shared memory (sO: Q's buffer or its own): stmatrix as the dense
-        epilogue writes sO, then each thread copies 16-byte pieces of rows to the packed o,
-        rows past the sequence skipped; LSE as store_rows writes it."""
+    def store_rows_smem(self, acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q):
+        """varlen O through Q's buffer: stmatrix as the dense epilogue writes sO, then each
+        thread copies 16-byte pieces of rows to the packed o, rows past the sequence skipped;
+        LSE as store_rows writes it."""
         rO = cute.make_rmem_tensor(acc_O.shape, self.dtype)
         rO.store(acc_O.load().to(self.dtype))
-        # Every consumer warpgroup is past its last QK^T before O overwrites Q, and past its
-        # reads of the previous tile's O in a buffer of its own.
+        # Every consumer warpgroup is past its last QK^T before O overwrites Q.
         cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
         store_atom = smem_store_atom(self.dtype)
         thr_store = cute.make_tiled_copy_C(store_atom, tiled_mma_pv).get_slice(tidx)
-        cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sO))
+        cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sQ))
         thr_mma = tiled_mma_pv.get_slice(tidx)
         cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
         for r in cutlass.range_constexpr(cute.size(cO, mode=[0])):
@@ -1018,7 +999,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         thr = tiled.get_slice(tidx)
         gO = cute.local_tile(cute.domain_offset((offset_q, 0), mO[None, head, None]), (self.tile_m, self.hdim),
                              (m_block, 0))
-        tOsO = thr.partition_S(sO)
+        tOsO = thr.partition_S(sQ)
         tOgO = thr.partition_D(gO)
         tOcO = thr.partition_D(cute.make_identity_tensor((self.tile_m, self.hdim)))
         tOrO = cute.make_fragment_like(tOsO)
