@@ -289,26 +289,6 @@ VARLEN_PERSIST = [
      dict(_VL, causal=True, scheduler="persistent", o_smem_store=True, mask_bits=True, in_order_row_sum=True)),
     *[("persistent", dict(_VL, causal=c, scheduler="persistent", paged_kv=True)) for c in (False, True)],
 ]
-# The persistent varlen walk, second round (issue 11: non-causal 0.98x FA4 in check5/b2): O
-# staged in a buffer of its own instead of Q's (separate-o), so Q goes back to the producer
-# after the tile's last QK^T and the next tile's Q loads under the last PV and the store
-# (with it 2 K/V stages fit, not 3), then Q in two stages as well (the dense kernel's hd128
-# non-causal gained 629 -> 646 TFLOPS at 1k from the pair, check5/a1). The first row of each
-# mask is the shipped form (config.TUNED_VARLEN).
-_VLP = dict(_VL, scheduler="persistent", o_smem_store=True)
-_VLP_CAUSAL = dict(_VLP, causal=True, mask_bits=True, in_order_row_sum=True)
-VARLEN_PERSIST_2 = [
-    ("persistent+o-smem", dict(_VLP, causal=False)),
-    ("persistent+o-smem+separate-o", dict(_VLP, causal=False, separate_o_smem=True)),
-    ("persistent+o-smem+separate-o+q-double-buffer", dict(_VLP, causal=False, separate_o_smem=True,
-                                                           q_double_buffer=True)),
-    ("persistent+o-smem+separate-o+q-double-buffer+in-order-sum",
-     dict(_VLP, causal=False, separate_o_smem=True, q_double_buffer=True, in_order_row_sum=True)),
-    ("persistent+o-smem+mask-bits+in-order-sum", _VLP_CAUSAL),
-    ("persistent+o-smem+mask-bits+in-order-sum+separate-o", dict(_VLP_CAUSAL, separate_o_smem=True)),
-    ("persistent+o-smem+mask-bits+in-order-sum+separate-o+q-double-buffer",
-     dict(_VLP_CAUSAL, separate_o_smem=True, q_double_buffer=True)),
-]
 # Short prefill's per-tile fixed cost (issue 10; thousands of tiles of 2-8 key blocks at
 # 512-1k): each shipped configuration of the short cells (config.TUNED, runtime/dispatch.py)
 # beside the same build with Q double-buffered (the next tile's Q loads while this tile runs)
@@ -387,6 +367,25 @@ MODEL_VARIANTS_3 = [
     ("persistent-lpt+separate-o+in-order-sum+mask-bits", _WP),
     ("persistent-lpt+separate-o+in-order-sum+mask-bits+q-double-buffer", dict(_WP, **_QDB)),
     ("persistent-lpt+separate-o+in-order-sum+mask-bits+q-double-buffer+deferred-o", dict(_WP, **_DEF)),
+]
+# (192, 128) causal, third round: FA4's SM90 kernel drops the ping-pong schedule barrier for
+# head dims over 128 (flash_fwd_sm90.py: use_scheduler_barrier only for tile_hdim <= 128)
+# and rescales O before the PV GEMM only for dv > 128; ours keeps both warpgroups on the
+# barrier for every causal head dim (config: only hd192/256 non-causal drop it). The first
+# row is the shipped (192, 128) (config.TUNED_VARIANTS); hd192 causal (dv 192) the same way
+# against its shipped lpt + bit mask + P in pairs (config.TUNED), timed by bench.ab run.
+_DV_NOPP = dict(_DVS, scheduler="lpt", pingpong=False)
+_H192C = dict(head_dim=192, causal=True, scheduler="lpt", mask_bits=True, chunked_p_convert=True)
+DV128_NOPINGPONG = [
+    ("lpt+mask-bits+in-order-sum", dict(_DVS, scheduler="lpt")),
+    ("lpt+mask-bits+in-order-sum+no-pingpong", _DV_NOPP),
+    ("lpt+mask-bits+no-pingpong", dict(_DV_NOPP, in_order_row_sum=False)),
+    ("lpt+mask-bits+in-order-sum+no-pingpong+rescale-o-early", dict(_DV_NOPP, rescale_o_early=True)),
+]
+HD192_NOPINGPONG = [
+    ("lpt+mask-bits+chunked-p", _H192C),
+    ("lpt+mask-bits+chunked-p+no-pingpong", dict(_H192C, pingpong=False)),
+    ("lpt+mask-bits+chunked-p+no-pingpong+rescale-o-early", dict(_H192C, pingpong=False, rescale_o_early=True)),
 ]
 # e4m3 paged decode (issue 13): hd128 causal pack-GQA split-KV, the default set's form (64 x
 # 128, 3 stages of K, V and the transposed V, 152 KiB). Decode is memory-bound: what can move
@@ -519,8 +518,9 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP,
                "fp8-decode": FP8_DECODE, "model-variants-2": MODEL_VARIANTS_2,
                "short-causal-stages": SHORT_CAUSAL_STAGES, "hd96": HD96, "fp8-p-scale": FP8_P_SCALE,
-               "hd96-2": HD96_2, "varlen-persist-2": VARLEN_PERSIST_2,
-               "model-variants-3": MODEL_VARIANTS_3}
+               "hd96-2": HD96_2,
+               "model-variants-3": MODEL_VARIANTS_3, "dv128-no-pingpong": DV128_NOPINGPONG,
+               "hd192-no-pingpong": HD192_NOPINGPONG}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -54,7 +54,7 @@ def test_default_set_keeps_its_plain_variants_and_adds_four():
     names = {v.name for v in expand_set("default")}
     assert "fa3-fwd-sm_90a-bf16-hd128-causal-lpt" in names
     assert {"fa3-fwd-sm_90a-bf16-hd128-causal-softcap", "fa3-fwd-sm_90a-bf16-hd192-dv128-causal-lpt",
-            "fa3-fwd-sm_90a-bf16-hd128-noncausal-local",
+            "fa3-fwd-sm_90a-bf16-hd128-noncausal-local-persistent",
             "fa3-fwd-sm_90a-bf16-hd128-causal-sink-lpt"} <= names
     variants = expand_set("variants")
     assert all(v["softcap"] or v["local"] or v["learnable_sink"] or v["head_dim_v"] != v["head_dim"]

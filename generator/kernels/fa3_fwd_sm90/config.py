@@ -77,6 +77,9 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
 # applies (masked loop 655 -> 601 instructions). bench.ab's `model-variants` set times each
 # against the all-off build it replaces.
 TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
+    # The window, H200 2026-12-01 (bench/results/2026-12-01-h200/check7/i5, (4096, 0) x 16k):
+    # with the persistent walk in the causal order, 713.8 TFLOPS (FA4 690.1, one tile per CTA
+    # 685.6); Q double-buffered 710.6, and the O store deferred too 712.0: not taken.
     ("local", 128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True,
                                                 "mask_bits": True},
     ("sink", 128, True, "lpt", None): {"mask_bits": True},
@@ -163,8 +166,7 @@ class FwdConfig:
     # scheduler) in TUNED, else off. bench.ab sets them explicitly to measure each one.
     # O's own shared-memory buffer instead of Q's: a persistent CTA then releases Q after the
     # tile's last QK^T, so the next tile's Q loads under the last PV GEMM and the epilogue.
-    # Fits hd <= 128 only (SMEM_LIMIT). The persistent varlen walk takes it with o_smem_store
-    # (O staged in its own buffer, then the predicated row stores).
+    # Fits hd <= 128 only (SMEM_LIMIT).
     separate_o_smem: bool | None = None
     # Each consumer warpgroup stores its own 64 rows of O (its own TMA store, a 128-thread
     # barrier) instead of all of them syncing for one store: no warpgroup waits for another
@@ -363,16 +365,8 @@ class FwdConfig:
             on = [n for n in ("softcap", "local", "learnable_sink") if getattr(self, n)]
             raise ValueError(f"the persistent varlen walk is built without the model variants (got {', '.join(on)}): "
                              f"build varlen {'/'.join(on)} with scheduler 'single'")
-        if self.inference and self.wg_epilogue:
-            raise ValueError("split_kv, pack_gqa, paged_kv and varlen write O from registers or through one "
-                             "shared buffer: no per-warpgroup O store")
-        if self.inference and self.separate_o_smem and not (self.persistent_varlen and self.o_smem_store):
-            raise ValueError("separate_o_smem in the inference forms gives o_smem_store its own buffer: it needs "
-                             "varlen with scheduler 'persistent' and o_smem_store (split_kv, pack_gqa and paged_kv "
-                             "write O from registers)")
-        if self.inference and self.deferred_o_store:
-            raise ValueError("deferred_o_store is built for the dense forward only, not split_kv, pack_gqa, "
-                             "paged_kv or varlen")
+        if self.inference and (self.separate_o_smem or self.wg_epilogue):
+            raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
         if self.q_double_buffer and not (self.scheduler == "persistent" and self.separate_o_smem):
             raise ValueError("q_double_buffer needs scheduler 'persistent' and separate_o_smem "
                              "(one tile per CTA loads Q once; O cannot go out through a staged Q)")
@@ -446,11 +440,6 @@ class FwdConfig:
     def inference(self) -> bool:
         """Whether any inference axis is on (the seqused_k / register-epilogue kernel form)."""
         return self.split_kv or self.pack_gqa or self.paged_kv or self.varlen
-
-    @property
-    def persistent_varlen(self) -> bool:
-        """The persistent varlen walk (schedule.varlen_persistent_walk)."""
-        return self.varlen and self.scheduler == "persistent"
 
     @property
     def model_variant(self) -> bool:
