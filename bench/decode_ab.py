@@ -62,11 +62,11 @@ def geometry(cell: Cell, splits: int, sm_count: int = H200_SMS, tile_m: int = 64
     (written and read back) as a fraction of the K/V bytes. ``splits`` 0: the heuristic."""
     from cubinforge.runtime.decode_plan import plan_decode
 
-    plan = plan_decode(cell.batch, cell.seqlen_q, cell.heads, cell.heads_kv, cell.seqlen_k, sm_count, tile_m, tile_n,
+    slots = sm_count * ctas_per_sm  # what kvcache._pick plans over (decode_plan.cta_slots)
+    plan = plan_decode(cell.batch, cell.seqlen_q, cell.heads, cell.heads_kv, cell.seqlen_k, slots, tile_m, tile_n,
                        num_splits=splits)
     s = plan.num_splits
     ctas = plan.tiles * s
-    slots = sm_count * ctas_per_sm
     waves = ctas / slots
     full = math.ceil(waves)
     partial = 0 if s == 1 else 2 * s * cell.batch * cell.seqlen_q * cell.heads * cell.head_dim * 4
