@@ -138,14 +138,15 @@ def prefer_smem(prepared) -> None:
                                  100)
 
 
-def run(cells, splits, home, ab_splits, iters: int, log=print) -> list[dict]:
+def run(cells, splits, home, ab_splits, iters: int, log=print, on_cell=None) -> list[dict]:
+    """One record per cell (see the module's docstring); ``on_cell(records)`` after each."""
     import torch
 
     from cubinforge.runtime import LocalSource, flash_attn_func, prepare_kvcache
 
     from . import timing
     from .anchors import ANCHORS, make_backends
-    from .correctness import errors_torch, judge
+    from .correctness import _is_sticky, errors_torch, judge
     from .inference import _WithCombine
     from .reference import attention_torch
 
@@ -187,12 +188,33 @@ def run(cells, splits, home, ab_splits, iters: int, log=print) -> list[dict]:
                     fns["route"] = (be.context, be.prepare(cell, q, k, v)[0])
             except Exception as e:  # noqa: BLE001 - a failure is a result
                 rec["entries"]["route"] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
+                if _is_sticky(e):
+                    raise
+
+        def check_anchors():
+            for name in ANCHORS:
+                if name not in backends:
+                    continue
+                be = backends[name]
+                try:
+                    with be.context():
+                        fn = be.prepare(cell, q, k, v)[0]
+                        fn()
+                        torch.cuda.synchronize()
+                    fns[name] = (be.context, fn)
+                    rec["entries"][name] = {"ok": True}
+                except Exception as e:  # noqa: BLE001
+                    rec["entries"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
+        # The shipped forms at each split count, then the anchors, then the candidates (last:
+        # a candidate that breaks the context leaves the shipped and anchor checks done).
         ours_sets = [(f"s={s}", None, s) for s in splits]
         for label, names in labels.items():
             src = _WithCombine(base, names, shipped)
             keep.append(src)
             ours_sets += [(f"{label} s={s}", src, s) for s in ab_splits]
-        for key, src, s in ours_sets:
+        for i, (key, src, s) in enumerate(ours_sets):
+            if i == len(splits):
+                check_anchors()
             try:
                 o, lse = poisoned()
                 p = prepare_kvcache(q, k, v, causal=cell.causal, num_splits=s, out=o, lse=lse, stream=stream,
@@ -208,19 +230,12 @@ def run(cells, splits, home, ab_splits, iters: int, log=print) -> list[dict]:
             except Exception as e:  # noqa: BLE001
                 rec["entries"][key] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
                 traceback.print_exc(limit=2, file=sys.stderr)
-        for name in ANCHORS:
-            if name not in backends:
-                continue
-            be = backends[name]
-            try:
-                with be.context():
-                    fn = be.prepare(cell, q, k, v)[0]
-                    fn()
-                    torch.cuda.synchronize()
-                fns[name] = (be.context, fn)
-                rec["entries"][name] = {"ok": True}
-            except Exception as e:  # noqa: BLE001
-                rec["entries"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
+                if _is_sticky(e):  # the context is gone: nothing after this can run
+                    log(f"{cell.id} {key}: {rec['entries'][key]['error']} (sticky: stopping)")
+                    records.append(rec)
+                    return records
+        if len(ours_sets) <= len(splits):
+            check_anchors()
         samples = {key: [] for key in fns}
         for key in timing.alternating(fns):
             ctx, fn = fns[key]
@@ -247,6 +262,8 @@ def run(cells, splits, home, ab_splits, iters: int, log=print) -> list[dict]:
                     e["vs_best_anchor"] = anchors[best] / e["ms"]
         log(cell_table(rec))
         records.append(rec)
+        if on_cell is not None:
+            on_cell(records)
         del q, k, v, ref_o, ref_lse
         torch.cuda.empty_cache()
     return records
@@ -265,6 +282,28 @@ def cell_table(rec: dict) -> str:
         print_ctas = ",".join(str(c) for c in e.get("ctas_per_sm", [])) or "-"
         lines.append(f"  {key:34s} {ms:>8s} {tb:>6s} {vs:>6s} {str(e.get('splits', '-')):>6s} {print_ctas:>7s}  "
                      f"{ok} {what}")
+    return "\n".join(lines)
+
+
+def summary(records) -> str:
+    """Per cell: the shipped route's time ratio to the best anchor, the best forced split of
+    the shipped forms and the best candidate (each with its ratio): the promotion figures."""
+    def best(entries, pick):
+        got = [(e["vs_best_anchor"], k) for k, e in entries.items() if pick(k) and "vs_best_anchor" in e]
+        return max(got) if got else (None, "-")
+
+    fmt = lambda r: f"{r:.3f}" if r is not None else "-"  # noqa: E731
+    lines = [f"{'cell':36s} {'anchor':>6s} {'TB/s':>6s} {'route':>6s} {'best split':>16s} {'ratio':>6s} "
+             f"{'best candidate':>34s} {'ratio':>6s}"]
+    for r in records:
+        en = r["entries"]
+        a = r.get("best_anchor")
+        tb = en.get(a, {}).get("kv_TBps")
+        route = en.get("route", {}).get("vs_best_anchor")
+        sr, sk = best(en, lambda k: k.startswith("s="))
+        cr, ck = best(en, lambda k: " s=" in k)
+        lines.append(f"{r['cell']:36s} {a or '-':>6s} {f'{tb:.3f}' if tb else '-':>6s} {fmt(route):>6s} {sk:>16s} "
+                     f"{fmt(sr):>6s} {ck:>34s} {fmt(cr):>6s}")
     return "\n".join(lines)
 
 
@@ -287,10 +326,15 @@ def main(argv=None) -> int:
     if args.plan:
         print(plan_table(cells, _ints(args.splits)))
         return 0
-    records = run(cells, _ints(args.splits), args.ab_home, _ints(args.ab_splits), args.iters)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+    def save(records):
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(records, f, indent=1)
+
+    records = run(cells, _ints(args.splits), args.ab_home, _ints(args.ab_splits), args.iters, on_cell=save)
+    save(records)
+    print()
+    print(summary(records))
     failed = [(r["cell"], k) for r in records for k, e in r["entries"].items() if not e.get("ok")]
     for cell, key in failed:
         print(f"not ok: {cell} {key}")

@@ -164,3 +164,18 @@ def test_geometry_plans_a_two_cta_form_over_its_slots():
     cell = next(c for c in decode_cells() if c.id == "bf16-hd128-q1-k32768-full")
     g = geometry(cell, 0, tile_n=64, ctas_per_sm=2)
     assert (g["splits"], g["ctas"], g["slots"], g["last_wave_ctas"]) == (4, 256, 264, 256)
+
+
+def test_summary_names_the_promotion_figures():
+    from cubinforge.bench.decode_ab import summary
+
+    rec = {"cell": "bf16-hd128-q4-k8192-gqa4-causal", "best_anchor": "fa4", "entries": {
+        "fa4": {"ms": 0.2412, "kv_TBps": 4.45, "vs_best_anchor": 1.0},
+        "route": {"ms": 0.2443, "vs_best_anchor": 0.2412 / 0.2443},
+        "s=1": {"ms": 0.2443, "vs_best_anchor": 0.2412 / 0.2443},
+        "s=2": {"ms": 0.2450, "vs_best_anchor": 0.2412 / 0.2450},
+        "tile-64x64+stages-2+2cta s=1": {"ms": 0.2400, "vs_best_anchor": 0.2412 / 0.2400},
+        "tile-64x64 s=2": {"ok": False, "error": "x"}}}
+    line = summary([rec]).splitlines()[1].split()
+    assert line[:4] == ["bf16-hd128-q4-k8192-gqa4-causal", "fa4", "4.450", "0.987"]
+    assert line[4:6] == ["s=1", "0.987"] and line[-3:] == ["tile-64x64+stages-2+2cta", "s=1", "1.005"]
