@@ -527,6 +527,10 @@ DECODE_HD128 = [
         ("tile-64x64", dict(tile_n=64)),
         ("tile-64x64+stages-6", dict(tile_n=64, stages=6)),
         ("tile-64x64+stages-2+2cta", dict(tile_n=64, stages=2, ctas_per_sm=2)),
+        # Between the two: 96-key blocks at the shipped bytes in flight, and two CTAs an SM
+        # with three stages of 48-key blocks (88 KiB each: 144 KiB in flight an SM, not 128).
+        ("tile-64x96+stages-4", dict(tile_n=96, stages=4)),
+        ("tile-64x48+stages-3+2cta", dict(tile_n=48, stages=3, ctas_per_sm=2)),
     )
     for c in (False, True) for sp in (False, True)
 ]

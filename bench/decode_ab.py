@@ -33,7 +33,7 @@ import traceback
 from .grid import Cell, build_grid
 
 SPLITS = (0, 1, 2, 3, 4)
-AB_SPLITS = (0, 1, 2, 4)
+AB_SPLITS = (0, 1, 2)  # 0: a two-CTA form's auto takes 4 at 32k keys (cta_slots)
 # inference.py's spec / GQA decode cells, as grid cells (bf16, hd128, causal).
 EXTRA_CELLS = (
     Cell(dtype="bf16", head_dim=128, causal=True, batch=32, heads=32, heads_kv=8, seqlen_q=4, seqlen_k=8192),

@@ -66,7 +66,7 @@ def test_decode_hd128_candidates_say_what_they_change():
 
     rows = _rows()
     names = [n for _, _, n in rows]
-    assert len(set(names)) == len(names) == 12
+    assert len(set(names)) == len(names) == 20
     for label, c, name in rows:
         assert (c.dtype, c.head_dim, c.tile_m, c.pack_gqa, c.paged_kv) == ("bf16", 128, 64, True, False), label
         assert ("splitkv" in name) == c.split_kv
