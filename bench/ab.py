@@ -510,6 +510,29 @@ HD96_2 = [
     ("persistent-lpt+separate-o+mask-bits+in-order-sum", dict(_H96P, mask_bits=True, in_order_row_sum=True)),
     ("persistent-lpt+separate-o+q-double-buffer+deferred-o", dict(_H96P, **_DEF)),
 ]
+# bf16 hd128 decode (issue 11's --decode cells and spec / GQA decode at 0.99 of FA4 / cuDNN,
+# bench/results/2026-12-01-h200/check5/a2/grid.log, check/inference.log). The shipped form is
+# 64 x 128 with 3 stages (208 KiB, 255 registers: one CTA an SM), so 256 tiles on 132 SMs run
+# as two waves, each CTA restarting the K/V stream (Q row loads, first TMA round trip) at the
+# wave boundary; bench/decode_ab.py says why (figures per cell). Candidates, each causal and
+# not, split and unsplit (timed by bench/decode_ab.py --ab-home at forced split counts beside
+# the shipped forms and the anchors): the same 208 KiB in flight in 64-key blocks (finer
+# stages), 64 x 64 at the default 3 stages, and two CTAs an SM (64 x 64, 2 stages, 80 KiB, the
+# registers halved): 256 tiles then fit one wave of 264 slots.
+_DEC = dict(head_dim=128, tile_m=64, pack_gqa=True)
+DECODE_HD128 = [
+    (label, dict(_DEC, causal=c, split_kv=sp, **over))
+    for label, over in (
+        ("tile-64x64", dict(tile_n=64)),
+        ("tile-64x64+stages-6", dict(tile_n=64, stages=6)),
+        ("tile-64x64+stages-2+2cta", dict(tile_n=64, stages=2, ctas_per_sm=2)),
+        # Between the two: 96-key blocks at the shipped bytes in flight, and two CTAs an SM
+        # with three stages of 48-key blocks (88 KiB each: 144 KiB in flight an SM, not 128).
+        ("tile-64x96+stages-4", dict(tile_n=96, stages=4)),
+        ("tile-64x48+stages-3+2cta", dict(tile_n=48, stages=3, ctas_per_sm=2)),
+    )
+    for c in (False, True) for sp in (False, True)
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -520,7 +543,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "short-causal-stages": SHORT_CAUSAL_STAGES, "hd96": HD96, "fp8-p-scale": FP8_P_SCALE,
                "hd96-2": HD96_2,
                "model-variants-3": MODEL_VARIANTS_3, "dv128-no-pingpong": DV128_NOPINGPONG,
-               "hd192-no-pingpong": HD192_NOPINGPONG}
+               "hd192-no-pingpong": HD192_NOPINGPONG, "decode-hd128": DECODE_HD128}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -18,6 +18,7 @@
 # model_variants' A/B home; AB_INF="name:home ..." times inference A/B homes (PART=bench);
 # a home carried in PART=tests is still there for PART=bench on the same warm machine.
 # GRID="<bench args>" runs the main bench's grid last in PART=bench (e.g. "--dtype bf16 --decode").
+# DECODE_AB=<home>|- runs bench/decode_ab.py (hd128 decode split counts and candidates) in PART=bench.
 # GPU_SHARDS=n runs GPU_TESTS in n parallel shards; GPU_TEST_FILES="path:seconds ..." runs
 # GPU test files one step each; CORRECTNESS="<bench args>" runs the main bench's correctness sweep; NCU=<cell> runs --ncu on it; CPP_DEBUG=1 runs
 # bench/cpp_debug.sh (the C++ check under ASan and gdb); SNIPPET="<python>" runs one check of its own.
@@ -109,6 +110,10 @@ else
         step "inf-ab-$name" ${AB_S:-200} env CUBINFORGE_HOME=.cubinforge \
             python3 -m cubinforge.bench.inference --ab-home "$home" --iters 20
     done
+    # DECODE_AB=<home> (or "-" for none): hd128 decode at forced split counts and the home's
+    # decode-form candidates beside cuDNN / FA2 / FA4 (bench/decode_ab.py).
+    [ -n "${DECODE_AB:-}" ] && step decode-ab ${DECODE_AB_S:-150} python3 -m cubinforge.bench.decode_ab \
+        --json "$OUT/decode_ab.json" $([ "$DECODE_AB" != - ] && echo --ab-home "$DECODE_AB") ${DECODE_AB_ARGS:-}
     [ -n "${FP8_BENCH:-}" ] && step fp8 90 python3 -m bench.fp8 --skip-errors --json "$OUT/fp8.json"
     step model-variants 90 python3 bench/model_variants.py --out "$OUT/model_variants.json"
     MV_AB_HOME=${MV_AB_HOME:-.cubinforge-ab}

@@ -226,18 +226,20 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
 
 
 class _WithCombine:
-    """A candidate of the A/B registry alone, plus the default registry's attn_combine
-    variants (a split candidate needs its combine; bench.ab builds fa3_fwd only)."""
+    """A candidate of the A/B registry alone (or several: one label's split and unsplit
+    forms), plus the default registry's attn_combine variants (a split candidate needs its
+    combine; bench.ab builds fa3_fwd only)."""
 
-    def __init__(self, base, name: str, companions):
-        self.base, self.name, self.companions = base, name, companions
+    def __init__(self, base, name, companions):
+        self.base, self.companions = base, companions
+        self.names = [name] if isinstance(name, str) else list(name)
         self.others = [n for n in companions.list() if n.startswith("attn-combine-")]
 
     def list(self):
-        return [self.name, *self.others]
+        return [*self.names, *self.others]
 
     def get(self, name: str):
-        return self.base.get(name) if name == self.name else self.companions.get(name)
+        return self.base.get(name) if name in self.names else self.companions.get(name)
 
     def blob(self, sha256: str):
         try:

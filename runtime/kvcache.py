@@ -59,7 +59,7 @@ from .registry_source import Manifest, Source, VariantNotFound, choose, default_
 from .dispatch import Problem
 from .variants import VariantArgs, refuse_e4m3, resolve as resolve_variant
 from .decode_plan import (  # noqa: F401  (re-exported: kvcache's public names)
-    EFFICIENCY_SLACK, FILL_FRACTION, MAX_SPLITS, MIN_BLOCKS_PER_SPLIT, DecodePlan, num_splits_heuristic,
+    EFFICIENCY_SLACK, FILL_FRACTION, MAX_SPLITS, MIN_BLOCKS_PER_SPLIT, DecodePlan, cta_slots, num_splits_heuristic,
     pack_gqa_heuristic, plan_decode)
 
 FAMILY = "fa3_fwd"
@@ -511,7 +511,7 @@ def _pick(arch, dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, h
             if not mine:
                 continue
             tm, tn = mine[0].axes["tile_m"], mine[0].axes["tile_n"]
-            plan = plan_decode(b, sq, hq, hkv, capacity, sms, tm, tn, pack, num_splits)
+            plan = plan_decode(b, sq, hq, hkv, capacity, cta_slots(sms, mine[0].metadata), tm, tn, pack, num_splits)
             unsplit = [m for m in mine if not m.axes.get("split_kv")]
             split = [m for m in mine if m.axes.get("split_kv")]
             if plan.num_splits == 1 and unsplit:

@@ -127,6 +127,13 @@ SUPPORTED_HEAD_DIMS = tuple(DEFAULT_TILES)
 SUPPORTED_ARCHS = ("sm_90a",)
 # Dynamic shared memory one CTA may use on sm_90 (227 KiB); the barriers take under 1 KiB.
 SMEM_LIMIT = 227 * 1024 - 1024
+# ctas_per_sm=2: an SM's shared memory (228 KiB), what each CTA costs beyond its tiles (1 KiB
+# the system reserves, 1 KiB static, alignment padding and barriers), and the register split
+# of one consumer warpgroup and the producer that two CTAs of 256 threads fit in 64K registers
+# (the paged producer's 40, inference.py).
+SMEM_PER_SM = 228 * 1024
+SMEM_CTA_OVERHEAD = 4 * 1024
+TWO_CTA_REGISTER_SPLIT = (216, 40)
 # paged_kv: rows of one TMA box where a page is smaller than a K/V tile (page sizes that are
 # multiples of it take that path; runtime/kvcache.py gathers the others into a dense copy).
 PAGE_CHUNK = 16
@@ -242,6 +249,12 @@ class FwdConfig:
     # next tile's first GEMM, then store, so the store's barriers and shared-memory writes run
     # while the tensor cores work. Needs q_double_buffer (tile t+1's Q must not wait for t).
     deferred_o_store: bool | None = None
+    # CTAs resident per SM (the launch's min_blocks_per_mp): 2 halves the registers (the split
+    # sums to 256 per thread pair, REGCOUNT <= 128) and needs the CTA's shared memory under half
+    # an SM's, so a decode grid of ~2 waves at one CTA per SM runs as one (bench/decode_ab.py:
+    # no wave-boundary restart of the K/V stream). Inference forms with one consumer warpgroup
+    # only; 1 everywhere shipped.
+    ctas_per_sm: int = 1
     # What models ship with (runtime values are the contract's scalars and tensors):
     # scores become c * tanh(s * scale / c) before the softmax; c is the scalar `softcap`.
     softcap: bool = False
@@ -385,6 +398,16 @@ class FwdConfig:
             raise ValueError("varlen is built without split_kv and pack_gqa so far: use varlen alone or with paged_kv")
         if self.paged_kv and self.tile_n % PAGE_CHUNK:
             raise ValueError(f"paged_kv loads pages in boxes of {PAGE_CHUNK} rows: tile_n must be a multiple")
+        if self.ctas_per_sm not in (1, 2):
+            raise ValueError(f"ctas_per_sm must be 1 or 2, got {self.ctas_per_sm}")
+        if self.ctas_per_sm == 2:
+            if not self.inference or self.varlen or self.consumer_warpgroups != 1:
+                raise ValueError("ctas_per_sm=2 is built for the decode forms (split_kv / pack_gqa / paged_kv, "
+                                 "not varlen) with tile_m=64 (one consumer warpgroup)")
+            if self.smem_bytes > SMEM_PER_SM // 2 - SMEM_CTA_OVERHEAD:
+                raise ValueError(f"ctas_per_sm=2: tiles {self.tile_m}x{self.tile_n} with {self.stages} stages need "
+                                 f"{self.smem_bytes} B of shared memory; two CTAs fit "
+                                 f"{SMEM_PER_SM // 2 - SMEM_CTA_OVERHEAD} B each (e.g. 64x64 with 2 stages)")
         if self.smem_bytes > SMEM_LIMIT:
             raise ValueError(
                 f"tiles {self.tile_m}x{self.tile_n} at head_dim {self.head_dim} with {self.stages} stages"
@@ -465,6 +488,8 @@ class FwdConfig:
     @property
     def register_split(self) -> tuple[int, int]:
         """(consumer, producer) registers per thread after setmaxnreg; sums within 64K/SM."""
+        if self.ctas_per_sm == 2:
+            return TWO_CTA_REGISTER_SPLIT
         return {1: (256, 56), 2: (240, 24), 3: (160, 32)}[self.consumer_warpgroups]
 
     @property

@@ -72,6 +72,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             # The producer computes page addresses: FA3's split for a non-TMA producer
             # (24 registers spilled in the paged variants).
             self.consumer_regs, self.producer_regs = 232, 40
+        if cfg.ctas_per_sm != 1:
+            self.consumer_regs, self.producer_regs = cfg.register_split  # 256 a pair: two CTAs an SM
         if self.persistent_varlen and self.num_wg == 2:
             # The producer works out every tile's place in the walk (warp reductions over the
             # batch): 24 registers spill 48 B there, so the paged split.
@@ -176,7 +178,11 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
             sQ_layout, sK_layout, sV_layout, tiled_mma_qk, tiled_mma_pv, mDescale,
             softcap_pre, window_left, window_right, mSink,
-        ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
+        ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=self.cfg.ctas_per_sm,
+                 # A carveout named here keeps the DSL from asking a device for its shared memory
+                 # per SM when min_blocks_per_mp > 1 (the build machine has none); only the DSL's
+                 # own launcher reads it, and the default forms (1) pass None as before.
+                 preferred_smem_carveout=100 if self.cfg.ctas_per_sm > 1 else None)
 
     # ---------------------------------------------------------------- device side
     @cute.kernel
