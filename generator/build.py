@@ -11,6 +11,7 @@ A failing variant is reported with its traceback and the others still build.
 from __future__ import annotations
 
 import multiprocessing
+import resource
 import shutil
 import time
 import traceback
@@ -44,6 +45,7 @@ class Outcome:
     registers: int | None = None
     smem_bytes: int | None = None  # dynamic + static
     error: str | None = None
+    cpu_seconds: float = 0.0  # the compile worker's user+sys for this variant
 
 
 @dataclass
@@ -165,6 +167,7 @@ def build(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
                     compile_options=result.compile_options, content_key=p.key, build_seconds=result.seconds,
                 ))
                 outcomes[result.variant] = _outcome_from_record(result.variant, "built", result.seconds, result.metadata)
+                outcomes[result.variant].cpu_seconds = result.cpu_seconds
                 if on_stored is not None:
                     on_stored(result.variant)
             except Exception as exc:
@@ -229,8 +232,9 @@ def _error_tail(error: str | None, lines: int = 40) -> str:
     return "\n".join(keep[-lines:] if len(keep) > lines else keep)
 
 
-def summary(outcomes: list[Outcome], elapsed: float | None = None) -> str:
-    """A table (variant, status, seconds, registers, smem), then each failure's traceback tail."""
+def summary(outcomes: list[Outcome], elapsed: float | None = None, cpu: float | None = None) -> str:
+    """A table (variant, status, seconds, registers, smem), then each failure's traceback tail.
+    `cpu`: the build's user+sys in this process and its children (compile workers, nvdisasm)."""
     width = max([len("variant")] + [len(o.variant) for o in outcomes])
     head = f"{'variant':<{width}}  {'status':<7}  {'seconds':>7}  {'regs':>4}  {'smem':>7}"
     rows = [head, "-" * len(head)]
@@ -241,7 +245,9 @@ def summary(outcomes: list[Outcome], elapsed: float | None = None) -> str:
         rows.append(f"{o.variant:<{width}}  {o.status:<7}  {secs:>7}  {regs:>4}  {smem:>7}")
     counts = {s: sum(o.status == s for o in outcomes) for s in ("built", "skipped", "failed")}
     tail = ", ".join(f"{n} {s}" for s, n in counts.items())
-    rows.append(f"{tail}" + (f" in {elapsed:.1f} s" if elapsed is not None else ""))
+    compiled = sum(o.cpu_seconds for o in outcomes)
+    cost = f" ({cpu:.1f} CPU-s, {compiled:.1f} of them in compile jobs)" if cpu is not None else ""
+    rows.append(f"{tail}" + (f" in {elapsed:.1f} s{cost}" if elapsed is not None else ""))
     shown: dict[str, list[str]] = {}  # one traceback per distinct error, with every variant it hit
     for o in outcomes:
         if o.status == "failed":
@@ -252,6 +258,13 @@ def summary(outcomes: list[Outcome], elapsed: float | None = None) -> str:
     return "\n".join(rows)
 
 
+def _cpu_seconds() -> float:
+    """User+sys of this process and of its children that have ended (a local build's pool
+    workers and nvdisasm runs; not a cluster's workers)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
 def run(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
         build_dir: Path | None = None, progress: bool | None = None, echo: Callable[[str], None] = print,
         client=None, publisher=None) -> int:
@@ -260,7 +273,7 @@ def run(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
     `publisher`: an object with `submit(name)` (called as each artifact is stored) and
     `wait() -> {name: error}`; a variant that built but did not publish counts as failed.
     """
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_seconds()
     try:
         outcomes = build(variants, registry, jobs=jobs, force=force, build_dir=build_dir, progress=progress,
                          client=client, on_stored=publisher.submit if publisher else None)
@@ -269,5 +282,5 @@ def run(variants: list[Variant], registry, jobs: int = 1, force: bool = False,
     for o in outcomes:
         if o.variant in unpublished:
             o.status, o.error = "failed", f"in the registry, but publishing failed: {unpublished[o.variant]}"
-    echo(summary(outcomes, time.perf_counter() - start))
+    echo(summary(outcomes, time.perf_counter() - start, _cpu_seconds() - cpu))
     return 1 if any(o.status == "failed" for o in outcomes) else 0

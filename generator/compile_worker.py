@@ -36,6 +36,7 @@ class CompileResult:
     compile_options: str = ""
     ptxas_version: str | None = None
     sass_pending: bool = False  # the metadata still lacks its SASS counts (CompileJob.sass False)
+    cpu_seconds: float = 0.0  # the worker's CPU (user+sys) for this job: what a build's cost is made of
 
 
 def init_worker(arch: str, dump_dir: str) -> None:
@@ -101,12 +102,14 @@ def describe_build(variant: str, arch: str, build, seconds: float = 0.0, sass: b
 
 def compile_job(job: CompileJob) -> CompileResult:
     os.environ.setdefault("CUTE_DSL_ARCH", job.arch)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         build = _load(job).build()
-        return describe_build(job.variant, job.arch, build, time.perf_counter() - start, sass=job.sass)
+        result = describe_build(job.variant, job.arch, build, time.perf_counter() - start, sass=job.sass)
     except BaseException as exc:  # noqa: BLE001 - everything is reported, the pool goes on
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return CompileResult(variant=job.variant, ok=False, seconds=time.perf_counter() - start,
-                             error=traceback.format_exc())
+        result = CompileResult(variant=job.variant, ok=False, seconds=time.perf_counter() - start,
+                               error=traceback.format_exc())
+    result.cpu_seconds = time.process_time() - cpu
+    return result

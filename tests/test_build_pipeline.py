@@ -40,6 +40,7 @@ def test_incremental_rebuild_skips_and_is_fast(home, test_families):
     assert len(variants) == 20  # the size of the default set, on the demo kernel
     first = build.build(variants, reg, jobs=2, progress=False)
     assert [o.status for o in first] == ["built"] * 20, build.summary(first)
+    assert all(o.cpu_seconds > 0 for o in first)  # each job's worker CPU, summed in the summary
 
     # a fresh process, as `make kernels` would be: everything current is skipped without
     # importing the DSL, which is what keeps it fast (0.3 s on an idle machine; the time is

@@ -73,6 +73,19 @@ def dsl_environment(arch: str) -> None:
     os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)
 
 
+def aot_compile(fn, *args, options: str, **kwargs):
+    """`cute.compile` for a cubin only: without the host execution engine.
+
+    By default the DSL also JIT-compiles the host launcher into an MLIR ExecutionEngine so
+    that the result can be called from Python. Nothing here calls it (the bytes come from
+    `--keep-cubin`'s file, the entry from kernel_info), and building it and looking up its entry
+    cost ~0.07 s CPU a variant (~2% of the default set's build, a quarter of a small kernel's).
+    The engine is built after the device pipeline, so the cubin is the same either way."""
+    import cutlass.cute as cute
+
+    return cute.compile(fn, *args, options=options, no_jit_engine=True, **kwargs)
+
+
 def fake_problem(dt, head_dim: int, elem_bytes: int) -> SimpleNamespace:
     """The symbolic problem of an attention forward: batch, seqlen_q/k and heads_q/kv are
     symbols, and so is every stride but the head dim's, so one cubin serves every size.

@@ -7,6 +7,7 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_compact_tensor
 
 from ...cubin_elf import read_cubin
+from ..common import aot_compile
 from ...kernel_build import KernelBuild
 from .config import BLOCK, DemoConfig
 
@@ -56,7 +57,7 @@ def compile_variant(config: DemoConfig) -> KernelBuild:
     options = f"--gpu-arch {config.arch} --keep-cubin"
     n = cute.sym_int()
     a = make_fake_compact_tensor(_DTYPES[config.dtype], (n,), assumed_align=ALIGN)
-    compiled = cute.compile(scale_host, a, cutlass.Float32(1.0), options=options)
+    compiled = aot_compile(scale_host, a, cutlass.Float32(1.0), options=options)
     cubin = compiled.__cubin__
     (entry,) = read_cubin(cubin).entries
     return KernelBuild(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..common import dsl_environment, fake_problem
+from ..common import aot_compile, dsl_environment, fake_problem
 from .config import FwdConfig
 
 
@@ -47,7 +47,7 @@ def compile_cubin(cfg: FwdConfig):
         extra["mDescale"] = fake_descale(fake.batch, fake.heads_kv, fake.sym)
     kernel = FlashFwdSm90(cfg)
     t0 = time.perf_counter()
-    compiled = cute.compile(kernel, q, k, v, o, lse, scale, **extra, options=options)
+    compiled = aot_compile(kernel, q, k, v, o, lse, scale, **extra, options=options)
     return compiled, kernel, time.perf_counter() - t0
 
 
@@ -118,7 +118,7 @@ def _compile_inference(cfg, dt, fake, scale, options):
     fp8 = {"mDescale": fake_descale(batch, heads_kv, sym)} if cfg.fp8 else {}
     kernel = FlashFwdSm90Inference(cfg)
     t0 = time.perf_counter()
-    compiled = cute.compile(kernel, q, k, v, o, lse, scale, seqused_k, *extra, **fp8, **variant_args(cfg, heads_q),
+    compiled = aot_compile(kernel, q, k, v, o, lse, scale, seqused_k, *extra, **fp8, **variant_args(cfg, heads_q),
                             options=options)
     return compiled, kernel, time.perf_counter() - t0
 
@@ -160,7 +160,7 @@ def _compile_varlen(cfg, dt, sym, heads_q, heads_kv, scale, options):
     kernel = FlashFwdSm90Inference(cfg)
     t0 = time.perf_counter()
     fp8 = {"mDescale": fake_descale(batch, heads_kv, sym)} if cfg.fp8 else {}
-    compiled = cute.compile(kernel, q, k, v, o, lse, scale, i32(batch), page_table, i32(batch1), i32(batch1),
+    compiled = aot_compile(kernel, q, k, v, o, lse, scale, i32(batch), page_table, i32(batch1), i32(batch1),
                             i32(batch), cutlass.Int32(0), cutlass.Int32(0), **fp8, **variant_args(cfg, heads_q),
                             options=options)
     return compiled, kernel, time.perf_counter() - t0

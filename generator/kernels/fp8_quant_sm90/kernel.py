@@ -18,6 +18,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Uint32, const_expr
 
 from ...cubin_elf import read_cubin
+from ..common import aot_compile
 from ...kernel_build import KernelBuild
 from .config import E4M3_MAX, THREADS, WARPS, QuantConfig
 from .contract import contract
@@ -141,7 +142,7 @@ def compile_variant(cfg: QuantConfig) -> KernelBuild:
     y = make_fake_tensor(cutlass.Float8E4M3FN, (batch, seqlen, heads, d), stride=(sym(16), sym(16), sym(16), 1),
                          assumed_align=16)
     desc = make_fake_tensor(Float32, (batch, heads, blocks), stride=(sym(), sym(), 1), assumed_align=4)
-    compiled = cute.compile(Fp8Quant(cfg), x, y, desc, Int32(1), Int32(0), Int32(0), options=options)
+    compiled = aot_compile(Fp8Quant(cfg), x, y, desc, Int32(1), Int32(0), Int32(0), options=options)
     cubin = bytes(compiled.__cubin__)
     (entry,) = read_cubin(cubin).entries
     return KernelBuild(

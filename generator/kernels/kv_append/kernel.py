@@ -9,7 +9,7 @@ seqused_k[b] = cache_seqlens[b] + seqlen_new.
 
 import time
 
-from ..common import dsl_environment, lay_out, tensor_struct
+from ..common import aot_compile, dsl_environment, lay_out, tensor_struct
 
 dsl_environment("sm_90a")  # before cutlass is imported
 import cutlass  # noqa: E402  (the package is imported only by compile workers)
@@ -122,7 +122,7 @@ def compile_variant(cfg: AppendConfig) -> KernelBuild:
         extra.append(make_fake_tensor(cutlass.Int32, (batch, cute.sym_int()), stride=(s64(), 1), assumed_align=4))
     options = f"--gpu-arch {cfg.arch} --keep-cubin"
     t0 = time.perf_counter()
-    compiled = cute.compile(_fns(cfg.paged_kv), k, v, kc, vc, lens, used, *extra, options=options)
+    compiled = aot_compile(_fns(cfg.paged_kv), k, v, kc, vc, lens, used, *extra, options=options)
     seconds = time.perf_counter() - t0
     cubin = bytes(compiled.__cubin__)
     (entry,) = read_cubin(cubin).entries

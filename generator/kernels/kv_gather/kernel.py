@@ -7,7 +7,7 @@ writes zeros, so the dense attention that follows reads finite rows where it mas
 
 import time
 
-from ..common import dsl_environment, lay_out, tensor_struct
+from ..common import aot_compile, dsl_environment, lay_out, tensor_struct
 
 dsl_environment("sm_90a")  # before cutlass is imported
 import cutlass  # noqa: E402  (the package is imported only by compile workers)
@@ -107,7 +107,7 @@ def compile_variant(cfg: GatherConfig) -> KernelBuild:
     v = make_fake_tensor(dt, (batch, seqlen, heads, d), stride=(s64(), s64(), s64(), 1), assumed_align=2)
     options = f"--gpu-arch {cfg.arch} --keep-cubin"
     t0 = time.perf_counter()
-    compiled = cute.compile(_fns(dt), kc, vc, table, used, k, v, options=options)
+    compiled = aot_compile(_fns(dt), kc, vc, table, used, k, v, options=options)
     seconds = time.perf_counter() - t0
     cubin = bytes(compiled.__cubin__)
     (entry,) = read_cubin(cubin).entries
