@@ -382,6 +382,16 @@ DV128_NOPINGPONG = [
     ("lpt+mask-bits+no-pingpong", dict(_DV_NOPP, in_order_row_sum=False)),
     ("lpt+mask-bits+in-order-sum+no-pingpong+rescale-o-early", dict(_DV_NOPP, rescale_o_early=True)),
 ]
+# lpt's L2 sections sized as FA4 sizes them (50 MiB, a power of two pairs): (192, 128) and
+# hd192 at 8k keys take 6 and 5 pairs a section at our 32 MiB, FA4 8 (hd128, hd256: the same
+# pairs either way). 40 MiB gives (192, 128) 8 pairs and hd192 6; 48 MiB gives 9 and 8.
+DV128_L2 = [
+    ("lpt+mask-bits+in-order-sum+l2-40", dict(_DVS, scheduler="lpt", lpt_section_mib=40)),
+    ("lpt+mask-bits+in-order-sum+l2-48", dict(_DVS, scheduler="lpt", lpt_section_mib=48)),
+]
+HD192_L2 = [
+    ("lpt+mask-bits+chunked-p+l2-48", dict(_H192C, lpt_section_mib=48)),
+]
 HD192_NOPINGPONG = [
     ("lpt+mask-bits+chunked-p", _H192C),
     ("lpt+mask-bits+chunked-p+no-pingpong", dict(_H192C, pingpong=False)),
@@ -543,7 +553,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "short-causal-stages": SHORT_CAUSAL_STAGES, "hd96": HD96, "fp8-p-scale": FP8_P_SCALE,
                "hd96-2": HD96_2,
                "model-variants-3": MODEL_VARIANTS_3, "dv128-no-pingpong": DV128_NOPINGPONG,
-               "hd192-no-pingpong": HD192_NOPINGPONG, "decode-hd128": DECODE_HD128}
+               "hd192-no-pingpong": HD192_NOPINGPONG, "decode-hd128": DECODE_HD128,
+               "dv128-l2": DV128_L2, "hd192-l2": HD192_L2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -251,3 +251,19 @@ def test_a_windowed_persistent_walk_takes_the_longest_first_order(s, heads, wind
         assert top <= 1.02 * mean
         top_m, _, _ = _window_makespan(TileScheduler("persistent", False), s, heads, window)
         assert top_m > 1.15 * mean
+
+
+def test_lpt_section_size_is_the_lpt_schedulers_own():
+    """lpt_section_mib (bench.ab's dv128-l2 / hd192-l2 sets): 0 keeps LPT_L2_SECTION_MIB; other
+    schedulers have no section, so they refuse one."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import LPT_L2_SECTION_MIB
+
+    base = dict(arch="sm_90a", dtype="bf16", head_dim=192, causal=True, head_dim_v=128)
+    assert FwdConfig(**base, scheduler="lpt").l2_section_mib == LPT_L2_SECTION_MIB
+    assert FwdConfig(**base, scheduler="lpt", lpt_section_mib=40).l2_section_mib == 40
+    assert FwdConfig(**base, scheduler="persistent").l2_section_mib == 0
+    with pytest.raises(ValueError, match="lpt_section_mib"):
+        FwdConfig(**base, scheduler="persistent", lpt_section_mib=40)
+    # 40 MiB holds 8 (head, batch) pairs of (192, 128) K and V at 8k keys, as FA4's section does.
+    pairs = 40 * 2**20 // ((192 + 128) * 2) // 8192
+    assert pairs == 8 and causal_lpt_order(0, 64, 32, 8192, (192 + 128) * 2, 40 * 2**20)[1] == 0

@@ -169,6 +169,10 @@ class FwdConfig:
     # L2 sections, so the hardware's in-order block dispatch hands out the longest tiles
     # first (FA4's causal choice).
     scheduler: str = "single"
+    # lpt's L2 section in MiB (causal_lpt_order: (head, batch) pairs whose K and V fit it
+    # finish together). 0: LPT_L2_SECTION_MIB. FA4 sizes its sections to 50 MiB rounded down
+    # to a power of two pairs (8 for (192, 128) at 8k keys where 32 MiB gives ours 6).
+    lpt_section_mib: int = 0
     # The switches below default to None: the measured choice for this (head_dim, causal,
     # scheduler) in TUNED, else off. bench.ab sets them explicitly to measure each one.
     # O's own shared-memory buffer instead of Q's: a persistent CTA then releases Q after the
@@ -324,6 +328,9 @@ class FwdConfig:
             object.__setattr__(self, "rescale_o_early", wide_noncausal)
         if self.scheduler not in ("single", "persistent", "lpt"):
             raise ValueError(f"scheduler must be 'single', 'persistent' or 'lpt', got {self.scheduler!r}")
+        if self.lpt_section_mib and (self.scheduler != "lpt" or self.lpt_section_mib < 0):
+            raise ValueError(f"lpt_section_mib sizes the lpt scheduler's L2 sections (MiB > 0, scheduler 'lpt'), "
+                             f"got {self.lpt_section_mib} with scheduler {self.scheduler!r}")
         if self.scheduler == "lpt" and not self.causal:
             raise ValueError("scheduler 'lpt' orders causal tiles; non-causal tiles all cost the same")
         if self.tile_m % 64 or self.tile_m // 64 not in (1, 2, 3):
@@ -440,7 +447,7 @@ class FwdConfig:
     @property
     def l2_section_mib(self) -> int:
         """L2 section of the causal tile order: FA4's for lpt, none (one global order) else."""
-        return LPT_L2_SECTION_MIB if self.scheduler == "lpt" else 0
+        return (self.lpt_section_mib or LPT_L2_SECTION_MIB) if self.scheduler == "lpt" else 0
 
     @property
     def smem_bytes(self) -> int:
