@@ -1,12 +1,12 @@
 """What a build costs: the compile leaves out the host JIT engine (same cubin), and the summary
 says how many CPU-seconds the build took and how many of them the compile jobs."""
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from conftest import module_available
 
 pytest.importorskip("sqlalchemy", reason="the build writes a registry: needs the server extra")
 
@@ -43,7 +43,7 @@ AOT_VS_JIT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs the CuTe DSL (the build extra)")
+@pytest.mark.skipif(not module_available("cutlass"), reason="needs the CuTe DSL (the build extra)")
 def test_aot_compile_gives_the_same_cubin_without_a_host_engine(tmp_path):
     script = tmp_path / "aot_vs_jit.py"
     script.write_text(AOT_VS_JIT)  # the DSL reads kernel source from a file

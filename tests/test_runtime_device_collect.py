@@ -4,7 +4,10 @@ The lent GPU machine has no `cutlass` and none of the build and server extras (S
 FastAPI, pyelftools); a test module importing one at module level makes pytest stop at
 collection and run nothing (session 6's first H200 call lost its GPU tests to two fp8 test
 modules importing the registry). Here the real target runs with --collect-only while a
-meta-path blocker (a sitecustomize on PYTHONPATH) makes all of them unimportable.
+meta-path blocker (a sitecustomize on PYTHONPATH) makes all of them unimportable; and once
+more with the extras installed and a finder that refuses `cutlass` by raising (find_spec
+itself raises: a bare importlib.util.find_spec("cutlass") in a skipif failed collection so,
+where conftest.module_available counts it absent).
 """
 
 from __future__ import annotations
@@ -44,22 +47,41 @@ BLOCKER = textwrap.dedent("""
     sys.meta_path[:] = [_NoCutlass(f) for f in sys.meta_path]
 """)
 
+# Extras installed, the DSL refused: find_spec("cutlass") raises instead of giving None.
+REFUSER = textwrap.dedent("""
+    import sys
+
+    class _RefuseCutlass:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "cutlass":
+                raise ModuleNotFoundError("No module named 'cutlass' (refused)")
+            return None
+
+    sys.meta_path.insert(0, _RefuseCutlass())
+""")
+
+
 def _env(blocker_dir: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MAKE"))}
     env["PYTHONPATH"] = str(blocker_dir)
     return env
 
 
-@pytest.fixture
-def blocker(tmp_path):
-    (tmp_path / "sitecustomize.py").write_text(BLOCKER)
-    # The blocker works: cutlass is neither found nor importable under it (else the test
-    # below proves nothing), while other packages still import.
-    probe = ("import importlib.util, json; assert importlib.util.find_spec('cutlass') is None; "
-             "import cubinforge.runtime; import sqlalchemy")
+@pytest.fixture(params=["absent", "refused"])
+def blocker(tmp_path, request):
+    absent = request.param == "absent"
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER if absent else REFUSER)
+    # The blocker works (else the test below proves nothing): cutlass is neither found nor
+    # importable under it, while other packages still import; "absent" hides the extras too.
+    if absent:
+        probe = ("import importlib.util, json; assert importlib.util.find_spec('cutlass') is None; "
+                 "import cubinforge.runtime; import sqlalchemy")
+    else:
+        probe = "import cubinforge.runtime, sqlalchemy, importlib.util; importlib.util.find_spec('cutlass')"
     p = subprocess.run([sys.executable, "-c", probe], env=_env(tmp_path), cwd=REPO,
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0 and "No module named 'sqlalchemy'" in p.stderr, p.stderr
+    want = "No module named 'sqlalchemy'" if absent else "No module named 'cutlass' (refused)"
+    assert p.returncode != 0 and want in p.stderr, p.stderr
     return tmp_path
 
 
