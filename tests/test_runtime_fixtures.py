@@ -126,6 +126,20 @@ def registry_source(home: Path, manifests, blobs=None):
         clear_cache()
 
 
+def refused_or_copied(mock, call, name="q"):
+    """Run `call` (a launch whose array `name` is misaligned) under the mocked driver: the
+    runtime either refuses it (InputError, nothing launched) or copies that array into an
+    aligned buffer first (last_launch().copies names it)."""
+    from cubinforge.runtime import InputError, last_launch
+
+    n = mock.counts["cuLaunchKernelEx"]
+    try:
+        call()
+    except InputError:
+        pass
+    assert mock.counts["cuLaunchKernelEx"] == n or last_launch().copies == (name,)
+
+
 def deep(d):
     return copy.deepcopy(d)
 
