@@ -604,7 +604,7 @@ def _floor_call(inputs, stream, causal):
 
     def floor():
         # `args` are raw addresses into the plan (its launch config's C struct, its kernelParams
-        # array): the closure holds the plan so they stay valid. Without it the plan was freed
+        # array): floor.plan holds the plan so they stay valid. Without it the plan was freed
         # on return and every launch read freed memory (check7/i2's and check6/h1's illegal
         # instruction: a garbage tensor map).
         if launch(*args):
