@@ -395,6 +395,9 @@ DV128_L2 = [
     ("lpt+mask-bits+in-order-sum+l2-48+lazy-rescale-8",
      dict(_DVS, scheduler="lpt", lpt_section_mib=48, rescale_threshold=8.0)),
 ]
+# After 40 MiB's promotion (check8/l2: 757.9, 48 MiB 755.4, 32 MiB 741.5): 4, 12 and 16 pairs.
+DV128_L2_3 = [(f"lpt+mask-bits+in-order-sum+l2-{mib}", dict(_DVS, scheduler="lpt", lpt_section_mib=mib))
+              for mib in (20, 60, 80)]
 HD192_L2 = [
     ("lpt+mask-bits+chunked-p+l2-48", dict(_H192C, lpt_section_mib=48)),
 ]
@@ -560,7 +563,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "hd96-2": HD96_2,
                "model-variants-3": MODEL_VARIANTS_3, "dv128-no-pingpong": DV128_NOPINGPONG,
                "hd192-no-pingpong": HD192_NOPINGPONG, "decode-hd128": DECODE_HD128,
-               "dv128-l2": DV128_L2, "hd192-l2": HD192_L2}
+               "dv128-l2": DV128_L2, "hd192-l2": HD192_L2, "dv128-l2-3": DV128_L2_3}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
