@@ -241,6 +241,12 @@ class FwdConfig:
     # predicated per row) instead of 32-bit stores straight from the accumulator's registers.
     # None: as TUNED_VARLEN says (the varlen persistent walk), else off.
     o_smem_store: bool | None = None
+    # varlen with o_smem_store: O leaves Q's buffer by one TMA store per tile (a map per
+    # swizzle atom of columns) through a ragged tensor map (runtime/tensormap.py
+    # ragged_coords), whose bound ends at the tile's sequence end, so the hardware clips the
+    # rows past it; instead of each thread's predicated 16-byte row stores. An A/B knob
+    # (bench.ab `varlen-tma-o`), off unless set; the C++ bundle refuses its ragged map.
+    o_tma_ragged: bool = False
     # Short-sequence overlaps (issue 10; bench.ab's `short-overlap` set); None like the switches
     # above (TUNED names none of them yet, so off).
     # Q in two shared-memory stages: a persistent CTA's producer loads tile t+1's Q as soon as
@@ -395,6 +401,9 @@ class FwdConfig:
                              "for this tile's O store")
         if self.o_smem_store and not self.varlen:
             raise ValueError("o_smem_store is built for the varlen forms only (varlen=True)")
+        if self.o_tma_ragged and not (self.varlen and self.o_smem_store):
+            raise ValueError("o_tma_ragged stores varlen O from Q's buffer: it needs varlen=True and "
+                             "o_smem_store=True")
         if self.pack_gqa and self.mask_bits:
             raise ValueError("mask_bits counts kept columns per token row: pack_gqa's rows are (token, head)")
         if self.inference and self.head_dim_v != self.head_dim:
