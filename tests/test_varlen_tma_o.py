@@ -132,11 +132,21 @@ def test_contract_adds_the_coordinates_and_the_map_last(causal):
 
 def test_config_needs_varlen_and_the_smem_stage():
     kw = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=False)
-    with pytest.raises(ValueError, match="o_tma_ragged stores varlen O from Q's buffer"):
+    with pytest.raises(ValueError, match="o_tma_ragged stores varlen O from shared memory"):
         FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, o_tma_ragged=True)
     with pytest.raises(ValueError, match="o_tma_ragged|o_smem_store is built for the varlen"):
         FwdConfig(**kw, o_tma_ragged=True)
     assert not FwdConfig(**kw, varlen=True, scheduler="persistent").o_tma_ragged   # off unless set
+    with pytest.raises(ValueError, match="no O buffer options"):   # O's own buffer only with the ragged store
+        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, separate_o_smem=True)
+    with pytest.raises(ValueError, match="o_tma_ragged with separate_o_smem is built for the persistent"):
+        FwdConfig(**kw, varlen=True, o_smem_store=False, separate_o_smem=True, o_tma_ragged=True)
+    with pytest.raises(ValueError, match="one of o_smem_store"):   # both buffers at once: which one?
+        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=True, separate_o_smem=True,
+                  o_tma_ragged=True)
+    with pytest.raises(ValueError, match="q_double_buffer is built for the dense forward only"):
+        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, separate_o_smem=True,
+                  o_tma_ragged=True, q_double_buffer=True)
 
 
 def test_ab_set_pairs_each_shipped_form_with_its_ragged_twin():
@@ -149,10 +159,12 @@ def test_ab_set_pairs_each_shipped_form_with_its_ragged_twin():
     for label, o in rows:
         cfg = experiment_config(o)
         assert cfg.varlen and cfg.scheduler == "persistent" and cfg.o_tma_ragged == label.endswith("+o-tma-ragged")
+        assert cfg.separate_o_smem == ("separate-o" in label) and cfg.o_smem_store == ("o-smem" in label), label
+        assert cfg.stages == (2 if cfg.separate_o_smem else 3), label   # O's own buffer leaves room for 2
         shipped = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=cfg.causal, varlen=True,
                             scheduler="persistent")
-        assert {s: getattr(cfg, s) for s in TUNED_VARLEN[(128, cfg.causal, "persistent", None)]} == \
-            {s: getattr(shipped, s) for s in TUNED_VARLEN[(128, cfg.causal, "persistent", None)]}
+        others = set(TUNED_VARLEN[(128, cfg.causal, "persistent", None)]) - {"o_smem_store"}
+        assert {s: getattr(cfg, s) for s in others} == {s: getattr(shipped, s) for s in others}, label
         if not cfg.o_tma_ragged:
             assert cfg == shipped, label   # the baseline is the shipped build itself
 
