@@ -130,6 +130,21 @@ def test_contract_adds_the_coordinates_and_the_map_last(causal):
     assert a.global_dim[-1] == ragged_extent(total_q) and a.global_dim[1] == total_q
 
 
+def test_a_new_o_pointer_reencodes_the_ragged_map():
+    """A plan pointed at a new o (launcher.rewrite_pointers) must not put the bare pointer in the
+    ragged map (cuTensorMapReplaceAddress would drop the shift): the map is re-encoded."""
+    from cubinforge.runtime.launcher import Kernel
+
+    kw = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, scheduler="persistent",
+              o_smem_store=True)
+    c = _contract(FwdConfig(**kw, o_tma_ragged=True))
+    k = type("K", (), {"contract": c, "_ptr_params": {}})()
+    by_name = {c.params[i].name: how for i, how, _ in Kernel.pointer_params(k, "o")}
+    assert by_name["tma_o"] == "repack" and by_name["o"] == "ptr"
+    q = {c.params[i].name: how for i, how, _ in Kernel.pointer_params(k, "q")}
+    assert q["tma_q"] == "tensormap"   # a plain map keeps the cheap address swap
+
+
 def test_config_needs_varlen_and_the_smem_stage():
     kw = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=False)
     with pytest.raises(ValueError, match="o_tma_ragged stores varlen O from shared memory"):
