@@ -154,8 +154,10 @@ def test_config_needs_varlen_and_the_smem_stage():
     assert not FwdConfig(**kw, varlen=True, scheduler="persistent").o_tma_ragged   # off unless set
     with pytest.raises(ValueError, match="no O buffer options"):   # O's own buffer only with the ragged store
         FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, separate_o_smem=True)
-    with pytest.raises(ValueError, match="o_tma_ragged with separate_o_smem is built for the persistent"):
+    with pytest.raises(ValueError, match="o_tma_ragged is built for the persistent varlen walk"):
         FwdConfig(**kw, varlen=True, o_smem_store=False, separate_o_smem=True, o_tma_ragged=True)
+    with pytest.raises(ValueError, match="o_tma_ragged is built for the persistent varlen walk"):
+        FwdConfig(**kw, varlen=True, o_smem_store=True, o_tma_ragged=True)
     with pytest.raises(ValueError, match="one of o_smem_store"):   # both buffers at once: which one?
         FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=True, separate_o_smem=True,
                   o_tma_ragged=True)
