@@ -289,6 +289,24 @@ VARLEN_PERSIST = [
      dict(_VL, causal=True, scheduler="persistent", o_smem_store=True, mask_bits=True, in_order_row_sum=True)),
     *[("persistent", dict(_VL, causal=c, scheduler="persistent", paged_kv=True)) for c in (False, True)],
 ]
+# varlen O by TMA (issue 11: non-causal at 0.97-0.98x FA4; check5/check7: O in its own buffer,
+# Q in two stages and the lane cache gained nothing): the shipped persistent forms
+# (config.TUNED_VARLEN) beside the same builds storing O by one TMA store per tile through a
+# ragged tensor map (FwdConfig.o_tma_ragged), as FA4 stores varlen O, instead of each thread's
+# predicated row stores from Q's buffer; and staged in O's own buffer instead (Q back after the
+# last QK^T, the store waited for only by the next tile's O: the dense kernel's overlap; 2 K/V
+# stages then fit, not 3). Timed by bench/inference.py --ab-home.
+_VLP_NC = dict(_VL, causal=False, scheduler="persistent", o_smem_store=True)
+_VLP_C = dict(_VL, causal=True, scheduler="persistent", o_smem_store=True, mask_bits=True, in_order_row_sum=True)
+_OWN_O = dict(o_smem_store=False, separate_o_smem=True, o_tma_ragged=True)
+VARLEN_TMA_O = [
+    ("persistent+o-smem", _VLP_NC),  # shipped
+    ("persistent+o-smem+o-tma-ragged", dict(_VLP_NC, o_tma_ragged=True)),
+    ("persistent+separate-o+o-tma-ragged", dict(_VLP_NC, **_OWN_O)),
+    ("persistent+o-smem+mask-bits+in-order-sum", _VLP_C),  # shipped
+    ("persistent+o-smem+mask-bits+in-order-sum+o-tma-ragged", dict(_VLP_C, o_tma_ragged=True)),
+    ("persistent+separate-o+mask-bits+in-order-sum+o-tma-ragged", dict(_VLP_C, **_OWN_O)),
+]
 # Short prefill's per-tile fixed cost (issue 10; thousands of tiles of 2-8 key blocks at
 # 512-1k): each shipped configuration of the short cells (config.TUNED, runtime/dispatch.py)
 # beside the same build with Q double-buffered (the next tile's Q loads while this tile runs)
@@ -557,7 +575,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
                "fp8-hd128": FP8_HD128, "model-variants": MODEL_VARIANTS, "varlen": VARLEN,
                "mufu": MUFU_FP8 + MUFU_BF16, "mufu-fp8": MUFU_FP8, "mufu-bf16": MUFU_BF16,
-               "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "short-overlap": SHORT_OVERLAP,
+               "mufu-lite": MUFU_LITE, "varlen-persist": VARLEN_PERSIST, "varlen-tma-o": VARLEN_TMA_O, "short-overlap": SHORT_OVERLAP,
                "fp8-decode": FP8_DECODE, "model-variants-2": MODEL_VARIANTS_2,
                "short-causal-stages": SHORT_CAUSAL_STAGES, "hd96": HD96, "fp8-p-scale": FP8_P_SCALE,
                "hd96-2": HD96_2,

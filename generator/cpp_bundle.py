@@ -292,6 +292,10 @@ class _Variant:
         return out
 
     def _tensormap(self, p: dict, key: str) -> dict:
+        if p.get("ragged_dim") is not None:
+            # runtime/tensormap.py's ragged maps (bench.ab's o_tma_ragged varlen forms) are not
+            # in the C++ loader yet: refuse them rather than encode a map without the clip.
+            raise self.error(f"{key}: a ragged tensor map (ragged_dim) is not supported by the C++ loader yet")
         rank = len(p["dims"])
         if not 1 <= rank <= MAX_TENSORMAP_RANK:
             raise self.error(f"{key}: tensor map rank {rank} is not 1..{MAX_TENSORMAP_RANK}")

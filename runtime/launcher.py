@@ -249,7 +249,10 @@ class Kernel:
             for p in self.contract.params:
                 if p.kind == "tensormap":
                     if p.spec.get("tensor") == name:
-                        hit.append((p.ordinal, "tensormap", 0))
+                        # A ragged map's address is the pointer moved back (tensormap.ragged_shift):
+                        # encoded afresh rather than given the bare pointer.
+                        ragged = p.spec.get("ragged_dim") is not None
+                        hit.append((p.ordinal, "repack" if ragged else "tensormap", 0))
                     continue
                 fields = p.spec.get("fields", []) if p.kind == "struct" else [
                     {"value": p.spec.get("value", ()), "type": p.spec.get("type"), "offset": 0}]

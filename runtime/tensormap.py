@@ -43,6 +43,31 @@ class TensorMapArgs:
     oob_fill: str
 
 
+# A ragged tensor map (FA4's trick for varlen O, our own arithmetic): a packed
+# (total, heads, d) tensor mapped with one more outermost dimension of `ragged_extent(rows)`
+# entries whose stride is the ragged dimension's, and its base moved back by
+# `ragged_shift(rows, stride)` elements. A sequence at rows [offset, offset + length) is then
+# the map's rows [rows - length, rows) at outer coordinate offset + length
+# (`ragged_coords`): the map's own bound on the ragged dimension ends at the sequence's end,
+# so a TMA store of a tile clips the rows past it instead of writing the next sequence's.
+# Address of (ragged coordinate rows - length + r, outer offset + length):
+#   base - rows * s + (rows - length + r) * s + (offset + length) * s = base + (offset + r) * s.
+def ragged_extent(rows):
+    """Entries of the added outer dimension: offset + length reaches rows (the last sequence)."""
+    return rows + 1
+
+
+def ragged_shift(rows, row_stride):
+    """Elements the map's base address moves back."""
+    return rows * row_stride
+
+
+def ragged_coords(rows, offset, length):
+    """(first row's coordinate on the ragged dimension, coordinate on the added dimension) of
+    the sequence at rows [offset, offset + length) of a tensor with `rows` rows."""
+    return rows - length, offset + length
+
+
 def _pick(table: Mapping, key, what: str):
     if key not in table:
         raise ContractError(f"tensormap {what} {key!r} is not one of {sorted(table)}")
@@ -59,10 +84,16 @@ def tensormap_args(recipe: Mapping, array, tensor: str | None = None) -> TensorM
         raise ContractError(f"tensormap of {name}: map dtype {dtype} ({esize} B) does not match the "
                             f"tensor's {array.dtype} ({array.itemsize} B)")
     dims = list(recipe["dims"])
-    rank = len(dims)
+    # ragged_dim: the tensor dimension a ragged map clips per sequence (ragged_coords); the
+    # map then has one more (outermost) dimension than `dims` names.
+    ragged = recipe.get("ragged_dim")
+    if ragged is not None and ragged not in dims[1:]:
+        raise ContractError(f"tensormap of {name}: ragged_dim {ragged!r} must be one of the mapped "
+                            f"dimensions {dims[1:]} (not the innermost)")
+    rank = len(dims) + (ragged is not None)
     if not 1 <= rank <= 5:
         raise ContractError(f"tensormap of {name}: rank {rank} is outside TMA's 1..5")
-    if len(set(dims)) != rank or any(not 0 <= d < array.ndim for d in dims):
+    if len(set(dims)) != len(dims) or any(not 0 <= d < array.ndim for d in dims):
         raise ContractError(f"tensormap of {name}: dims {dims} are not distinct dimensions of a "
                             f"rank-{array.ndim} tensor")
     box = tuple(int(b) for b in recipe["box"])
@@ -93,19 +124,27 @@ def tensormap_args(recipe: Mapping, array, tensor: str | None = None) -> TensorM
                          f"dimension {d0} to be contiguous (stride 1)")
     if array.ptr % 16:
         raise InputError(f"{name}'s base pointer 0x{array.ptr:x} is not 16-byte aligned, as TMA requires")
+    map_dims = dims + ([ragged] if ragged is not None else [])
     gdim = tuple(shape[d] for d in dims)
+    address = array.ptr
+    if ragged is not None:
+        gdim += (ragged_extent(shape[ragged]),)
+        address -= ragged_shift(shape[ragged], strides[ragged]) * esize
+        if address < 0:
+            raise InputError(f"{name}'s base pointer 0x{array.ptr:x} is below its own size: the ragged map's "
+                             f"base (moved back {shape[ragged]} rows) would not be an address")
     for i, g in enumerate(gdim):
         if not 1 <= g <= (1 << 32):
-            raise InputError(f"{name}.shape[{dims[i]}] = {g} is outside TMA's 1..2^32")
-    gstr = tuple(strides[d] * esize for d in dims[1:])
+            raise InputError(f"{name}.shape[{map_dims[i]}] = {g} is outside TMA's 1..2^32")
+    gstr = tuple(strides[d] * esize for d in map_dims[1:])
     for i, g in enumerate(gstr):
-        d = dims[i + 1]
+        d = map_dims[i + 1]
         if g % 16:
             raise InputError(f"{name}.stride[{d}] = {strides[d]} elements = {g} B is not a multiple "
                              f"of 16 B, as TMA requires")
         if g >= (1 << 40):
             raise InputError(f"{name}.stride[{d}] = {g} B is not below TMA's 2^40 B")
-    return TensorMapArgs(data_type, rank, array.ptr, gdim, gstr, box, estr, interleave, swizzle, l2, oob)
+    return TensorMapArgs(data_type, rank, address, gdim, gstr, box, estr, interleave, swizzle, l2, oob)
 
 
 def encode(args: TensorMapArgs) -> bytes:

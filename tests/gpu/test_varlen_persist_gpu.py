@@ -7,7 +7,9 @@ tables. Out and LSE NaN-poisoned, every element checked (rows no sequence owns s
 
 The A/B home: $CUBINFORGE_AB_HOME, else ./.cubinforge-ab-varlen-persist, built here with
 `python -m cubinforge.bench.ab build --home .cubinforge-ab-varlen-persist --experiments
-varlen-persist`. Skips without a GPU or without the home. No cutlass import.
+varlen-persist`; the ragged TMA O candidates' home with `--home .cubinforge-ab-vtma --experiments
+varlen-tma-o` (then CUBINFORGE_AB_HOME=.cubinforge-ab-vtma). Skips without a GPU or without
+the home. No cutlass import.
 """
 
 from __future__ import annotations
@@ -126,3 +128,21 @@ def test_paged(pin, name, page_size):
                   page_size=page_size, check=True)
     vg.run_varlen(rng, WALK_Q, [max(n, 1) for n in WALK_K], hq=16, hkv=4, causal=causal, page_size=page_size,
                   used_q=[0, 1, 17, 600, 100, 700, 5, 0, 300])
+
+
+@pytest.mark.parametrize("name", PACKED)
+def test_no_row_past_a_sequence_end_is_written(pin, name):
+    """Every sequence but the last is followed by 129 rows no sequence owns (seqused_q short of
+    its slot), more than a tile: a store reaching past a sequence's end (a TMA box the ragged map
+    does not clip there, a row predicate off by one) leaves a value where run_varlen asserts the
+    NaN poison is still in place, in O and LSE. Lengths end before, on and after tile edges, 0-,
+    1- and 17-token sequences among them; GQA and MHA; the last sequence fills its slot and, in
+    the GQA run, o has no spare rows after it, so its tiles end at total_q (the ragged map's own
+    bound); in the MHA run 3 spare rows follow it, which must stay poisoned too."""
+    causal = pin(name)
+    rng = np.random.default_rng(13)
+    used = [1, 17, 0, 127, 128, 129, 255, 256, 300]
+    slots = [u + 129 for u in used[:-1]] + [used[-1]]
+    keys = [u + 40 for u in used]
+    for hq, hkv, spare in ((16, 4, 0), (8, 8, 3)):
+        vg.run_varlen(rng, slots, keys, hq=hq, hkv=hkv, causal=causal, used_q=used, spare=spare)

@@ -245,6 +245,15 @@ class FwdConfig:
     # predicated per row) instead of 32-bit stores straight from the accumulator's registers.
     # None: as TUNED_VARLEN says (the varlen persistent walk), else off.
     o_smem_store: bool | None = None
+    # varlen with o_smem_store: O leaves Q's buffer by one TMA store per tile (a map per
+    # swizzle atom of columns) through a ragged tensor map (runtime/tensormap.py
+    # ragged_coords), whose bound ends at the tile's sequence end, so the hardware clips the
+    # rows past it; instead of each thread's predicated 16-byte row stores. With
+    # separate_o_smem instead (persistent walk), O is staged in its own buffer: Q goes back
+    # after the last QK^T and nobody waits for the store until the next tile's O (2 K/V
+    # stages then fit). An A/B knob (bench.ab `varlen-tma-o`), off unless set; the C++
+    # bundle refuses its ragged map.
+    o_tma_ragged: bool = False
     # Short-sequence overlaps (issue 10; bench.ab's `short-overlap` set); None like the switches
     # above (TUNED names none of them yet, so off).
     # Q in two shared-memory stages: a persistent CTA's producer loads tile t+1's Q as soon as
@@ -391,8 +400,12 @@ class FwdConfig:
             on = [n for n in ("softcap", "local", "learnable_sink") if getattr(self, n)]
             raise ValueError(f"the persistent varlen walk is built without the model variants (got {', '.join(on)}): "
                              f"build varlen {'/'.join(on)} with scheduler 'single'")
-        if self.inference and (self.separate_o_smem or self.wg_epilogue):
-            raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options")
+        if self.inference and (self.wg_epilogue or (self.separate_o_smem and not self.o_tma_ragged)):
+            raise ValueError("split_kv, pack_gqa and paged_kv write O from registers: no O buffer options "
+                             "(varlen's o_tma_ragged takes separate_o_smem)")
+        if self.inference and self.q_double_buffer:
+            raise ValueError("q_double_buffer is built for the dense forward only (the inference forms load "
+                             "one Q stage)")
         if self.q_double_buffer and not (self.scheduler == "persistent" and self.separate_o_smem):
             raise ValueError("q_double_buffer needs scheduler 'persistent' and separate_o_smem "
                              "(one tile per CTA loads Q once; O cannot go out through a staged Q)")
@@ -401,6 +414,12 @@ class FwdConfig:
                              "for this tile's O store")
         if self.o_smem_store and not self.varlen:
             raise ValueError("o_smem_store is built for the varlen forms only (varlen=True)")
+        if self.o_tma_ragged and not (self.varlen and self.o_smem_store != self.separate_o_smem):
+            raise ValueError("o_tma_ragged stores varlen O from shared memory: it needs varlen=True and one of "
+                             "o_smem_store (Q's buffer) or separate_o_smem (O's own, scheduler 'persistent')")
+        if self.o_tma_ragged and self.scheduler != "persistent":
+            # Its GPU tests (tests/gpu/test_varlen_persist_gpu.py) cover the walk's forms only.
+            raise ValueError("o_tma_ragged is built for the persistent varlen walk: use scheduler 'persistent'")
         if self.pack_gqa and self.mask_bits:
             raise ValueError("mask_bits counts kept columns per token row: pack_gqa's rows are (token, head)")
         if self.inference and self.head_dim_v != self.head_dim:

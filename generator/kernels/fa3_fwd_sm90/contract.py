@@ -298,6 +298,22 @@ def _tensormap_3d(name: str, tensor: str, dtype: str, box: tuple[int, int], swiz
     return p
 
 
+def ragged_o_params(dtype: str, box: tuple[int, int], swizzle: int) -> list[dict]:
+    """o_tma_ragged's two kernel arguments, last: the coordinate tensor of O's ragged view
+    (total_q, d, heads_q, total_q + 1; its dynamic shapes) and the ragged tensor map over o
+    (runtime/tensormap.py: ragged_dim 0, total_q, adds the outer dimension)."""
+    coords = {"name": "o_tma_coords", "ordinal": 0, "kind": "struct", "size": 12, "align": 4, "fields": [
+        {"offset": 0, "type": "i32", "value": ["total_q"]},
+        {"offset": 4, "type": "i32", "value": ["heads_q"]},
+        # tensormap.ragged_extent(total_q) (tests/test_varlen_tma_o.py holds the two together)
+        {"offset": 8, "type": "i32", "value": ["total_q", 1, "+"]}]}
+    tmap = _tensormap_3d("tma_o", "o", dtype, box, swizzle)
+    tmap["ragged_dim"] = 0
+    tmap["box"].append(1)
+    tmap["element_strides"].append(1)
+    return [coords, tmap]
+
+
 def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
     """The contract of a varlen variant (inference.FlashFwdSm90Inference with varlen=True).
 
@@ -357,6 +373,9 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         cfg, ["max_pages", "page_size", "*"] if cfg.paged_kv else "total_k", "total_q")
     for p in var_params:
         add(p)
+    if cfg.o_tma_ragged:
+        for p in ragged_o_params(cfg.out_dtype, boxes["o"], swz["o"]):
+            add(p)
 
     thd = {"contiguous_dim": 2, "align_bytes": 16}
     i32_vec = {"role": "input", "dtype": "i32", "contiguous_dim": 0, "align_bytes": 4}

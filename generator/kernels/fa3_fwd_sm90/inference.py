@@ -38,11 +38,13 @@ from cutlass import Float32, Int32, const_expr
 from cutlass import pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
+from cubinforge.runtime.tensormap import ragged_coords, ragged_extent, ragged_shift
+
 from . import descale, v_transpose
 from .barriers import Barrier
 from .config import PAGE_CHUNK, FwdConfig
 from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local
-from .kernel import PERSISTENT_CTAS, FlashFwdSm90, _inner_cols
+from .kernel import PERSISTENT_CTAS, FlashFwdSm90, _inner_cols, _smem_buffer
 from . import block_range
 from .mask import apply_mask_bits, apply_window_mask, apply_window_mask_bits
 from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, smem_store_atom, transpose_view
@@ -125,6 +127,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
 
         fields = self._storage_fields(sQ_layout, sK_layout, sV_layout)
+        if const_expr(self.separate_o):
+            # o_tma_ragged with O's own buffer (Q's layout): Q goes back after the last QK^T.
+            fields["sO"] = _smem_buffer(sQ_layout, self.dtype)
         if const_expr(self.v_transpose):
             # e4m3: V arrives row-major as a cache stores it; the producer's spare warps
             # transpose each stage into sVt (v_transpose.py), the dense kernel's way.
@@ -147,6 +152,18 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         if const_expr(not self.pack):
             tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_layout, (self.tile_m, self.hdim))
             self.tma_boxes["q"] = (_inner_cols(sQ_layout), self.tile_m)
+        tma_o, tOr = None, None
+        if const_expr(self.cfg.o_tma_ragged):
+            # O's ragged view (runtime/tensormap.py): (total, d, heads, total + 1), its base
+            # `total` rows back, so that a sequence's rows end at the view's bound on mode 0.
+            rows = mO.shape[0]
+            mO_r = cute.make_tensor(
+                mO.iterator - ragged_shift(rows, mO.stride[0]),
+                cute.make_layout((rows, self.hdim, mO.shape[1], ragged_extent(rows)),
+                                 stride=(mO.stride[0], 1, mO.stride[1], mO.stride[0])))
+            tma_o, tOr = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO_r, sQ_layout,
+                                                     (self.tile_m, self.hdim))
+            self.tma_boxes["o"] = (_inner_cols(sQ_layout), self.tile_m)
         tma_kc, tKc, tma_vc, tVc = None, None, None, None
         if const_expr(self.paged):
             # One swizzle atom's columns by PAGE_CHUNK rows: the chunk of a stage tile at
@@ -177,7 +194,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             softmax_scale_log2, mSeqUsedK, mPageTable,
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
             sQ_layout, sK_layout, sV_layout, tiled_mma_qk, tiled_mma_pv, mDescale,
-            softcap_pre, window_left, window_right, mSink,
+            softcap_pre, window_left, window_right, mSink, tOr, tma_o,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=self.cfg.ctas_per_sm,
                  # A carveout named here keeps the DSL from asking a device for its shared memory
                  # per SM when min_blocks_per_mp > 1 (the build machine has none); only the DSL's
@@ -218,11 +235,13 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         window_left: Int32 | None = None,
         window_right: Int32 | None = None,
         mSink: cute.Tensor | None = None,
+        mOr: cute.Tensor | None = None,
+        tma_o: cute.CopyAtom | None = None,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
         if warp_idx == 0:
-            for atom in (tma_q, tma_k, tma_v, tma_kc, tma_vc):
+            for atom in (tma_q, tma_k, tma_v, tma_kc, tma_vc, tma_o):
                 if const_expr(atom is not None):
                     cpasync.prefetch_descriptor(atom)
 
@@ -239,6 +258,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         cute.arch.sync_threads()
 
         sQ, sK, sV = self._smem_qkv(storage, sQ_layout, sK_layout, sV_layout)
+        sO = storage.sO.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner) if const_expr(self.separate_o) else None
         # The V the PV GEMM reads and the pipeline that hands it over.
         sV_mma, pipe_v_mma = sV, pipe_v
         if const_expr(self.v_transpose):
@@ -251,6 +271,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
                 pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
                 mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
+                mOr=mOr, tma_o=tma_o, sO=sO,
             )
             return
         m_block, split, head, batch, group, seq, lo, hi = self.tile_work(
@@ -288,6 +309,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 scale_log2, ctidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
                 seq.offset_q, v_descale,
                 softcap_pre=softcap_pre, window_left=window_left, window_right=window_right, mSink=mSink,
+                mOr=mOr, tma_o=tma_o,
             )
 
     @cute.jit
@@ -295,6 +317,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self, warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
         pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
         mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
+        mOr=None, tma_o=None, sO=None,
     ):
         """The persistent varlen loop: CTA blockIdx.x of gridDim.x walks linear tiles
         L = tile * heads + head by self.vsched's stride while L < real tiles * heads (each warp
@@ -339,10 +362,14 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 q_state, kv_state = self.consume_range(
                     mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
                     softmax_scale_log2, ctidx, m_block, split, head, batch, group, seq.seqlen_q, seq.seqlen_k,
-                    lo, hi, seq.offset_q, q_state=q_state, kv_state=kv_state,
+                    lo, hi, seq.offset_q, q_state=q_state, kv_state=kv_state, mOr=mOr, tma_o=tma_o, sO=sO,
                 )
                 k += 1
                 lin = self.vsched.next(k, lin, cta, ctas)
+            if const_expr(self.separate_o):
+                # The last tile's O store must have read its buffer before the CTA exits.
+                if ctidx == 0:
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
     def tile_work(self, mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
@@ -676,7 +703,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self, mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
         softmax_scale_log2, tidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
         offset_q=0, v_descale=None, q_state=None, kv_state=None,
-        softcap_pre=None, window_left=None, window_right=None, mSink=None,
+        softcap_pre=None, window_left=None, window_right=None, mSink=None, mOr=None, tma_o=None, sO=None,
     ):
         """One tile: main loop over [lo, hi), then O and LSE. The persistent walk passes its
         pipeline states in and takes them back; Q's slot goes back to the producer once this
@@ -711,7 +738,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             return self.consume_tile_persistent(
                 mQ, mO, mLSE, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
                 tiled_mma_pv, pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k,
-                lo, hi, offset_q, q_state, kv_state,
+                lo, hi, offset_q, q_state, kv_state, mOr, tma_o, sO,
             )
         if hi > lo:
             self.mainloop(
@@ -728,7 +755,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             descale.fold_v(inv_sum, v_descale)
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
-            self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q)
+            self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q,
+                                 mOr, tma_o)
             return
         self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q,
                         offset_q)
@@ -737,11 +765,12 @@ class FlashFwdSm90Inference(FlashFwdSm90):
     def consume_tile_persistent(
         self, mQ, mO, mLSE, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
         tiled_mma_pv, pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k,
-        lo, hi, offset_q, q_state, kv_state,
+        lo, hi, offset_q, q_state, kv_state, mOr=None, tma_o=None, sO=None,
     ):
         """consume_range's tile in the persistent walk. An empty tile (no key blocks: no Q was
         loaded for it) writes its O = 0 from registers even with o_smem_store, since the
-        producer may already be filling Q's buffer with the next tile's Q."""
+        producer may already be filling Q's buffer with the next tile's Q. With O's own buffer
+        (o_tma_ragged + separate_o_smem) every tile's O leaves through it by TMA."""
         if hi > lo:
             q_state, kv_state = self.mainloop(
                 mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
@@ -752,7 +781,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
             if hi > lo:
-                self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q)
+                self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q,
+                                     mOr, tma_o)
                 # This thread's reads of O in Q's buffer are done (registers loaded): order
                 # them and the stmatrix writes before the next Q's TMA writes, then release.
                 cute.arch.fence_view_async_shared()
@@ -761,6 +791,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             else:
                 self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, 0, head, batch, group, seqlen_q,
                                 offset_q)
+        elif const_expr(self.separate_o):
+            self.store_rows_smem(acc_O, lse, mO, mLSE, sO, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q,
+                                 mOr, tma_o)
         else:
             self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, 0, head, batch, group, seqlen_q,
                             offset_q)
@@ -977,13 +1010,23 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                         mLSE[batch, h, token] = lse[r]
 
     @cute.jit
-    def store_rows_smem(self, acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q):
+    def store_rows_smem(self, acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q,
+                        mOr=None, tma_o=None):
         """varlen O through Q's buffer: stmatrix as the dense epilogue writes sO, then each
         thread copies 16-byte pieces of rows to the packed o, rows past the sequence skipped;
-        LSE as store_rows writes it."""
+        LSE as store_rows writes it. With o_tma_ragged (tma_o over the ragged view mOr), one
+        thread stores the tile by TMA instead, the map clipping the rows past the sequence.
+        `sQ` is the staging buffer: Q's, or with separate_o_smem O's own (sO), whose store
+        nobody waits for until the next tile's O needs the buffer (the dense kernel's way)."""
         rO = cute.make_rmem_tensor(acc_O.shape, self.dtype)
         rO.store(acc_O.load().to(self.dtype))
-        # Every consumer warpgroup is past its last QK^T before O overwrites Q.
+        if const_expr(self.separate_o):
+            # O's own buffer is free once the previous tile's store has read it; the barrier
+            # below passes that on from the thread that issued the store.
+            if tidx == 0:
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+        # Every consumer warpgroup is past its last QK^T before O overwrites Q (or, in its
+        # own buffer, the previous tile's O store has read it).
         cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
         store_atom = smem_store_atom(self.dtype)
         thr_store = cute.make_tiled_copy_C(store_atom, tiled_mma_pv).get_slice(tidx)
@@ -995,7 +1038,27 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             if token < seqlen_q:
                 if cO[0, 0][1] == 0:
                     mLSE[head, offset_q + token] = lse[r]
+        if const_expr(tma_o is not None):
+            # The TMA engine reads the buffer: the stmatrix writes visible to the async proxy.
+            cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
+        if const_expr(tma_o is not None):
+            if tidx == 0:
+                row0, outer = ragged_coords(mO.shape[0], offset_q, seqlen_q)
+                gO = cute.local_tile(cute.domain_offset((row0, 0), mOr[None, None, head, outer]),
+                                     (self.tile_m, self.hdim), (m_block, 0))
+                tOsO, tOgO = cpasync.tma_partition(
+                    tma_o, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gO, 0, 2))
+                cute.copy(tma_o, tOsO, tOgO)
+                cute.arch.cp_async_bulk_commit_group()
+                if const_expr(not self.separate_o):
+                    # Q's buffer goes back to the producer (or the CTA exits) once the store read it.
+                    cute.arch.cp_async_bulk_wait_group(0, read=True)
+            if const_expr(not self.separate_o):
+                # This warp's release of Q's buffer (the caller's) comes after thread 0's wait;
+                # the other warps release at once.
+                cute.arch.sync_warp()
+            return
         vec = 128 // self.dtype.width
         per_row = self.hdim // vec
         atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128)
