@@ -50,6 +50,9 @@ class FakeDriver:
             fake.launches.append(dict(grid=grid, block=block, cluster=cluster, smem=smem, stream=stream, params=raw))
 
         monkeypatch.setattr(driver, "device_arch", lambda ordinal: arch)
+        # bind reads the SM count (the contracts' sm_count symbol): without this the test
+        # passed only after another had filled driver's cache.
+        monkeypatch.setattr(driver, "sm_count", lambda ordinal: 132)
         monkeypatch.setattr(driver, "device_context", lambda ordinal: contextlib.nullcontext())
         monkeypatch.setattr(launcher, "_current_context", lambda: 0)   # no context: the slow path
         monkeypatch.setattr(driver, "load_module", lambda image, sha: Mod())
