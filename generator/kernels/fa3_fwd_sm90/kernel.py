@@ -26,7 +26,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
 from .barriers import Barrier
 from .config import FwdConfig
-from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local
+from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local, convert_p_fp8_pairs
 from .layouts import (
     acc_as_operand_a,
     acc_as_rows_cols,
@@ -574,6 +574,8 @@ class FlashFwdSm90:
         def to_p(acc_S):
             if const_expr(self.cfg.fp8_local_p):
                 convert_p_fp8_local(acc_S, tOrP)  # sVt's keys are in the accumulator's order
+            elif const_expr(self.cfg.fp8_p_pair_shuffle):
+                convert_p_fp8_pairs(acc_S, tOrP, tidx % 32)
             elif const_expr(self.fp8):
                 convert_p_fp8(acc_S, tOrP, tidx % 32)
             elif const_expr(self.cfg.chunked_p_convert):
