@@ -255,7 +255,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
     os.environ["CUBINFORGE_HOME"] = str(home)  # Ours pins through LocalSource() of this home
     from cubinforge.runtime import flash_attn_func
 
-    from .ab import FP8_P_SCALE_BASES, RISING_SHAPES, check_fp8_variant, fp8_call
+    from .ab import FP8_HD128_2_BASES, FP8_P_SCALE_BASES, RISING_SHAPES, check_fp8_variant, fp8_call
     from .anchors import Ours
     from .fp8_reference import quantize
     from .timing import alternating, median, time_cuda
@@ -302,7 +302,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
 
         def gate(name=name, d=d, ax=ax, v_layout=v_layout, row=row):
             rel, lse_err, ok = check_fp8_variant(ours, name, d, ax["causal"], v_layout)
-            if "lazy-rescale" in name or "p-scale" in name:
+            if "lazy-rescale" in name or "p-scale" in name or "tensor-sum" in name:
                 rise = check_fp8_variant(ours, name, d, ax["causal"], v_layout, RISING_SHAPES, rising_scores=True)
                 rel, lse_err, ok = max(rel, rise[0]), max(lse_err, rise[1]), ok and rise[2]
             row["gate"] = "ok" if ok else "FAIL"
@@ -333,7 +333,8 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
             for n in alternating(fns):
                 ms[n].append(time_cuda(fns[n], warmup=3, min_iters=10, max_iters=30, budget_s=0.2).median_ms)
             flops = attention_flops(1, heads, seqlen, seqlen, d, causal)
-            base = next((n for n in names if n.split("+", 1)[1] in FP8_P_SCALE_BASES), names[0])
+            bases = FP8_P_SCALE_BASES + FP8_HD128_2_BASES
+            base = next((n for n in names if n.split("+", 1)[1] in bases), names[0])
             for n in names:
                 summary[n]["tflops"] = tflops(flops, median(ms[n]))
             for n in names:

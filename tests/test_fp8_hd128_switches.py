@@ -1,0 +1,88 @@
+"""The e4m3 hd128 loop's switches of bench.ab's fp8-hd128-2 set: FA3's one-shuffle P exchange
+(fp8_p_pair_shuffle) modelled on the CPU against the A operand's columns, the tensor-core row
+sum's (tensor_row_sum) bounds and shared memory, and the set's rows against the shipped bases.
+The kernels themselves are checked on the GPU by bench.fp8 --ab-home (bench.ab's e4m3 gate)."""
+
+from __future__ import annotations
+
+import pytest
+
+E4M3_HD128 = dict(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, scheduler="persistent",
+                  v_layout="colmajor", tile_m=128, tile_n=192)
+
+
+def _quad_words(m: int):
+    """Lane t's words x (column group j = 2m) and y (j = 2m + 1) in the accumulator's order:
+    bytes (row, column) = (r0, 8j + 2t), (r0, 8j + 2t + 1), (r1, 8j + 2t), (r1, 8j + 2t + 1)."""
+    def word(t, j):
+        return [(r, 8 * j + 2 * t + p) for r in (0, 1) for p in (0, 1)]
+    return [word(t, 2 * m) for t in range(4)], [word(t, 2 * m + 1) for t in range(4)]
+
+
+@pytest.mark.parametrize("m", [0, 1, 5])
+def test_pair_exchange_gives_each_lane_its_a_columns(m):
+    """After the exchange lane t holds row r0's columns 16m + 4t..4t+3 in its first word and
+    row r1's in its second: the 8-bit A operand's layout (fp8_p.check_layouts)."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90.fp8_p import pair_exchange_model
+
+    x, y = _quad_words(m)
+    for t, (w0, w1) in enumerate(pair_exchange_model(x, y)):
+        assert w0 == [(0, 16 * m + 4 * t + e) for e in range(4)], (t, w0)
+        assert w1 == [(1, 16 * m + 4 * t + e) for e in range(4)], (t, w1)
+
+
+def test_pair_exchange_model_would_catch_a_wrong_source():
+    """The model's check is not vacuous: a lane reading the wrong partner gets another lane's bytes."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import fp8_p
+
+    x, y = _quad_words(0)
+    saved = fp8_p.PAIR_SRC
+    try:
+        fp8_p.PAIR_SRC = (0, 1, 2, 3)
+        got = fp8_p.pair_exchange_model(x, y)
+    finally:
+        fp8_p.PAIR_SRC = saved
+    assert any(w0 != [(0, 4 * t + e) for e in range(4)] for t, (w0, _) in enumerate(got))
+
+
+def test_switch_bounds():
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+
+    base = FwdConfig(**E4M3_HD128)
+    assert not base.fp8_p_pair_shuffle and not base.tensor_row_sum  # shipped: both off
+    both = FwdConfig(**E4M3_HD128, fp8_p_pair_shuffle=True, tensor_row_sum=True)
+    assert both.smem_bytes == base.smem_bytes + 8 * 192  # the ones block, 8 x tile_n e4m3
+    with pytest.raises(ValueError, match="fp8_p_pair_shuffle"):
+        FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, fp8_p_pair_shuffle=True)
+    with pytest.raises(ValueError, match="fp8_p_pair_shuffle"):  # row-major V's local P needs no exchange
+        FwdConfig(**dict(E4M3_HD128, v_layout="rowmajor", tile_n=224), fp8_p_pair_shuffle=True)
+    FwdConfig(**dict(E4M3_HD128, v_layout="rowmajor", tile_n=224), fp8_local_p=False, fp8_p_pair_shuffle=True)
+    with pytest.raises(ValueError, match="tensor_row_sum"):
+        FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, tensor_row_sum=True)
+    with pytest.raises(ValueError, match="tensor_row_sum"):
+        FwdConfig(**E4M3_HD128, intra_wg_overlap=False, tensor_row_sum=True)
+    with pytest.raises(ValueError, match="tensor_row_sum"):
+        FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, tile_m=64, split_kv=True,
+                  tensor_row_sum=True)
+
+
+def test_fp8_hd128_2_set_starts_from_the_shipped_configs():
+    """The set's bases are the FwdConfigs the shipped sets build (TUNED_FP8's colmajor 128 x 192,
+    SET=fp8's row-major 128 x 224, the default set's causal lpt), and every other row is its
+    base with what its label names."""
+    from cubinforge.bench.ab import EXPERIMENTS, FP8_HD128_2_BASES, experiment_config
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+
+    rows = dict(EXPERIMENTS["fp8-hd128-2"])
+    assert set(FP8_HD128_2_BASES) <= set(rows)
+    shipped = {
+        "tile-128x192+in-order-sum+lazy-rescale-8": FwdConfig(**E4M3_HD128),
+        "v-rowmajor+tile-128x224": FwdConfig(**dict(E4M3_HD128, v_layout="rowmajor", tile_n=224)),
+        "lpt": FwdConfig(**dict(E4M3_HD128, causal=True, scheduler="lpt", tile_n=0, tile_m=0)),
+    }
+    for label, want in shipped.items():
+        assert experiment_config(rows[label]) == want, label
+    for label, over in rows.items():
+        cfg = experiment_config(over)
+        assert cfg.fp8_p_pair_shuffle == ("pair-shuffle" in label), label
+        assert cfg.tensor_row_sum == ("tensor-sum" in label), label
