@@ -514,7 +514,8 @@ FP8_P_SCALE_BASES = ("tile-128x192+in-order-sum+lazy-rescale-8", "v-rowmajor+til
 # instructions out of that path, each on the shipped base (TUNED_FP8; SET=fp8's row-major; the
 # default set's causal lpt): FA3's one-shuffle-per-word P exchange (pair-shuffle: 787 -> 719),
 # the row sums on the tensor cores (tensor-sum, P x ones beside the PV GEMM: FADD 100 -> 4,
-# 787 -> 720), both (652), and both at 128 x 224 (729 for 224 keys; 128 x 256 spills 192 B).
+# 787 -> 720), both (652), and both at 128 x 224 (729 for 224 keys; 128 x 256 spills 192 B);
+# then P computed from the stale maxima while the new ones reduce (speculative-exp2).
 _H2 = dict(_E4M3_NC, tile_m=128, tile_n=192, rescale_threshold=8.0)
 _H2_BOTH = dict(fp8_p_pair_shuffle=True, tensor_row_sum=True)
 FP8_HD128_2 = [
@@ -524,6 +525,12 @@ FP8_HD128_2 = [
     ("tile-128x192+lazy-rescale-8+tensor-sum", dict(_H2, tensor_row_sum=True)),
     ("tile-128x192+lazy-rescale-8+pair-shuffle+tensor-sum", dict(_H2, **_H2_BOTH)),
     ("tile-128x224+lazy-rescale-8+pair-shuffle+tensor-sum", dict(_H2, tile_n=224, **_H2_BOTH)),
+    # + P from the stale maxima while the new ones reduce (speculative-exp2: the MUFU's stream
+    # starts as S lands; the old loop ran its 101 FMNMX and 4 SHFL.BFLY first).
+    ("tile-128x192+lazy-rescale-8+pair-shuffle+tensor-sum+speculative-exp2",
+     dict(_H2, speculative_exp2=True, **_H2_BOTH)),
+    ("tile-128x224+lazy-rescale-8+pair-shuffle+tensor-sum+speculative-exp2",
+     dict(_H2, tile_n=224, speculative_exp2=True, **_H2_BOTH)),
     # Three consumer warpgroups (160 registers each): 192 x 128 spills 192 B, 192 x 96 builds clean.
     ("tile-192x96+lazy-rescale-8+pair-shuffle+tensor-sum", dict(_H2, tile_m=192, tile_n=96, **_H2_BOTH)),
     ("v-rowmajor+tile-128x224", _P128_ROW),  # SET=fp8's

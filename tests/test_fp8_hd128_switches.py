@@ -57,6 +57,13 @@ def test_switch_bounds():
     with pytest.raises(ValueError, match="fp8_p_pair_shuffle"):  # row-major V's local P needs no exchange
         FwdConfig(**dict(E4M3_HD128, v_layout="rowmajor", tile_n=224), fp8_p_pair_shuffle=True)
     FwdConfig(**dict(E4M3_HD128, v_layout="rowmajor", tile_n=224), fp8_local_p=False, fp8_p_pair_shuffle=True)
+    spec = dict(fp8_p_pair_shuffle=True, tensor_row_sum=True, rescale_threshold=8.0, speculative_exp2=True)
+    assert FwdConfig(**E4M3_HD128, **spec).speculative_exp2
+    for missing in ("fp8_p_pair_shuffle", "tensor_row_sum"):
+        with pytest.raises(ValueError, match="speculative_exp2 needs"):
+            FwdConfig(**E4M3_HD128, **dict(spec, **{missing: False}))
+    with pytest.raises(ValueError, match="speculative_exp2 needs"):  # no stale maximum to speculate on
+        FwdConfig(**E4M3_HD128, **dict(spec, rescale_threshold=0.0))
     with pytest.raises(ValueError, match="tensor_row_sum"):
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, tensor_row_sum=True)
     with pytest.raises(ValueError, match="tensor_row_sum"):
@@ -86,3 +93,4 @@ def test_fp8_hd128_2_set_starts_from_the_shipped_configs():
         cfg = experiment_config(over)
         assert cfg.fp8_p_pair_shuffle == ("pair-shuffle" in label), label
         assert cfg.tensor_row_sum == ("tensor-sum" in label), label
+        assert cfg.speculative_exp2 == ("speculative-exp2" in label), label

@@ -107,7 +107,8 @@ TUNED_VARLEN: dict[tuple[int, bool, str, tuple[int, int] | None], dict] = {
     (128, True, "persistent", None): {"o_smem_store": True, "mask_bits": True, "in_order_row_sum": True},
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
-            "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "tensor_row_sum")
+            "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "tensor_row_sum",
+            "speculative_exp2")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -232,6 +233,12 @@ class FwdConfig:
     # sum is then of P as rounded to e4m3, the same P the PV GEMM weighs V by. Dense
     # overlapped loop only. None: off unless TUNED_FP8 names it.
     tensor_row_sum: bool | None = None
+    # e4m3 under rescale_threshold: P from the stale row maxima is computed (and packed to e4m3)
+    # while the new maxima reduce, instead of after (softmax.step_speculative): the MUFU's
+    # stream starts as S lands. Where a warp's vote moves a maximum, P is computed again from S
+    # (kept until then; P waits in its own 24 registers for the previous PV GEMM). Needs
+    # tensor_row_sum and fp8_p_pair_shuffle. None: off unless TUNED_FP8 names it.
+    speculative_exp2: bool | None = None
     # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
     # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers
     # (inference.py). split_kv: the key range of a tile is cut into num_splits parts (grid
@@ -386,6 +393,10 @@ class FwdConfig:
         if self.tensor_row_sum and not (self.fp8 and not self.inference and self.intra_wg_overlap):
             raise ValueError("tensor_row_sum is built for the dense e4m3 forward with intra_wg_overlap "
                              "(not bf16/fp16, the inference forms, or the plain loop)")
+        if self.speculative_exp2 and not (self.tensor_row_sum and self.fp8_p_pair_shuffle and self.rescale_threshold > 0
+                                          and not self.exp2_emu_eighths and not self.p_scale_log2):
+            raise ValueError("speculative_exp2 needs tensor_row_sum, fp8_p_pair_shuffle and rescale_threshold > 0 "
+                             "(without exp2_emu_eighths or p_scale_log2)")
         if self.fp8 and not self.inference and not self.separate_o_smem:
             raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
         if self.local and self.causal:

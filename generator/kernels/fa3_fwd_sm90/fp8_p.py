@@ -131,6 +131,13 @@ def convert_p_fp8_pairs(acc_S: cute.Tensor, tOrP: cute.Tensor, lane):
     n = cute.size(acc_S)
     packed = cute.make_rmem_tensor(n, cutlass.Float8E4M3FN)
     packed.store(acc_S.load().to(cutlass.Float8E4M3FN))  # the accumulator's order: word j = (r0, r1) x 2
+    exchange_pairs(packed, tOrP, lane)
+
+
+@cute.jit
+def exchange_pairs(packed: cute.Tensor, tOrP: cute.Tensor, lane):
+    """tOrP <- P already in e4m3 in the accumulator's order (`packed`), by the pair exchange."""
+    n = cute.size(packed)
     words = cute.recast_tensor(packed, Uint32)
     out = cute.recast_tensor(tOrP, Uint32)
     t = lane % 4

@@ -27,7 +27,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from .barriers import Barrier
 from .config import ROW_SUM_N, FwdConfig
 from .fp8_p import (check_layouts, check_local_layouts, check_row_sum_layouts, convert_p_fp8, convert_p_fp8_local,
-                    convert_p_fp8_pairs)
+                    convert_p_fp8_pairs, exchange_pairs)
 from .layouts import (
     acc_as_operand_a,
     acc_as_rows_cols,
@@ -616,8 +616,10 @@ class FlashFwdSm90:
             apply_mask(acc_S, coords_rc, m_block, n_block, seqlen_q, seqlen_k,
                        self.tile_m, self.tile_n, causal)
 
-        def to_p(acc_S):
-            if const_expr(self.cfg.fp8_local_p):
+        def to_p(acc_S, packed=None):
+            if const_expr(packed is not None):
+                exchange_pairs(packed, tOrP, tidx % 32)  # speculative_exp2: P already in e4m3
+            elif const_expr(self.cfg.fp8_local_p):
                 convert_p_fp8_local(acc_S, tOrP)  # sVt's keys are in the accumulator's order
             elif const_expr(self.cfg.fp8_p_pair_shuffle):
                 convert_p_fp8_pairs(acc_S, tOrP, tidx % 32)
@@ -799,10 +801,21 @@ class FlashFwdSm90:
             apply_softcap(acc_S, softcap_pre)
         if const_expr(causal_mask):
             mask(acc_S, n_block, True)
-        row_scale = softmax.step(acc_S, is_first=False)
-        warpgroup.wait_group(0)
-        pipe_v.consumer_release(v_state)
-        to_p(acc_S)
+        if const_expr(self.cfg.speculative_exp2):
+            # P packed to e4m3 in its own registers: the previous PV GEMM still reads tOrP.
+            packed = cute.make_rmem_tensor(cute.size(acc_S), self.dtype)
+
+            def use_p():
+                warpgroup.wait_group(0)  # the previous PV GEMM has read tOrP
+                pipe_v.consumer_release(v_state)
+                to_p(acc_S, packed)
+
+            row_scale = softmax.step_speculative(acc_S, packed, use_p, lambda: to_p(acc_S, packed))
+        else:
+            row_scale = softmax.step(acc_S, is_first=False)
+            warpgroup.wait_group(0)
+            pipe_v.consumer_release(v_state)
+            to_p(acc_S)
         if const_expr(self.rescale_early):
             scale_prev.store(row_scale.load())
         else:

@@ -136,6 +136,54 @@ class OnlineSoftmax:
         return row_scale
 
     @cute.jit
+    def step_speculative(self, acc_S: cute.Tensor, packed: cute.Tensor, use_p, use_p_again) -> cute.Tensor:
+        """_step_lazy with P computed from the stale maxima before the new ones are known:
+        `packed` (e4m3, the accumulator's order) <- 2^(S * scale - stale max * scale) while the
+        row maxima reduce, so the MUFU's stream starts as S lands instead of after the max's
+        FMNMX chains and shuffles. S is kept: where a warp's vote moves a maximum (rare under the
+        threshold), P is computed again from it. The P values are the ones _step_lazy gives (a
+        stale P above 2^threshold, inf included, is never used: the vote sends that warp to the
+        recompute). Needs tensor_sum (no fp32 sums to redo). use_p() takes packed to the PV
+        GEMM's operand before the vote (so its exchange overlaps the MUFU), use_p_again() after a
+        recompute."""
+        s_rc = acc_as_rows_cols(acc_S)
+        row_scale = cute.make_rmem_tensor(self.rows, Float32)
+        row_scale.fill(1.0)
+        m_cand = cute.make_rmem_tensor(self.rows, Float32)
+        m_old = cute.make_rmem_tensor(self.rows, Float32)
+        grow = False
+        for r in cutlass.range_constexpr(self.rows):
+            m_old[r] = self.row_max[r] if self.row_max[r] != -Float32.inf else Float32(0.0)
+            m_local = cute.arch.fmax(_tree_reduce(s_rc, r, cute.arch.fmax), self.row_max[r])
+            m_cand[r] = cute.arch.warp_reduction_max(m_local, threads_in_group=4)
+            grow = grow | ((m_cand[r] - self.row_max[r]) * self.scale_log2 > Float32(self.rescale_threshold))
+        self._exp2_pack(acc_S, packed, m_old)
+        use_p()
+        rescaled = cute.arch.vote_any_sync(grow)
+        row_max, scale_log2 = self.row_max, self.scale_log2
+        if rescaled:
+            for r in cutlass.range_constexpr(self.rows):
+                m_safe = m_cand[r] if m_cand[r] != -Float32.inf else Float32(0.0)
+                row_scale[r] = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
+                row_max[r] = m_cand[r]
+                m_old[r] = m_safe
+            self._exp2_pack(acc_S, packed, m_old)
+            use_p_again()
+        self.rescaled = rescaled
+        return row_scale
+
+    @cute.jit
+    def _exp2_pack(self, acc_S: cute.Tensor, packed: cute.Tensor, m_safe: cute.Tensor):
+        """packed (e4m3, acc_S's order) <- 2^(S * scale - m_safe[row] * scale); S stays."""
+        p = cute.make_rmem_tensor(acc_S.layout, Float32)
+        s_rc = acc_as_rows_cols(acc_S)
+        p_rc = acc_as_rows_cols(p)
+        for r in cutlass.range_constexpr(self.rows):
+            row = s_rc[r, None].load()
+            p_rc[r, None].store(cute.math.exp2(row * self.scale_log2 - m_safe[r] * self.scale_log2, fastmath=True))
+        packed.store(p.load().to(cutlass.Float8E4M3FN))
+
+    @cute.jit
     def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
         """O *= the last step's factors; under rescale_threshold only when that step's vote
         moved a maximum (the factors are all 1 otherwise)."""
