@@ -27,6 +27,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seqlen", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--head-dim-v", type=int, default=0, help="V's and O's head dim (0: --head-dim)")
     ap.add_argument("--arrays", choices=("raw", "torch"), default="raw")
     ap.add_argument("--repeat", type=int, default=0)
     ap.add_argument("--verify", type=int, default=1, help="0: skip the numpy reference")
@@ -63,7 +64,8 @@ def main() -> int:
 
         rng = np.random.default_rng(1234)
         b, s, h, d = a.batch, a.seqlen, a.heads, a.head_dim
-        host = [rng.standard_normal((b, s, h, d), dtype=np.float32) for _ in range(3)]
+        dv = a.head_dim_v or d
+        host = [rng.standard_normal((b, s, h, n), dtype=np.float32) for n in (d, d, dv)]
         if a.arrays == "raw":
             from bench.devarray import DeviceArray, bf16_bits, bf16_to_f32
 
@@ -73,8 +75,8 @@ def main() -> int:
             else:
                 bits = [x.astype(np.float16) for x in host]
                 host = [x.astype(np.float32) for x in bits]
-            q, k, v = (DeviceArray((b, s, h, d), a.dtype).upload(x) for x in bits)
-            o = DeviceArray((b, s, h, d), a.dtype).fill_bytes(0xFF)  # 0xFFFF: NaN in bf16/fp16
+            q, k, v = (DeviceArray(x.shape, a.dtype).upload(x) for x in bits)
+            o = DeviceArray((b, s, h, dv), a.dtype).fill_bytes(0xFF)  # 0xFFFF: NaN in bf16/fp16
             lse = DeviceArray((b, h, s), "f32").fill_bytes(0xFF)
             stream = 0
         else:
@@ -83,7 +85,7 @@ def main() -> int:
             dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
             q, k, v = (torch.from_numpy(x).to("cuda", dt) for x in host)
             host = [x.float().cpu().numpy() for x in (q, k, v)]
-            o = torch.full_like(q, float("nan"))
+            o = torch.full((b, s, h, dv), float("nan"), device="cuda", dtype=dt)
             lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
             stream = int(torch.cuda.current_stream().cuda_stream)
         stamps["t_inputs"] = time.time()

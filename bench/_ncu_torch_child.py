@@ -25,14 +25,15 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seqlen", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--head-dim-v", type=int, default=0, help="V's head dim (0: --head-dim)")
     ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
 
     import torch
 
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
-    shape = (a.batch, a.seqlen, a.heads, a.head_dim)
-    q, k, v = (torch.randn(shape, device="cuda", dtype=dt) for _ in range(3))
+    q, k, v = (torch.randn((a.batch, a.seqlen, a.heads, n), device="cuda", dtype=dt)
+               for n in (a.head_dim, a.head_dim, a.head_dim_v or a.head_dim))
     if a.backend == "fa4":
         from flash_attn.cute import flash_attn_func
 

@@ -388,7 +388,16 @@ DV128_NOPINGPONG = [
 DV128_L2 = [
     ("lpt+mask-bits+in-order-sum+l2-40", dict(_DVS, scheduler="lpt", lpt_section_mib=40)),
     ("lpt+mask-bits+in-order-sum+l2-48", dict(_DVS, scheduler="lpt", lpt_section_mib=48)),
+    # FA4's conditional rescale (softmax.OnlineSoftmax, threshold 8): O's 64 fp32 multiplies a
+    # thread per key block skipped while no row of a warp moves; neutral at bf16 hd64 (check5),
+    # not yet timed where QK^T is 1.5x PV's work.
+    ("lpt+mask-bits+in-order-sum+lazy-rescale-8", dict(_DVS, scheduler="lpt", rescale_threshold=8.0)),
+    ("lpt+mask-bits+in-order-sum+l2-48+lazy-rescale-8",
+     dict(_DVS, scheduler="lpt", lpt_section_mib=48, rescale_threshold=8.0)),
 ]
+# After 40 MiB's promotion (check8/l2: 757.9, 48 MiB 755.4, 32 MiB 741.5): 4, 12 and 16 pairs.
+DV128_L2_3 = [(f"lpt+mask-bits+in-order-sum+l2-{mib}", dict(_DVS, scheduler="lpt", lpt_section_mib=mib))
+              for mib in (20, 60, 80)]
 HD192_L2 = [
     ("lpt+mask-bits+chunked-p+l2-48", dict(_H192C, lpt_section_mib=48)),
 ]
@@ -588,7 +597,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "hd96-2": HD96_2,
                "model-variants-3": MODEL_VARIANTS_3, "dv128-no-pingpong": DV128_NOPINGPONG,
                "hd192-no-pingpong": HD192_NOPINGPONG, "decode-hd128": DECODE_HD128,
-               "dv128-l2": DV128_L2, "hd192-l2": HD192_L2, "fp8-hd128-2": FP8_HD128_2}
+               "dv128-l2": DV128_L2, "hd192-l2": HD192_L2, "dv128-l2-3": DV128_L2_3,
+               "fp8-hd128-2": FP8_HD128_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
@@ -604,7 +614,7 @@ def experiment_config(overrides: dict):
     from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES, VALUE_SWITCHES
 
     return FwdConfig(**{"arch": "sm_90a", "dtype": "bf16", **{s: False for s in SWITCHES}, **VALUE_SWITCHES,
-                        "stages": 0, **overrides})
+                        "stages": 0, "lpt_section_mib": 0, **overrides})
 
 
 def ab_name(cfg, label: str) -> str:

@@ -10,12 +10,15 @@ left alone). Metric names differ between ncu releases, so they are picked from
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
+import json
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .cold_start import HERE, REPO
@@ -96,6 +99,8 @@ def target_command(backend: str, cell, repeat: int = 1) -> tuple[list[str], list
     """(ncu filter args, the process to profile) for one backend on one cell."""
     shape = ["--dtype", cell.dtype, "--head-dim", str(cell.head_dim), "--causal", str(int(cell.causal)),
              "--batch", str(cell.batch), "--seqlen", str(cell.seqlen_q), "--heads", str(cell.heads)]
+    if getattr(cell, "head_dim_v", None) not in (None, cell.head_dim):
+        shape += ["--head-dim-v", str(cell.head_dim_v)]
     if backend == "ours":
         return [], [sys.executable, str(HERE / "_cold_ours.py"), "--repo", str(REPO), *shape,
                     "--arrays", "raw", "--repeat", str(repeat), "--verify", "0"]
@@ -142,3 +147,53 @@ def profile_one(ncu: str, backend: str, cell, metrics: list[str], transcript: li
         return {"skipped": f"ncu gave no metrics (exit {p.returncode}): {tail}", "command": " ".join(cmd)}
     kernel = values.pop("Kernel Name", None)
     return {"kernel": kernel, "metrics": values, "command": " ".join(cmd)}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A square, non-GQA problem the grid does not hold (e.g. (192, 128)), for `main`."""
+
+    dtype: str
+    head_dim: int
+    head_dim_v: int
+    causal: bool
+    batch: int
+    heads: int
+    seqlen: int
+
+    seqlen_q = property(lambda self: self.seqlen)
+    seqlen_k = property(lambda self: self.seqlen)
+    heads_kv = property(lambda self: self.heads)
+
+    @property
+    def id(self) -> str:
+        dv = f"-dv{self.head_dim_v}" if self.head_dim_v != self.head_dim else ""
+        return f"{self.dtype}-hd{self.head_dim}{dv}-b{self.batch}-h{self.heads}-s{self.seqlen}-" + (
+            "causal" if self.causal else "full")
+
+
+def main(argv=None) -> int:
+    """`python -m bench.ncu --head-dim 192 --head-dim-v 128 --causal 1 --batch 2 --seqlen 8192
+    --heads 16 --out DIR`: the --ncu profile of one shape outside the grid."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--head-dim-v", type=int, default=0, help="0: --head-dim")
+    ap.add_argument("--causal", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--seqlen", type=int, default=8192)
+    ap.add_argument("--backends", default="ours,fa4")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    cell = Shape(a.dtype, a.head_dim, a.head_dim_v or a.head_dim, bool(a.causal), a.batch, a.heads, a.seqlen)
+    a.out.mkdir(parents=True, exist_ok=True)
+    res = run_ncu(cell, a.out, backends=tuple(a.backends.split(",")))
+    (a.out / "ncu.json").write_text(json.dumps(res, indent=1))
+    for backend, r in res.get("backends", {}).items():
+        print(backend, r.get("skipped") or f"{len(r.get('metrics', {}))} metrics, kernel {str(r.get('kernel'))[:60]}")
+    return 0 if not res.get("skipped") else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -83,6 +83,13 @@ def cta_slots(sm_count: int, metadata) -> int:
 DECODE_TILE_M, DECODE_TILE_N = 64, 128
 
 
+def gqa_group(heads_q, heads_kv) -> int | None:
+    """Query heads per KV head, or None when a count is missing or they do not divide."""
+    if not heads_q or not heads_kv or heads_q % heads_kv:
+        return None
+    return heads_q // heads_kv
+
+
 def decode_splits(batch, seqlen_q, heads_q, heads_kv, seqlen_k, sm_count) -> int | None:
     """The auto split count of a decode form for this problem, or None when a size is not
     given (or heads do not divide): the dispatcher's derived value ``decode_splits``."""

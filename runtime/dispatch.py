@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from .axes import axis_value, form_axes, with_defaults
-from .decode_plan import decode_splits
+from .decode_plan import decode_splits, gqa_group
 
 # The problem's sizes a preference may test, besides its exact axes.
 SIZES = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "sm_count")
@@ -28,6 +28,8 @@ DERIVED = {
     # The auto split count of the decode forms (runtime/decode_plan.py): > 1 when one split's
     # tiles leave the SMs under-filled and the key range is long enough to share.
     "decode_splits": lambda p: decode_splits(p.batch, p.seqlen_q, p.heads_q, p.heads_kv, p.seqlen_k, p.sm_count),
+    # Query heads per KV head (1: MHA), None unless both head counts are given and divide.
+    "gqa_group": lambda p: gqa_group(p.heads_q, p.heads_kv),
 }
 
 
@@ -80,6 +82,15 @@ PREFERENCES: tuple[Preference, ...] = (
         {"pack_gqa": True, "split_kv": False},
         "H200 2026-12-01 (bench/results/2026-12-01-h200/final/results.md): bf16/fp16 hd64 --decode cells "
         "0.64-0.79 of the best anchor through the 192-row plain kernel"),
+    Preference(
+        # GQA decode where one split fills the SMs: the plain kernel's CTA serves one query
+        # head, so it streams each KV head once per query head of its group; the pack-GQA
+        # form streams it once.
+        "decode-pack-gqa", {"family": "fa3_fwd", "seqlen_q": (1, 64), "gqa_group": (2, None), "decode_splits": (1, 1)},
+        {"pack_gqa": True, "split_kv": False},
+        "H200 2026-12-01 (bench/results/2026-12-01-h200/check7/j2/decode-ab.log): b32 x 8192 keys, 32/8 heads "
+        "x 4 query tokens and 64/8 x 1, the plain kernel 0.340 / 0.169 of FA4, the unsplit pack-GQA form "
+        "0.975 / 0.985"),
     Preference(
         "hd128-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (None, 768)},
         {"scheduler": "persistent"},

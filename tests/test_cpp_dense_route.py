@@ -193,14 +193,18 @@ def test_cpp_dense_plans_launch_what_flash_attn_func_launches(cpp_lines, parsed_
 
 
 def test_the_grid_reaches_every_route(cpp_lines):
-    """The comparison means something: split + combine, the unsplit pack-GQA form (hd64) and
-    the plain kernel all occur, with several split counts, and run() is launches only."""
+    """The comparison means something: split + combine, the unsplit pack-GQA form (hd64, and
+    GQA at every head dim: rules decode-pack-hd64 / decode-pack-gqa) and the plain kernel all
+    occur, with several split counts, and run() is launches only."""
     chosen = [(p, b[0].split()) for p, b in zip(PROBLEMS, cpp_lines)]
     split = [(p, c) for p, c in chosen if c[3] == "1" and int(c[2]) > 1]
     packed = [(p, c) for p, c in chosen if c[3] == "1" and c[2] == "1"]
     plain = [(p, c) for p, c in chosen if c[3] == "0"]
     assert len({c[2] for _, c in split}) >= 4 and {p[5] for p, _ in split} == {64, 128, 256}
-    assert packed and all(p[5] == 64 for p, _ in packed)
+    assert packed and all(p[5] == 64 or p[3] > p[4] for p, _ in packed)
+    assert {p[5] for p, _ in packed if p[3] > p[4]} == {64, 128, 256}
+    # MHA decode at hd128/256 that fills the SMs keeps the plain kernel.
+    assert any(p[1] <= 64 and p[3] == p[4] and p[5] > 64 for p, _ in plain)
     assert any(p[1] == 512 for p, _ in plain) and any(p[1] <= 64 for p, _ in plain)
     for p, block in zip(PROBLEMS, cpp_lines):
         launches = [line for line in block if line.startswith("launch ")]

@@ -218,6 +218,23 @@ def test_hd64_decode_that_fills_the_sms_takes_the_unsplit_pack_form(sq):
     assert rank(p3, DECODE_HD64).best.variant == "hd64-causal-persistent"
 
 
+@pytest.mark.parametrize("sq,hq", [(4, 32), (1, 64), (64, 32)])
+def test_gqa_decode_that_fills_the_sms_takes_the_unsplit_pack_form(sq, hq):
+    # inference.py's spec / GQA decode shapes through flash_attn_func: b32 x 8192 keys, 8 KV
+    # heads. One split fills the SMs, but the plain kernel streams each KV head once per query
+    # head (0.34 / 0.17 of FA4 on the H200); the pack-GQA form streams it once.
+    choice = rank(_problem(batch=32, seqlen_q=sq, seqlen_k=8192, heads_q=hq, heads_kv=8, sm_count=132), DECODE)
+    assert choice.best.variant == "hd128-causal-packgqa-m64n128" and choice.params == {}
+    assert any(r.startswith("decode-pack-gqa: prefer") and "decode-ab.log" in r for r in choice.reasons)
+    # MHA at the same sizes, and GQA prefill, keep the plain kernel.
+    for sizes in (dict(seqlen_q=sq, heads_q=8), dict(seqlen_q=1024, heads_q=hq)):
+        p = _problem(batch=32, seqlen_k=8192, heads_kv=8, sm_count=132, **sizes)
+        assert not rank(p, DECODE).best.axes["pack_gqa"], sizes
+    # Heads that do not divide: no group, no rule (the runtime refuses such a call anyway).
+    p = _problem(batch=32, seqlen_q=sq, seqlen_k=8192, heads_q=hq + 1, heads_kv=8, sm_count=132)
+    assert not any(r.startswith("decode-pack-gqa: prefer") for r in rank(p, DECODE).reasons)
+
+
 def test_hd128_decode_that_fills_the_sms_keeps_the_plain_kernel():
     # hd128's 128-row plain kernel measured 0.99-1.00 of the best anchor at 8k keys: no rule moves it.
     choice = rank(_problem(batch=16, seqlen_q=1, seqlen_k=8192, **DECODE_SIZES), DECODE)

@@ -254,13 +254,16 @@ def test_a_windowed_persistent_walk_takes_the_longest_first_order(s, heads, wind
 
 
 def test_lpt_section_size_is_the_lpt_schedulers_own():
-    """lpt_section_mib (bench.ab's dv128-l2 / hd192-l2 sets): 0 keeps LPT_L2_SECTION_MIB; other
+    """lpt_section_mib: None takes the TUNED tables' value ((192, 128): 40), else
+    LPT_L2_SECTION_MIB; 0 keeps LPT_L2_SECTION_MIB whatever they say (bench.ab's labels); other
     schedulers have no section, so they refuse one."""
     from cubinforge.generator.kernels.fa3_fwd_sm90.config import LPT_L2_SECTION_MIB
 
     base = dict(arch="sm_90a", dtype="bf16", head_dim=192, causal=True, head_dim_v=128)
-    assert FwdConfig(**base, scheduler="lpt").l2_section_mib == LPT_L2_SECTION_MIB
-    assert FwdConfig(**base, scheduler="lpt", lpt_section_mib=40).l2_section_mib == 40
+    assert FwdConfig(**base, scheduler="lpt").l2_section_mib == 40
+    assert FwdConfig(**base, scheduler="lpt", lpt_section_mib=0).l2_section_mib == LPT_L2_SECTION_MIB
+    assert FwdConfig(**dict(base, head_dim_v=192), scheduler="lpt").l2_section_mib == LPT_L2_SECTION_MIB
+    assert FwdConfig(**base, scheduler="lpt", lpt_section_mib=48).l2_section_mib == 48
     assert FwdConfig(**base, scheduler="persistent").l2_section_mib == 0
     with pytest.raises(ValueError, match="lpt_section_mib"):
         FwdConfig(**base, scheduler="persistent", lpt_section_mib=40)

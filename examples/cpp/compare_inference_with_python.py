@@ -86,6 +86,7 @@ DENSE_DECODE_CASES = [
     (2, 1, 65536, 64, 8, 64, 1, "bf16"),      # hd64, 64k keys: 7 splits
     (16, 1, 8192, 32, 32, 64, 0, "bf16"),     # hd64, SMs filled: the unsplit pack-GQA form
     (4, 1, 32768, 16, 16, 128, 1, "fp16"),    # fp16
+    (16, 4, 8192, 32, 8, 128, 1, "bf16"),     # GQA, SMs filled: the unsplit pack-GQA form (decode-pack-gqa)
 ]
 # flash_attn_combine on partials of its own (some splits' LSE -inf, one row with none left).
 CB = ("num_splits", "batch", "seqlen_q", "heads", "head_dim")

@@ -76,14 +76,17 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
 # blocks a tile take the bit mask (769 -> 613 instructions), a sink changes only the finish, and (192, 128) at 128 x 128 has hd128's S fragment, so hd128 causal's bit mask
 # applies (masked loop 655 -> 601 instructions). bench.ab's `model-variants` set times each
 # against the all-off build it replaces.
-TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[str, bool]] = {
+TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[str, bool | int]] = {
     # The window, H200 2026-12-01 (bench/results/2026-12-01-h200/check7/i5, (4096, 0) x 16k):
     # with the persistent walk in the causal order, 713.8 TFLOPS (FA4 690.1, one tile per CTA
     # 685.6); Q double-buffered 710.6, and the O store deferred too 712.0: not taken.
     ("local", 128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True,
                                                 "mask_bits": True},
     ("sink", 128, True, "lpt", None): {"mask_bits": True},
-    ("dv128", 192, True, "lpt", None): {"mask_bits": True, "in_order_row_sum": True},
+    # (192, 128) causal b2 x 8k: lpt sections of 40 MiB (8 (head, batch) pairs, FA4's count
+    # here; 32 MiB takes 6) 757.9 TFLOPS against 741.5 and FA4's 766.6, 48 MiB (9 pairs) 755.4;
+    # FA4's conditional rescale lost (708.6) (bench/results/2026-12-01-h200/check8/l2).
+    ("dv128", 192, True, "lpt", None): {"mask_bits": True, "in_order_row_sum": True, "lpt_section_mib": 40},
     # H200 A/B 2026-12-01 (bench/results/2026-12-01-h200/check/model-variants-ab.log): a
     # window one tile per CTA with the in-order row sum and the bit mask, 672 TFLOPS against
     # 624 persistent (+separate O) and FA4's 677; (192, 128) lpt + bit mask + in-order sum
@@ -173,9 +176,10 @@ class FwdConfig:
     # first (FA4's causal choice).
     scheduler: str = "single"
     # lpt's L2 section in MiB (causal_lpt_order: (head, batch) pairs whose K and V fit it
-    # finish together). 0: LPT_L2_SECTION_MIB. FA4 sizes its sections to 50 MiB rounded down
-    # to a power of two pairs (8 for (192, 128) at 8k keys where 32 MiB gives ours 6).
-    lpt_section_mib: int = 0
+    # finish together). None: as the TUNED tables say, else LPT_L2_SECTION_MIB; 0:
+    # LPT_L2_SECTION_MIB whatever they say (bench.ab). FA4 sizes its sections to 50 MiB rounded
+    # down to a power of two pairs (8 for (192, 128) at 8k keys where 32 MiB gives ours 6).
+    lpt_section_mib: int | None = None
     # The switches below default to None: the measured choice for this (head_dim, causal,
     # scheduler) in TUNED, else off. bench.ab sets them explicitly to measure each one.
     # O's own shared-memory buffer instead of Q's: a persistent CTA then releases Q after the
@@ -348,9 +352,6 @@ class FwdConfig:
             object.__setattr__(self, "rescale_o_early", wide_noncausal)
         if self.scheduler not in ("single", "persistent", "lpt"):
             raise ValueError(f"scheduler must be 'single', 'persistent' or 'lpt', got {self.scheduler!r}")
-        if self.lpt_section_mib and (self.scheduler != "lpt" or self.lpt_section_mib < 0):
-            raise ValueError(f"lpt_section_mib sizes the lpt scheduler's L2 sections (MiB > 0, scheduler 'lpt'), "
-                             f"got {self.lpt_section_mib} with scheduler {self.scheduler!r}")
         if self.scheduler == "lpt" and not self.causal:
             raise ValueError("scheduler 'lpt' orders causal tiles; non-causal tiles all cost the same")
         if self.tile_m % 64 or self.tile_m // 64 not in (1, 2, 3):
@@ -383,6 +384,11 @@ class FwdConfig:
                 object.__setattr__(self, name, tuned.get(name, False))
         if auto_stages and "stages" in tuned:
             object.__setattr__(self, "stages", tuned["stages"])
+        if self.lpt_section_mib is None:
+            object.__setattr__(self, "lpt_section_mib", tuned.get("lpt_section_mib", 0))
+        if self.lpt_section_mib and (self.scheduler != "lpt" or self.lpt_section_mib < 0):
+            raise ValueError(f"lpt_section_mib sizes the lpt scheduler's L2 sections (MiB > 0, scheduler 'lpt'), "
+                             f"got {self.lpt_section_mib} with scheduler {self.scheduler!r}")
         for name, off in VALUE_SWITCHES.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, off))

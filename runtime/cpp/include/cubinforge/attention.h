@@ -1,7 +1,7 @@
 // flash_attn_func for a C++ host: dense attention, routed as runtime/attention.py `prepare`
 // routes it. select() with the problem's sizes and the device's SM count picks the variant
 // and its launch parameters (dispatch rules `decode-split-kv`: num_splits = decode_splits,
-// and `decode-pack-hd64`); a decode-shaped problem the rules send to a split-KV / pack-GQA
+// `decode-pack-hd64` and `decode-pack-gqa`); a decode-shaped problem the rules send to a split-KV / pack-GQA
 // form runs through prepare_kvcache (kvcache.h) with the dense k/v as a full cache (every
 // sequence sees all seqlen_k keys), num_splits and pack_gqa as the dispatcher chose them,
 // as attention._prepare_decode does: forward into split partials, then the combine (or the

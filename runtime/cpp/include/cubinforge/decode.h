@@ -69,4 +69,11 @@ inline int64_t decode_splits(int64_t batch, int64_t seqlen_q, int64_t heads_q, i
   return plan_decode(batch, seqlen_q, heads_q, heads_kv, seqlen_k, sm_count, k.tile_m, k.tile_n, k).num_splits;
 }
 
+// The dispatcher's derived value `gqa_group` (decode_plan.gqa_group): query heads per KV
+// head, -1 when a count is missing or they do not divide.
+inline int64_t gqa_group(int64_t heads_q, int64_t heads_kv) {
+  if (heads_q <= 0 || heads_kv <= 0 || heads_q % heads_kv) return -1;
+  return heads_q / heads_kv;
+}
+
 }  // namespace cubinforge

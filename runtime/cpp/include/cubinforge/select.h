@@ -97,6 +97,10 @@ inline bool derived_value(const Bundle& b, const std::string& key, const Problem
     *value = decode_splits(s.batch, s.seqlen_q, s.heads_q, s.heads_kv, s.seqlen_k, s.sm_count, *b.decode_plan);
     return true;
   }
+  if (key == "gqa_group") {
+    *value = gqa_group(s.heads_q, s.heads_kv);
+    return true;
+  }
   return false;
 }
 
