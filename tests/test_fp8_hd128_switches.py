@@ -109,3 +109,39 @@ def test_tensor_row_sum_error_in_the_emulation():
         rel8, lse8 = rows[(case, True)]
         assert rel8 <= rel32 * 1.02, (case, rel8, rel32)
         assert lse32 < 1e-6 and 1e-4 < lse8 < 2e-2, (case, lse32, lse8)  # the rounding shows, within the gate
+
+
+@pytest.mark.slow
+def test_speculative_exp2_starts_the_mufu_before_the_row_max():
+    """The SASS facts the candidates rest on (fp8-hd128-2.md): with all three switches the
+    128 x 192 loop spills nothing, sums no row in FADDs, and its first MUFU.EX2 after S lands
+    comes before the first FMNMX of the row maxima (in the shipped loop all 96 come first)."""
+    pytest.importorskip("cutlass")
+    import re
+
+    from cubinforge.generator.compile_worker import describe_build
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, compile_variant
+    from cubinforge.generator.sass import cuobjdump, find_cuobjdump
+
+    if find_cuobjdump() is None:
+        pytest.skip("cuobjdump is not installed (pip nvidia-cuda-cuobjdump)")
+
+    def after_s_wait(cfg):
+        built = describe_build("fp8-hd128-2", cfg.arch, compile_variant(cfg))
+        ops = [re.sub(r"^@!?U?P\w+\s+", "", m.group(1).strip())
+               for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", cuobjdump(["-sass"], built.cubin))]
+        # The overlapped loop's S wait is the last `gsb0, 0x1` wait (the first block waits for 0x0).
+        i = max(j for j, o in enumerate(ops) if o.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"))
+        first = {k: next(j for j in range(i, len(ops)) if ops[j].startswith(k)) for k in ("MUFU.EX2", "FMNMX")}
+        return built, ops[i:], first
+
+    base = dict(E4M3_HD128, rescale_threshold=8.0)
+    built, _, first = after_s_wait(FwdConfig(**base, in_order_row_sum=True))
+    assert first["FMNMX"] < first["MUFU.EX2"], first
+    built, loop, first = after_s_wait(FwdConfig(**base, fp8_p_pair_shuffle=True, tensor_row_sum=True,
+                                                speculative_exp2=True))
+    assert first["MUFU.EX2"] < first["FMNMX"], first
+    m = built.metadata
+    assert m.get("spill_store_bytes") == 0 and m.get("spill_load_bytes") == 0, m
+    window = loop[:loop.index(next(o for o in loop if o.startswith("VOTE.ANY")))]
+    assert sum(o.startswith("FADD") for o in window) <= 4, "row sums left in the softmax"
