@@ -255,7 +255,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
     os.environ["CUBINFORGE_HOME"] = str(home)  # Ours pins through LocalSource() of this home
     from cubinforge.runtime import flash_attn_func
 
-    from .ab import FP8_P_SCALE_BASES, RISING_SHAPES, check_fp8_variant, fp8_call
+    from .ab import FP8_HD128_2_BASES, FP8_P_SCALE_BASES, RISING_SHAPES, check_fp8_variant, fp8_call
     from .anchors import Ours
     from .fp8_reference import quantize
     from .timing import alternating, median, time_cuda
@@ -323,6 +323,9 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
         if ax["dtype"] == "e4m3" and summary.get(name, {}).get("gate") == "ok":
             groups.setdefault((ax["head_dim"], ax["causal"], ax.get("v_layout", "rowmajor")), []).append(name)
     from .ab import fp8_inputs
+    if groups:  # the yardstick, in the same run: % of the e4m3 matmul ceiling
+        scaled_mm_ceiling()
+    ceiling = next((r["tflops"] for r in ROWS if "ceiling" in r["case"] and "tflops" in r), None)
     for (d, causal, v_layout), names in groups.items():
         def timed(d=d, causal=causal, v_layout=v_layout, names=names):
             q8, k8, v8_in, _v = fp8_inputs(1, seqlen, seqlen, heads, heads, d, v_layout, seed=seqlen)
@@ -333,13 +336,15 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
             for n in alternating(fns):
                 ms[n].append(time_cuda(fns[n], warmup=3, min_iters=10, max_iters=30, budget_s=0.2).median_ms)
             flops = attention_flops(1, heads, seqlen, seqlen, d, causal)
-            base = next((n for n in names if n.split("+", 1)[1] in FP8_P_SCALE_BASES), names[0])
+            bases = FP8_P_SCALE_BASES + FP8_HD128_2_BASES
+            base = next((n for n in names if n.split("+", 1)[1] in bases), names[0])
             for n in names:
                 summary[n]["tflops"] = tflops(flops, median(ms[n]))
             for n in names:
                 summary[n]["vs_base"] = summary[n]["tflops"] / summary[base]["tflops"]
                 record(f"{n} s{seqlen}", tflops=round(summary[n]["tflops"], 1),
-                       vs_base=f"{summary[n]['vs_base']:.3f} of {base.split('+', 1)[1]}")
+                       vs_base=f"{summary[n]['vs_base']:.3f} of {base.split('+', 1)[1]}",
+                       **({"of_ceiling": f"{summary[n]['tflops'] / ceiling:.3f}"} if ceiling else {}))
         attempt(f"speed hd{d} {v_layout}", timed)
     cols = ("gate", "tflops", "vs_base", "(a0) per-tensor, Gaussian", "(a) per-tensor, outliers",
             "(b) per-head + Hadamard, outliers", "(c) bf16, Gaussian")

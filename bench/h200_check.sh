@@ -18,6 +18,7 @@
 # model_variants' A/B home; AB_INF="name:home ..." times inference A/B homes (PART=bench);
 # a home carried in PART=tests is still there for PART=bench on the same warm machine.
 # GRID="<bench args>" runs the main bench's grid last in PART=bench (e.g. "--dtype bf16 --decode").
+# FP8_AB_HOME=<home> runs bench.fp8 --ab-home on it in PART=bench (e.g. .cubinforge-ab-fp8h2).
 # DECODE_AB=<home>|- runs bench/decode_ab.py (hd128 decode split counts and candidates) in PART=bench.
 # GPU_SHARDS=n runs GPU_TESTS in n parallel shards; GPU_TEST_FILES="path:seconds ..." runs
 # GPU test files one step each; CORRECTNESS="<bench args>" runs the main bench's correctness sweep; NCU=<cell> runs --ncu on it; CPP_DEBUG=1 runs
@@ -115,6 +116,9 @@ else
     [ -n "${DECODE_AB:-}" ] && step decode-ab ${DECODE_AB_S:-150} python3 -m cubinforge.bench.decode_ab \
         --json "$OUT/decode_ab.json" $([ "$DECODE_AB" != - ] && echo --ab-home "$DECODE_AB") ${DECODE_AB_ARGS:-}
     [ -n "${FP8_BENCH:-}" ] && step fp8 90 python3 -m bench.fp8 --skip-errors --json "$OUT/fp8.json"
+    # FP8_AB_HOME=<home>: bench.ab's e4m3 candidates there, each gated, error rows, TFLOPS at 16k.
+    [ -n "${FP8_AB_HOME:-}" ] && step fp8-ab-home ${FP8_AB_HOME_S:-150} python3 -m bench.fp8 \
+        --ab-home "$FP8_AB_HOME" --json "$OUT/fp8_ab_home.json"
     step model-variants 90 python3 bench/model_variants.py --out "$OUT/model_variants.json"
     MV_AB_HOME=${MV_AB_HOME:-.cubinforge-ab}
     [ -d "$MV_AB_HOME" ] && step model-variants-ab ${MV_AB_S:-180} python3 bench/model_variants.py \

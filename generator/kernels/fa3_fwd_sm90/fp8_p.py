@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Uint32
+from cutlass import Int32, Uint32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 
 def check_layouts(tiled_mma_qk, tiled_mma_pv, tile_m: int, tile_n: int) -> None:
@@ -55,6 +57,104 @@ def convert_p_fp8(acc_S: cute.Tensor, tOrP: cute.Tensor, lane):
         a = cute.arch.shuffle_sync(words[w], src_a)
         b = cute.arch.shuffle_sync(words[w], src_b)
         out[w] = ((a >> shift) & Uint32(0xFFFF)) | (((b >> shift) & Uint32(0xFFFF)) << Uint32(16))
+
+
+def check_row_sum_layouts(tiled_mma_pv, tiled_mma_sum, tile_m: int, tile_n: int) -> None:
+    """tensor_row_sum, at trace time: the P x ones GEMM takes the PV GEMM's A fragment as it is
+    (same (row, key) per element and thread), and its accumulator gives each thread of a quad
+    the same rows as the PV accumulator (so its row r factor scales both)."""
+    ident = cute.make_identity_tensor((tile_m, tile_n))
+    ident_o = cute.make_identity_tensor((tile_m, 8))
+    # A quad, and a thread of each other warp (the layouts repeat per warp; all 128 are slow to trace).
+    for t in (0, 1, 2, 3, 37, 70, 127):
+        a_pv = tiled_mma_pv.get_slice(t).partition_A(ident)
+        a_sum = tiled_mma_sum.get_slice(t).partition_A(ident)
+        if cute.size(a_pv) != cute.size(a_sum) or any(
+                tuple(a_pv[i]) != tuple(a_sum[i]) for i in range(cute.size(a_pv))):
+            raise ValueError(f"tensor_row_sum: thread {t}'s A fragment differs between the PV and P x ones GEMMs")
+        c_pv = tiled_mma_pv.get_slice(t).partition_C(cute.make_identity_tensor((tile_m, 16)))
+        c_sum = tiled_mma_sum.get_slice(t).partition_C(ident_o)
+        rows_pv = [tuple(c_pv[i])[0] for i in range(0, 4)]
+        rows_sum = [tuple(c_sum[i])[0] for i in range(cute.size(c_sum))]
+        if rows_sum != rows_pv[:len(rows_sum)]:
+            raise ValueError(f"tensor_row_sum: thread {t}'s P x ones rows {rows_sum} are not its O rows {rows_pv}")
+
+
+# FA3's exchange (hopper/utils.h permute_Aregs_fp8), one shuffle per 4 bytes where the above
+# takes two. P converted in the accumulator's order puts, per 16-column block m, word x = column
+# group j = 2m (rows r0 and r1, 2 bytes each) and y = j = 2m + 1 in each thread. Thread T wants
+# row r0's columns 16m + 4T..4T+3 in one word and row r1's in the next: both halves of x (T < 2)
+# or of y (T >= 2) of lanes 2(T % 2) and 2(T % 2) + 1. So lanes 0 and 3 send x in the first
+# shuffle and y in the second, lanes 1 and 2 the other way round; T reads lane PAIR_SRC[T] in
+# the first and PAIR_SRC[T] ^ 1 in the second, and two byte permutes (selectors per lane) split
+# the two words into the row words. Per 8 bytes: 2 selects, 2 SHFL, 2 PRMT (the above: 4 SHFL,
+# 4 shifts, 2 merges).
+PAIR_SRC = (0, 3, 1, 2)
+# (row r0 selector, row r1 selector) for lanes 0/3 and for lanes 1/2 (prmt: bytes 0-3 first
+# operand, 4-7 second).
+PAIR_SEL = {True: (0x5410, 0x7632), False: (0x1054, 0x3276)}
+
+
+def pair_exchange_model(x: list, y: list) -> list:
+    """Pure-Python model of convert_p_fp8_pairs on one quad: x[t], y[t] are lane t's two words
+    as 4-item byte lists; returns each lane's (row r0 word, row r1 word). Used by the CPU test
+    against the A layout's wanted columns."""
+    out = []
+    for t in range(4):
+        lane03 = t in (0, 3)
+        sent_u = [x[s] if s in (0, 3) else y[s] for s in range(4)]
+        sent_l = [y[s] if s in (0, 3) else x[s] for s in range(4)]
+        u, lo = sent_u[PAIR_SRC[t]], sent_l[PAIR_SRC[t] ^ 1]
+        both = u + lo
+        words = []
+        for sel in PAIR_SEL[lane03]:
+            words.append([both[(sel >> (4 * k)) & 0xF] for k in range(4)])
+        out.append(tuple(words))
+    return out
+
+
+@dsl_user_op
+def _prmt_reg(a: Uint32, b: Uint32, sel: Uint32, *, loc=None, ip=None) -> Uint32:
+    """prmt.b32 with a selector held in a register (it differs between lanes)."""
+    return Uint32(llvm.inline_asm(
+        T.i32(),
+        [Uint32(x).ir_value(loc=loc, ip=ip) for x in (a, b, sel)],
+        "prmt.b32 $0, $1, $2, $3;",
+        "=r,r,r,r",
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+    ))
+
+
+@cute.jit
+def convert_p_fp8_pairs(acc_S: cute.Tensor, tOrP: cute.Tensor, lane):
+    """tOrP (e4m3 A fragment) <- acc_S (fp32 accumulator) by FA3's one-shuffle-per-word exchange."""
+    n = cute.size(acc_S)
+    packed = cute.make_rmem_tensor(n, cutlass.Float8E4M3FN)
+    packed.store(acc_S.load().to(cutlass.Float8E4M3FN))  # the accumulator's order: word j = (r0, r1) x 2
+    exchange_pairs(packed, tOrP, lane)
+
+
+@cute.jit
+def exchange_pairs(packed: cute.Tensor, tOrP: cute.Tensor, lane):
+    """tOrP <- P already in e4m3 in the accumulator's order (`packed`), by the pair exchange."""
+    n = cute.size(packed)
+    words = cute.recast_tensor(packed, Uint32)
+    out = cute.recast_tensor(tOrP, Uint32)
+    t = lane % 4
+    quad = lane - t
+    lane03 = t == 0 or t == 3
+    # PAIR_SRC[t] as selects (the quad index is a run-time value).
+    src_u = quad + (Int32(0) if t == 0 else (Int32(3) if t == 1 else (Int32(1) if t == 2 else Int32(2))))
+    src_l = src_u ^ Int32(1)
+    sel_r0 = Uint32(PAIR_SEL[True][0]) if lane03 else Uint32(PAIR_SEL[False][0])
+    sel_r1 = Uint32(PAIR_SEL[True][1]) if lane03 else Uint32(PAIR_SEL[False][1])
+    for m in cutlass.range_constexpr(n // 8):
+        x = words[2 * m]
+        y = words[2 * m + 1]
+        u = cute.arch.shuffle_sync(x if lane03 else y, src_u)
+        lo = cute.arch.shuffle_sync(y if lane03 else x, src_l)
+        out[2 * m] = _prmt_reg(u, lo, sel_r0)
+        out[2 * m + 1] = _prmt_reg(u, lo, sel_r1)
 
 
 # With V transposed in shared memory by our own warps (v_transpose.py, local_p), the keys of
