@@ -399,16 +399,20 @@ DV128_L2 = [
 DV128_L2_3 = [(f"lpt+mask-bits+in-order-sum+l2-{mib}", dict(_DVS, scheduler="lpt", lpt_section_mib=mib))
               for mib in (20, 60, 80)]
 # FA4's SASS beside ours (bench/results/2026-12-01-cpu/dv128-sass.md): NVVM rebuilds the QK^T
-# GEMM's Q descriptors, K's descriptor base and the release lane test every key block (516 /
-# 601 instructions a block unmasked / masked against FA4's 489 / 581); pinned (FwdConfig.
-# pin_loop_invariants) 465 / 580, 168 registers, no spills; without the ping-pong barrier too
-# (FA4's choice above hd128) 461 / 575. The first row is the shipped cubin (sha256-equal), an
-# A/A control beside the shipped variant.
+# GEMM's Q descriptors, K's and V's descriptor bases and the release lane test every key block
+# (516 / 601 instructions a block unmasked / masked against FA4's 489 / 581). Pinned
+# (FwdConfig.pin_loop_invariants): 475 / 589, the softmax's split around the PV wait as
+# shipped; with the Q descriptors too (pin_q_desc) 461 / 576, but ptxas then leaves fewer exp2
+# under the PV GEMM; without the ping-pong barrier too (FA4's choice above hd128). 168
+# registers and no spills each. The first row is the shipped cubin (sha256-equal): an A/A
+# control beside the shipped variant.
 _DV40 = dict(_DVS, scheduler="lpt", lpt_section_mib=40)
+_DVP = dict(_DV40, pin_loop_invariants=True)
 DV128_SASS = [
     ("lpt+mask-bits+in-order-sum+l2-40", _DV40),
-    ("lpt+mask-bits+in-order-sum+l2-40+pin", dict(_DV40, pin_loop_invariants=True)),
-    ("lpt+mask-bits+in-order-sum+l2-40+pin+no-pingpong", dict(_DV40, pin_loop_invariants=True, pingpong=False)),
+    ("lpt+mask-bits+in-order-sum+l2-40+pin", _DVP),
+    ("lpt+mask-bits+in-order-sum+l2-40+pin+pin-q", dict(_DVP, pin_q_desc=True)),
+    ("lpt+mask-bits+in-order-sum+l2-40+pin+no-pingpong", dict(_DVP, pingpong=False)),
 ]
 HD192_L2 = [
     ("lpt+mask-bits+chunked-p+l2-48", dict(_H192C, lpt_section_mib=48)),

@@ -268,11 +268,14 @@ class FlashFwdSm90:
         """gemm_qk(stage) -> a fresh S accumulator; gemm_pv(stage, zero_init) into acc_O."""
         q_slices = None
         if const_expr(self.cfg.pin_loop_invariants):
-            # Each k slice's Q descriptor and K's stage-0 descriptor, pinned here (before the
-            # key-block loops) so NVVM does not rebuild them every block (pinned.py).
+            # K's and V's stage-0 descriptors, pinned here (before the key-block loops) so NVVM
+            # does not rebuild them every block (pinned.py).
+            tSrK = pinned.pin_desc_fragment(tSrK)
+            tOrV = pinned.pin_desc_fragment(tOrV)
+        if const_expr(self.cfg.pin_q_desc):
+            # Each k slice's Q descriptor too: 24 more registers held across the loops.
             q_slices = [pinned.pin_desc_fragment(tSrQ[None, None, k])
                         for k in range(cute.size(tSrQ.shape[2]))]
-            tSrK = pinned.pin_desc_fragment(tSrK)
 
         def gemm_qk(stage):
             acc_S = cute.make_rmem_tensor(s_shape, Float32)

@@ -2,9 +2,9 @@
 
 Under register pressure NVVM rematerialises cheap loop invariants at their uses: in the
 (192, 128) causal key-block loop it rebuilds the twelve Q descriptors of the QK^T GEMM (an OR
-and a move each, per k slice), the K stage's descriptor base (five uniform ops) and the
-consumer-release lane test (S2R + LOP3 + P2R + ISETP) every block, where FA4's loop keeps them
-in registers (bench/results/2026-12-01-cpu/dv128-sass.md). Passing a value through an empty
+and a move each, per k slice), the K and V stages' descriptor bases (five uniform ops each) and
+the consumer-release lane test (S2R + LOP3 + P2R + ISETP) every block, where FA4's loop keeps
+them in registers (bench/results/2026-12-01-cpu/dv128-sass.md). Passing a value through an empty
 inline asm (`mov`) makes it opaque: NVVM cannot recompute it, so it stays live across the loop
 and ptxas keeps it in a (uniform) register. The value is unchanged.
 """
