@@ -416,6 +416,22 @@ DV128_L2 = [
 # After 40 MiB's promotion (check8/l2: 757.9, 48 MiB 755.4, 32 MiB 741.5): 4, 12 and 16 pairs.
 DV128_L2_3 = [(f"lpt+mask-bits+in-order-sum+l2-{mib}", dict(_DVS, scheduler="lpt", lpt_section_mib=mib))
               for mib in (20, 60, 80)]
+# FA4's SASS beside ours (bench/results/2026-12-01-cpu/dv128-sass.md): NVVM rebuilds the QK^T
+# GEMM's Q descriptors, K's and V's descriptor bases and the release lane test every key block
+# (516 / 601 instructions a block unmasked / masked against FA4's 489 / 581). Pinned
+# (FwdConfig.pin_loop_invariants): 475 / 589, the softmax's split around the PV wait as
+# shipped; with the Q descriptors too (pin_q_desc) 461 / 576, but ptxas then leaves fewer exp2
+# under the PV GEMM; without the ping-pong barrier too (FA4's choice above hd128). 168
+# registers and no spills each. The first row is the shipped cubin (sha256-equal): an A/A
+# control beside the shipped variant.
+_DV40 = dict(_DVS, scheduler="lpt", lpt_section_mib=40)
+_DVP = dict(_DV40, pin_loop_invariants=True)
+DV128_SASS = [
+    ("lpt+mask-bits+in-order-sum+l2-40", _DV40),
+    ("lpt+mask-bits+in-order-sum+l2-40+pin", _DVP),
+    ("lpt+mask-bits+in-order-sum+l2-40+pin+pin-q", dict(_DVP, pin_q_desc=True)),
+    ("lpt+mask-bits+in-order-sum+l2-40+pin+no-pingpong", dict(_DVP, pingpong=False)),
+]
 HD192_L2 = [
     ("lpt+mask-bits+chunked-p+l2-48", dict(_H192C, lpt_section_mib=48)),
 ]
@@ -616,7 +632,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "model-variants-3": MODEL_VARIANTS_3, "dv128-no-pingpong": DV128_NOPINGPONG,
                "hd192-no-pingpong": HD192_NOPINGPONG, "decode-hd128": DECODE_HD128,
                "dv128-l2": DV128_L2, "hd192-l2": HD192_L2, "dv128-l2-3": DV128_L2_3,
-               "fp8-hd128-2": FP8_HD128_2}
+               "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

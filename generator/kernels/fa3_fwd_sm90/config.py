@@ -111,7 +111,7 @@ TUNED_VARLEN: dict[tuple[int, bool, str, tuple[int, int] | None], dict] = {
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "tensor_row_sum",
-            "speculative_exp2")
+            "speculative_exp2", "pin_loop_invariants", "pin_q_desc")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -201,6 +201,13 @@ class FwdConfig:
     chunked_p_convert: bool | None = None
     # Sum softmax rows in order instead of as a tree (softmax.py says why).
     in_order_row_sum: bool | None = None
+    # Keep K's and V's descriptor bases and the consumer-release lane test in registers across the
+    # key-block loops instead of letting NVVM rebuild them every block (pinned.py; FA4's loop
+    # keeps them). pin_q_desc: the QK^T GEMM's twelve Q descriptors too (FA4 keeps those as
+    # well; here ptxas then moves softmax work from under the PV GEMM to after its wait). Off:
+    # the cubins as before.
+    pin_loop_invariants: bool | None = None
+    pin_q_desc: bool | None = None
     # The softmax's exp2 for this many of every 8 columns of a row on the FMA pipe instead of
     # the MUFU (softmax.exp2_fma, a polynomial of exp2_emu_degree: exp2_poly.COEFFS), where
     # the MUFU's 16 ex2/clk/SM is the limit (hd64 16-bit, hd128 e4m3). 0: all on the MUFU.

@@ -37,7 +37,7 @@ from .layouts import (
     smem_store_atom,
     transpose_view,
 )
-from . import block_range, descale, v_transpose
+from . import block_range, descale, pinned, v_transpose
 from .mask import apply_mask, apply_mask_bits, apply_window_mask, apply_window_mask_bits
 from .schedule import TileScheduler
 from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
@@ -235,6 +235,11 @@ class FlashFwdSm90:
         the consumer warps (V: by `v_readers` warps where given)."""
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
         consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads // 32)
+        # The release's lane test (lane 0 arrives) from a pinned thread index: NVVM otherwise
+        # re-reads %tid.x for it every block (pinned.py).
+        tidx = None
+        if const_expr(self.cfg.pin_loop_invariants):
+            tidx = pinned.pin_i32(cute.arch.thread_idx()[0])
         q_bytes = cute.size_in_bytes(self.dtype, sQ_layout)
         if const_expr(self.q_stages > 1):
             q_bytes = cute.size_in_bytes(self.dtype, cute.select(sQ_layout, mode=[0, 1]))
@@ -246,14 +251,14 @@ class FlashFwdSm90:
         )
         pipe_k = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages,
-            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True,
+            producer_group=producer, consumer_group=consumers, tx_count=kv_bytes, defer_sync=True, tidx=tidx,
         )
         pipe_v = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages,
             producer_group=producer,
             consumer_group=(pipeline.CooperativeGroup(pipeline.Agent.Thread, v_readers)
                             if v_readers is not None else consumers),
-            tx_count=v_bytes, defer_sync=True,
+            tx_count=v_bytes, defer_sync=True, tidx=tidx,
         )
         return pipe_q, pipe_k, pipe_v
 
@@ -278,9 +283,20 @@ class FlashFwdSm90:
 
     def _gemms(self, tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O):
         """gemm_qk(stage) -> a fresh S accumulator; gemm_pv(stage, zero_init) into acc_O."""
+        q_slices = None
+        if const_expr(self.cfg.pin_loop_invariants):
+            # K's and V's stage-0 descriptors, pinned here (before the key-block loops) so NVVM
+            # does not rebuild them every block (pinned.py).
+            tSrK = pinned.pin_desc_fragment(tSrK)
+            tOrV = pinned.pin_desc_fragment(tOrV)
+        if const_expr(self.cfg.pin_q_desc):
+            # Each k slice's Q descriptor too: 24 more registers held across the loops.
+            q_slices = [pinned.pin_desc_fragment(tSrQ[None, None, k])
+                        for k in range(cute.size(tSrQ.shape[2]))]
+
         def gemm_qk(stage):
             acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True)
+            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True, a_slices=q_slices)
             return acc_S
 
         def gemm_pv(stage, zero_init):
@@ -836,13 +852,15 @@ class FlashFwdSm90:
             cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1) + nxt, number_of_threads=2 * 128)
 
     @cute.jit
-    def wgmma(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr[bool]):
-        """Issue one warpgroup GEMM over all K slices and commit it; the caller waits."""
+    def wgmma(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr[bool], a_slices=None):
+        """Issue one warpgroup GEMM over all K slices and commit it; the caller waits.
+        `a_slices`: A's k slices ready-made (pinned descriptors) instead of tA's."""
         warpgroup.fence()
         atom = cute.make_mma_atom(tiled_mma.op)
         atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
         for k in cutlass.range_constexpr(cute.size(tA.shape[2])):
-            cute.gemm(atom, acc, tA[None, None, k], tB[None, None, k], acc)
+            a_k = tA[None, None, k] if const_expr(a_slices is None) else a_slices[k]
+            cute.gemm(atom, acc, a_k, tB[None, None, k], acc)
             atom.set(warpgroup.Field.ACCUMULATE, True)
         warpgroup.commit_group()
 
