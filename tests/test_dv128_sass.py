@@ -32,17 +32,22 @@ def test_each_row_is_the_shipped_build_plus_its_label():
     assert ROWS[0][0] == "lpt+mask-bits+in-order-sum+l2-40"  # the A/A control
 
 
-def test_pins_are_off_in_every_shipped_build():
-    """Shipped builds take their switches from config's tables: none names a pin, so every
-    default-set cubin is built as before."""
+def test_only_the_timed_build_ships_a_pin():
+    """Shipped builds take their switches from config's tables: the (192, 128) causal lpt form,
+    timed on the H200 (check8/l9), pins its loop invariants; nothing else names a pin, so
+    every other cubin is built as before."""
     from cubinforge.generator.kernels.fa3_fwd_sm90 import config
 
     for name in PINS:
         assert name in SWITCHES
-    for table in (config.TUNED, config.TUNED_VARIANTS, config.TUNED_FP8, config.TUNED_VARLEN):
-        for key, switches in table.items():
-            assert not set(PINS) & set(switches), key
-    assert not any(getattr(FwdConfig(**SHIPPED), p) for p in PINS)
+    named = {(table_name, key) for table_name, table in (("TUNED", config.TUNED), ("TUNED_VARIANTS", config.TUNED_VARIANTS),
+                                                          ("TUNED_FP8", config.TUNED_FP8),
+                                                          ("TUNED_VARLEN", config.TUNED_VARLEN))
+             for key, switches in table.items() if set(PINS) & set(switches)}
+    assert named == {("TUNED_VARIANTS", ("dv128", 192, True, "lpt", None))}
+    shipped = FwdConfig(**SHIPPED)
+    assert shipped.pin_loop_invariants and not shipped.pin_q_desc
+    assert not FwdConfig(**dict(SHIPPED, head_dim_v=192)).pin_loop_invariants
 
 
 def _loop_sass():

@@ -86,7 +86,12 @@ TUNED_VARIANTS: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict[st
     # (192, 128) causal b2 x 8k: lpt sections of 40 MiB (8 (head, batch) pairs, FA4's count
     # here; 32 MiB takes 6) 757.9 TFLOPS against 741.5 and FA4's 766.6, 48 MiB (9 pairs) 755.4;
     # FA4's conditional rescale lost (708.6) (bench/results/2026-12-01-h200/check8/l2).
-    ("dv128", 192, True, "lpt", None): {"mask_bits": True, "in_order_row_sum": True, "lpt_section_mib": 40},
+    # Then the loop invariants pinned (pin_loop_invariants: NVVM no longer rebuilds K's and V's
+    # descriptor bases and the release lane test every block; unmasked loop 516 -> 475
+    # instructions): 756.9 against 752.5, FA4 761.9 (0.993x); the Q descriptors pinned too
+    # 743.2 (bench/results/2026-12-01-h200/check8/l9, against an A/A control at 1.000).
+    ("dv128", 192, True, "lpt", None): {"mask_bits": True, "in_order_row_sum": True, "lpt_section_mib": 40,
+                                        "pin_loop_invariants": True},
     # H200 A/B 2026-12-01 (bench/results/2026-12-01-h200/check/model-variants-ab.log): a
     # window one tile per CTA with the in-order row sum and the bit mask, 672 TFLOPS against
     # 624 persistent (+separate O) and FA4's 677; (192, 128) lpt + bit mask + in-order sum
