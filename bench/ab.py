@@ -540,8 +540,9 @@ FP8_P_SCALE_BASES = ("tile-128x192+in-order-sum+lazy-rescale-8", "v-rowmajor+til
 # the loop waits on (bench/results/2026-12-01-cpu/fp8-hd128-2.md). The candidate: FA3's
 # one-shuffle-per-word P exchange (pair-shuffle: 787 -> 719) on the shipped base (TUNED_FP8), beside
 # SET=fp8's row-major and the default set's causal lpt bases. H200 check8/l7/: pair-shuffle 957.1
-# against 907.9 (1.054x, gate ok); the tensor-core row sum and speculative exp2 rows failed the
-# gate (rel 0.314, lse 0.32: a bug, not rounding) and their switches were removed.
+# against 907.9 (1.054x, gate ok), promoted in TUNED_FP8; the tensor-core row sum and speculative
+# exp2 rows failed the gate (rel 0.314, lse 0.32: a bug, not rounding) and their switches were
+# removed.
 _H2 = dict(_E4M3_NC, tile_m=128, tile_n=192, rescale_threshold=8.0)
 FP8_HD128_2 = [
     ("tile-128x192+in-order-sum+lazy-rescale-8", dict(_H2, in_order_row_sum=True)),  # TUNED_FP8 as timed

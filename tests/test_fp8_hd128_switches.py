@@ -67,7 +67,8 @@ def test_fp8_hd128_2_set_starts_from_the_shipped_configs():
     rows = dict(EXPERIMENTS["fp8-hd128-2"])
     assert set(FP8_HD128_2_BASES) <= set(rows)
     shipped = {
-        "tile-128x192+in-order-sum+lazy-rescale-8": FwdConfig(**E4M3_HD128),
+        # TUNED_FP8 gained the pair shuffle from the run that timed this set.
+        "tile-128x192+in-order-sum+lazy-rescale-8": FwdConfig(**E4M3_HD128, fp8_p_pair_shuffle=False),
         "v-rowmajor+tile-128x224": FwdConfig(**dict(E4M3_HD128, v_layout="rowmajor", tile_n=224)),
         "lpt": FwdConfig(**dict(E4M3_HD128, causal=True, scheduler="lpt", tile_n=0, tile_m=0)),
     }
@@ -75,4 +76,16 @@ def test_fp8_hd128_2_set_starts_from_the_shipped_configs():
         assert experiment_config(rows[label]) == want, label
     for label, over in rows.items():
         assert experiment_config(over).fp8_p_pair_shuffle == ("pair-shuffle" in label), label
+    assert experiment_config(rows["tile-128x192+in-order-sum+lazy-rescale-8+pair-shuffle"]) == FwdConfig(**E4M3_HD128)
 
+
+def test_pair_shuffle_is_on_only_where_it_was_timed():
+    """TUNED_FP8 turns fp8_p_pair_shuffle on for the column-major 128 x 192 non-causal form the
+    H200 timed (check8/l7/); other e4m3 forms, whose P also takes the shuffled exchange, keep it off."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+
+    assert FwdConfig(**E4M3_HD128).fp8_p_pair_shuffle
+    for other in (dict(E4M3_HD128, tile_m=0, tile_n=0), dict(E4M3_HD128, causal=True, scheduler="lpt", tile_m=0,
+                                                             tile_n=0), dict(E4M3_HD128, head_dim=256, tile_n=128),
+                  dict(E4M3_HD128, head_dim=64, tile_m=0, tile_n=0)):
+        assert not FwdConfig(**other).fp8_p_pair_shuffle, other
