@@ -59,27 +59,6 @@ def convert_p_fp8(acc_S: cute.Tensor, tOrP: cute.Tensor, lane):
         out[w] = ((a >> shift) & Uint32(0xFFFF)) | (((b >> shift) & Uint32(0xFFFF)) << Uint32(16))
 
 
-def check_row_sum_layouts(tiled_mma_pv, tiled_mma_sum, tile_m: int, tile_n: int) -> None:
-    """tensor_row_sum, at trace time: the P x ones GEMM takes the PV GEMM's A fragment as it is
-    (same (row, key) per element and thread), and its accumulator gives each thread of a quad
-    the same rows as the PV accumulator (so its row r factor scales both)."""
-    ident = cute.make_identity_tensor((tile_m, tile_n))
-    ident_o = cute.make_identity_tensor((tile_m, 8))
-    # A quad, and a thread of each other warp (the layouts repeat per warp; all 128 are slow to trace).
-    for t in (0, 1, 2, 3, 37, 70, 127):
-        a_pv = tiled_mma_pv.get_slice(t).partition_A(ident)
-        a_sum = tiled_mma_sum.get_slice(t).partition_A(ident)
-        if cute.size(a_pv) != cute.size(a_sum) or any(
-                tuple(a_pv[i]) != tuple(a_sum[i]) for i in range(cute.size(a_pv))):
-            raise ValueError(f"tensor_row_sum: thread {t}'s A fragment differs between the PV and P x ones GEMMs")
-        c_pv = tiled_mma_pv.get_slice(t).partition_C(cute.make_identity_tensor((tile_m, 16)))
-        c_sum = tiled_mma_sum.get_slice(t).partition_C(ident_o)
-        rows_pv = [tuple(c_pv[i])[0] for i in range(0, 4)]
-        rows_sum = [tuple(c_sum[i])[0] for i in range(cute.size(c_sum))]
-        if rows_sum != rows_pv[:len(rows_sum)]:
-            raise ValueError(f"tensor_row_sum: thread {t}'s P x ones rows {rows_sum} are not its O rows {rows_pv}")
-
-
 # FA3's exchange (hopper/utils.h permute_Aregs_fp8), one shuffle per 4 bytes where the above
 # takes two. P converted in the accumulator's order puts, per 16-column block m, word x = column
 # group j = 2m (rows r0 and r1, 2 bytes each) and y = j = 2m + 1 in each thread. Thread T wants

@@ -20,14 +20,13 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as hopper
-from cutlass import Float32, Int32, Uint32, const_expr
+from cutlass import Float32, Int32, const_expr
 from cutlass import pipeline
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
 from .barriers import Barrier
-from .config import ROW_SUM_N, FwdConfig
-from .fp8_p import (check_layouts, check_local_layouts, check_row_sum_layouts, convert_p_fp8, convert_p_fp8_local,
-                    convert_p_fp8_pairs, exchange_pairs)
+from .config import FwdConfig
+from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local, convert_p_fp8_pairs
 from .layouts import (
     acc_as_operand_a,
     acc_as_rows_cols,
@@ -155,9 +154,6 @@ class FlashFwdSm90:
             fields["sO"] = _smem_buffer(sO_layout, self.o_dtype)
         if const_expr(self.v_transpose):
             fields.update(self._vt_fields(sVt_layout))
-        if const_expr(self.cfg.tensor_row_sum):
-            fields["sOnes"] = _smem_buffer(self._ones_layout(), self.dtype)
-            check_row_sum_layouts(tiled_mma_pv, self._sum_mma(), self.tile_m, self.tile_n)
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
@@ -195,19 +191,6 @@ class FlashFwdSm90:
             tiled_mma_qk, tiled_mma_pv,
             softcap_pre, window_left, window_right, mSink, mDescale,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
-
-    def _ones_layout(self):
-        """tensor_row_sum: the B operand of P x ones, (ROW_SUM_N, tile_n) keys contiguous, as a
-        column-major V stage is laid out (every byte is 1.0, so the swizzle does not matter)."""
-        return smem_layout(self.dtype, ROW_SUM_N, self.tile_n)
-
-    def _sum_mma(self):
-        """tensor_row_sum: the m64 x n8 RS WGMMA of P (the PV GEMM's A operand) x ones."""
-        return hopper.make_trivial_tiled_mma(
-            self.dtype, self.dtype, OperandMajorMode.K, OperandMajorMode.K, Float32,
-            atom_layout_mnk=(self.num_wg, 1, 1), tiler_mn=(64, ROW_SUM_N),
-            a_source=warpgroup.OperandSource.RMEM,
-        )
 
     # Pieces both this kernel and inference.FlashFwdSm90Inference build the same way. Plain
     # Python (no dynamic control flow): tracing them emits what inlining them would.
@@ -347,19 +330,6 @@ class FlashFwdSm90:
         )
         if const_expr(self.v_transpose):
             pipe_vt = self._vt_pipeline(storage)
-        sOnes = None
-        if const_expr(self.cfg.tensor_row_sum):
-            # The constant B operand of P x ones: every e4m3 byte 1.0 (0x38), written once by
-            # all threads and made visible to the tensor cores' (async proxy) reads.
-            flat = cute.recast_tensor(storage.sOnes.get_tensor(cute.make_layout(ROW_SUM_N * self.tile_n)), Uint32)
-            n_words = ROW_SUM_N * self.tile_n // 4
-            for i in cutlass.range_constexpr((n_words + self.num_threads - 1) // self.num_threads):
-                w = tidx + i * self.num_threads
-                if w < n_words:
-                    flat[w] = Uint32(0x38383838)
-            cute.arch.fence_view_async_shared()
-            ones_layout = self._ones_layout()
-            sOnes = storage.sOnes.get_tensor(ones_layout.outer, swizzle=ones_layout.inner)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -452,7 +422,7 @@ class FlashFwdSm90:
                         pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
                         ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
                         n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
-                        (rO_pend, lse_pend, pend_m, pend_head, pend_batch), sOnes=sOnes,
+                        (rO_pend, lse_pend, pend_m, pend_head, pend_batch),
                     )
                     pend_m, pend_head, pend_batch = m_block, head, batch
                 else:
@@ -460,7 +430,7 @@ class FlashFwdSm90:
                         mO, mLSE, sQ, sK, sV_mma, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
                         pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
                         ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-                        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale, sOnes=sOnes,
+                        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
                     )
                 k += 1
                 tile = self.sched.next(k, tile, cta, ctas)
@@ -568,7 +538,7 @@ class FlashFwdSm90:
         self, mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
         pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
         tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None, pend=None, sOnes=None,
+        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None, pend=None,
     ):
         wg = cute.arch.make_warp_uniform(tidx // 128)
         wg_first_thread = cute.make_layout(self.num_wg, stride=128)
@@ -588,27 +558,12 @@ class FlashFwdSm90:
         s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
 
         coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
-        acc_sum = None
-        if const_expr(self.cfg.tensor_row_sum):
-            # Row sums of P (as rounded to e4m3) on the tensor cores, issued with each PV GEMM.
-            wg_mma_sum = self._sum_mma().get_slice(wg_first_thread(wg))
-            tSumB = wg_mma_sum.make_fragment_B(wg_mma_sum.partition_B(sOnes))
-            acc_sum = cute.make_rmem_tensor(wg_mma_sum.partition_shape_C((self.tile_m, ROW_SUM_N)), Float32)
-            acc_sum.fill(0.0)
         softmax = OnlineSoftmax(
             softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum,
             self.cfg.exp2_emu_eighths, self.cfg.exp2_emu_degree, self.cfg.rescale_threshold, self.cfg.p_scale_log2,
-            tensor_sum=acc_sum,
         )
 
         gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O)
-        if const_expr(self.cfg.tensor_row_sum):
-            tiled_mma_sum = self._sum_mma()
-
-            def gemm_pv(stage, zero_init):
-                # One commit group for both, so the loop's wait_group counts stay as they are.
-                self.wgmma_pair(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage],
-                                tiled_mma_sum, acc_sum, tSumB)
 
         # Thread 0's coordinates: static, so the mask's column offsets are known at trace time.
         offsets_rc = acc_as_rows_cols(
@@ -632,10 +587,8 @@ class FlashFwdSm90:
             apply_mask(acc_S, coords_rc, m_block, n_block, seqlen_q, seqlen_k,
                        self.tile_m, self.tile_n, causal)
 
-        def to_p(acc_S, packed=None):
-            if const_expr(packed is not None):
-                exchange_pairs(packed, tOrP, tidx % 32)  # speculative_exp2: P already in e4m3
-            elif const_expr(self.cfg.fp8_local_p):
+        def to_p(acc_S):
+            if const_expr(self.cfg.fp8_local_p):
                 convert_p_fp8_local(acc_S, tOrP)  # sVt's keys are in the accumulator's order
             elif const_expr(self.cfg.fp8_p_pair_shuffle):
                 convert_p_fp8_pairs(acc_S, tOrP, tidx % 32)
@@ -722,8 +675,6 @@ class FlashFwdSm90:
             # Last PV.
             if const_expr(self.rescale_early):
                 rescale_rows(acc_O, scale_prev)
-                if const_expr(self.cfg.tensor_row_sum):
-                    rescale_rows(acc_sum, scale_prev)
             pipe_v.consumer_wait(kv_state)
             gemm_pv(kv_state.index, False)
             warpgroup.wait_group(0)
@@ -806,8 +757,6 @@ class FlashFwdSm90:
         acc_S = gemm_qk(kv_state.index)  # in flight
         if const_expr(self.rescale_early):
             rescale_rows(acc_O, scale_prev)  # under the QK^T GEMM, before PV accumulates
-            if const_expr(self.cfg.tensor_row_sum):
-                rescale_rows(softmax.tensor_sum, scale_prev)
         pipe_v.consumer_wait(v_state)
         gemm_pv(v_state.index, False)  # in flight behind it
         self.schedule_pass(wg)
@@ -817,21 +766,10 @@ class FlashFwdSm90:
             apply_softcap(acc_S, softcap_pre)
         if const_expr(causal_mask):
             mask(acc_S, n_block, True)
-        if const_expr(self.cfg.speculative_exp2):
-            # P packed to e4m3 in its own registers: the previous PV GEMM still reads tOrP.
-            packed = cute.make_rmem_tensor(cute.size(acc_S), self.dtype)
-
-            def use_p():
-                warpgroup.wait_group(0)  # the previous PV GEMM has read tOrP
-                pipe_v.consumer_release(v_state)
-                to_p(acc_S, packed)
-
-            row_scale = softmax.step_speculative(acc_S, packed, use_p, lambda: to_p(acc_S, packed))
-        else:
-            row_scale = softmax.step(acc_S, is_first=False)
-            warpgroup.wait_group(0)
-            pipe_v.consumer_release(v_state)
-            to_p(acc_S)
+        row_scale = softmax.step(acc_S, is_first=False)
+        warpgroup.wait_group(0)
+        pipe_v.consumer_release(v_state)
+        to_p(acc_S)
         if const_expr(self.rescale_early):
             scale_prev.store(row_scale.load())
         else:
@@ -862,17 +800,6 @@ class FlashFwdSm90:
             a_k = tA[None, None, k] if const_expr(a_slices is None) else a_slices[k]
             cute.gemm(atom, acc, a_k, tB[None, None, k], acc)
             atom.set(warpgroup.Field.ACCUMULATE, True)
-        warpgroup.commit_group()
-
-    @cute.jit
-    def wgmma_pair(self, mma_a, acc_a, tA, tB_a, mma_b, acc_b, tB_b):
-        """Two RS GEMMs of the same A fragment, accumulating, in one commit group."""
-        warpgroup.fence()
-        for mma, acc, tB in ((mma_a, acc_a, tB_a), (mma_b, acc_b, tB_b)):
-            atom = cute.make_mma_atom(mma.op)
-            atom.set(warpgroup.Field.ACCUMULATE, True)
-            for k in cutlass.range_constexpr(cute.size(tA.shape[2])):
-                cute.gemm(atom, acc, tA[None, None, k], tB[None, None, k], acc)
         warpgroup.commit_group()
 
     @cute.jit

@@ -48,10 +48,6 @@ def acc_as_rows_cols(acc: cute.Tensor) -> cute.Tensor:
     """View ((2, 2, V), M, N) accumulators as ((2, M), (2, V, N)): rows x columns."""
     flat = cute.make_layout(acc.layout.shape)
     s, d = flat.shape, flat.stride
-    if isinstance(s[0], tuple) and len(s[0]) == 2:
-        # An n8 accumulator (tensor_row_sum's P x ones): one column group, mode V dropped.
-        s = ((s[0][0], s[0][1], 1), *s[1:])
-        d = ((d[0][0], d[0][1], 0), *d[1:])
     rows_cols = cute.make_layout(
         ((s[0][1], s[1]), (s[0][0], s[0][2], s[2])),
         stride=((d[0][1], d[1]), (d[0][0], d[0][2], d[2])),

@@ -23,13 +23,8 @@ LOG2E = math.log2(math.e)
 
 class OnlineSoftmax:
     def __init__(self, scale_log2: Float32, rows: int, in_order_sum: bool = False, exp2_emu_eighths: int = 0,
-                 exp2_emu_degree: int = 3, rescale_threshold: float = 0.0, p_scale_log2: float = 0.0,
-                 tensor_sum=None):
+                 exp2_emu_degree: int = 3, rescale_threshold: float = 0.0, p_scale_log2: float = 0.0):
         self.scale_log2 = scale_log2
-        # tensor_row_sum: the row sums are an accumulator of the kernel's (P x ones on the tensor
-        # cores, every column of a row its full sum): step() adds nothing, rescale_o() scales it
-        # with O and finish() reads it. None: the sums are this object's, in fp32 FADDs.
-        self.tensor_sum = tensor_sum
         self.rows = rows
         # exp2 of `exp2_emu_eighths` of every 8 columns of a row on the FMA pipe (exp2_fma),
         # the rest on the MUFU: where the MUFU is the limit, the two pipes share the work.
@@ -71,12 +66,7 @@ class OnlineSoftmax:
             # A row with every key masked so far keeps max -inf; use 0 so exp2 gives 0, not NaN.
             m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
             self._exp2_row(s_rc, r, m_safe)
-            if cutlass.const_expr(self.tensor_sum is not None):
-                if cutlass.const_expr(is_first):
-                    row_scale[r] = Float32(1.0)
-                else:
-                    row_scale[r] = cute.math.exp2((m_prev - m_safe) * self.scale_log2, fastmath=True)
-            elif cutlass.const_expr(self.in_order_sum):
+            if cutlass.const_expr(self.in_order_sum):
                 seed = Float32(0.0)
                 if cutlass.const_expr(is_first):
                     row_scale[r] = Float32(1.0)
@@ -113,91 +103,34 @@ class OnlineSoftmax:
         rescaled = cute.arch.vote_any_sync(grow)
         # Locals: the `if` below runs on the device and cannot carry `self`.
         row_max, row_sum, scale_log2 = self.row_max, self.row_sum, self.scale_log2
-        fp32_sums = self.tensor_sum is None
         if rescaled:
             for r in cutlass.range_constexpr(self.rows):
                 m_safe = m_cand[r] if m_cand[r] != -Float32.inf else Float32(0.0)
                 scale = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
                 row_scale[r] = scale
-                if cutlass.const_expr(fp32_sums):
-                    row_sum[r] = row_sum[r] * scale
+                row_sum[r] = row_sum[r] * scale
                 row_max[r] = m_cand[r]
         self.rescaled = rescaled
         for r in cutlass.range_constexpr(self.rows):
             m = self.row_max[r]
             m_safe = m if m != -Float32.inf else Float32(0.0)
             self._exp2_row(s_rc, r, m_safe)
-            if cutlass.const_expr(self.tensor_sum is not None):
-                pass  # summed by the tensor cores (P x ones)
-            elif cutlass.const_expr(self.in_order_sum):
+            if cutlass.const_expr(self.in_order_sum):
                 self.row_sum[r] = s_rc[r, None].load().reduce(cute.ReductionOp.ADD, self.row_sum[r], 0)
             else:
                 self.row_sum[r] = self.row_sum[r] + _tree_reduce(s_rc, r, _add)
         return row_scale
 
     @cute.jit
-    def step_speculative(self, acc_S: cute.Tensor, packed: cute.Tensor, use_p, use_p_again) -> cute.Tensor:
-        """_step_lazy with P computed from the stale maxima before the new ones are known:
-        `packed` (e4m3, the accumulator's order) <- 2^(S * scale - stale max * scale) while the
-        row maxima reduce, so the MUFU's stream starts as S lands instead of after the max's
-        FMNMX chains and shuffles. S is kept: where a warp's vote moves a maximum (rare under the
-        threshold), P is computed again from it. The P values are the ones _step_lazy gives (a
-        stale P above 2^threshold, inf included, is never used: the vote sends that warp to the
-        recompute). Needs tensor_sum (no fp32 sums to redo). use_p() takes packed to the PV
-        GEMM's operand before the vote (so its exchange overlaps the MUFU), use_p_again() after a
-        recompute."""
-        s_rc = acc_as_rows_cols(acc_S)
-        row_scale = cute.make_rmem_tensor(self.rows, Float32)
-        row_scale.fill(1.0)
-        m_cand = cute.make_rmem_tensor(self.rows, Float32)
-        m_old = cute.make_rmem_tensor(self.rows, Float32)
-        grow = False
-        for r in cutlass.range_constexpr(self.rows):
-            m_old[r] = self.row_max[r] if self.row_max[r] != -Float32.inf else Float32(0.0)
-            m_local = cute.arch.fmax(_tree_reduce(s_rc, r, cute.arch.fmax), self.row_max[r])
-            m_cand[r] = cute.arch.warp_reduction_max(m_local, threads_in_group=4)
-            grow = grow | ((m_cand[r] - self.row_max[r]) * self.scale_log2 > Float32(self.rescale_threshold))
-        self._exp2_pack(acc_S, packed, m_old)
-        use_p()
-        rescaled = cute.arch.vote_any_sync(grow)
-        row_max, scale_log2 = self.row_max, self.scale_log2
-        if rescaled:
-            for r in cutlass.range_constexpr(self.rows):
-                m_safe = m_cand[r] if m_cand[r] != -Float32.inf else Float32(0.0)
-                row_scale[r] = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
-                row_max[r] = m_cand[r]
-                m_old[r] = m_safe
-            self._exp2_pack(acc_S, packed, m_old)
-            use_p_again()
-        self.rescaled = rescaled
-        return row_scale
-
-    @cute.jit
-    def _exp2_pack(self, acc_S: cute.Tensor, packed: cute.Tensor, m_safe: cute.Tensor):
-        """packed (e4m3, acc_S's order) <- 2^(S * scale - m_safe[row] * scale); S stays."""
-        p = cute.make_rmem_tensor(acc_S.layout, Float32)
-        s_rc = acc_as_rows_cols(acc_S)
-        p_rc = acc_as_rows_cols(p)
-        for r in cutlass.range_constexpr(self.rows):
-            row = s_rc[r, None].load()
-            p_rc[r, None].store(cute.math.exp2(row * self.scale_log2 - m_safe[r] * self.scale_log2, fastmath=True))
-        packed.store(p.load().to(cutlass.Float8E4M3FN))
-
-    @cute.jit
     def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
         """O *= the last step's factors; under rescale_threshold only when that step's vote
         moved a maximum (the factors are all 1 otherwise)."""
-        tsum = self.tensor_sum
         if cutlass.const_expr(self.rescale_threshold > 0):
             rescaled = self.rescaled
             if rescaled:
                 rescale_rows(acc_O, row_scale)
-                if cutlass.const_expr(tsum is not None):
-                    rescale_rows(tsum, row_scale)
         else:
             rescale_rows(acc_O, row_scale)
-            if cutlass.const_expr(self.tensor_sum is not None):
-                rescale_rows(self.tensor_sum, row_scale)
 
     @cute.jit
     def _exp2_row(self, s_rc: cute.Tensor, r: cutlass.Constexpr[int], m_safe: Float32):
@@ -236,11 +169,7 @@ class OnlineSoftmax:
         inv = cute.make_rmem_tensor(self.rows, Float32)
         lse = cute.make_rmem_tensor(self.rows, Float32)
         for r in cutlass.range_constexpr(self.rows):
-            if cutlass.const_expr(self.tensor_sum is not None):
-                # Column 0 of P x ones: the whole row's sum in every thread of the quad.
-                total = acc_as_rows_cols(self.tensor_sum)[r, 0]
-            else:
-                total = cute.arch.warp_reduction_sum(self.row_sum[r], threads_in_group=4)
+            total = cute.arch.warp_reduction_sum(self.row_sum[r], threads_in_group=4)
             if cutlass.const_expr(sink is not None):
                 # After the quad's reduction: the sink enters each row once. With no key seen,
                 # the sink is the row's maximum.
