@@ -235,11 +235,13 @@ def test_model_variants_take_only_the_switches_tuned_variants_names():
         return {s for s in SWITCHES if getattr(cfg, s)}
 
     # The entries: a window takes non-causal's epilogue and row sum, a sink and (192, 128)
-    # hd128 causal lpt's bit mask.
+    # hd128 causal lpt's bit mask; (192, 128) also its own in-order sum and pinned loop
+    # invariants (H200 A/Bs, config.TUNED_VARIANTS).
     assert on(FwdConfig("sm_90a", "bf16", 128, False, local=True, scheduler="persistent")) == \
         {"separate_o_smem", "in_order_row_sum", "mask_bits"}
     assert on(FwdConfig("sm_90a", "bf16", 128, True, learnable_sink=True, scheduler="lpt")) == {"mask_bits"}
-    assert on(FwdConfig("sm_90a", "bf16", 192, True, head_dim_v=128, scheduler="lpt")) == {"mask_bits", "in_order_row_sum"}
+    assert on(FwdConfig("sm_90a", "bf16", 192, True, head_dim_v=128, scheduler="lpt")) == \
+        {"mask_bits", "in_order_row_sum", "pin_loop_invariants"}
     assert on(FwdConfig("sm_90a", "bf16", 128, False, local=True)) == {"in_order_row_sum", "mask_bits"}
     # Anything else stays all off: another scheduler, two model axes, softcap, fp16 too (the
     # key has no dtype, so fp16 local hd128 follows bf16's).
