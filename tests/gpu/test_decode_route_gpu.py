@@ -110,47 +110,17 @@ OTHER_CELLS = [("bf16", 64, 16, 1, 8192), ("fp16", 64, 4, 16, 32768), ("bf16", 2
                ("fp16", 256, 4, 16, 8192), ("fp16", 128, 4, 4, 32768), ("bf16", 64, 2, 3, 30000)]
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype,d,b,sq,sk", OTHER_CELLS)
-def test_routed_decode_of_other_head_dims_matches_reference(dtype, d, b, sq, sk, causal):
+def _routed_dense_decode(dtype, d, b, sq, sk, hq, hkv, causal, seed):
+    """flash_attn_func on a decode shape the dispatcher sends to a pack-GQA form (skip where it
+    keeps the plain kernel): the chosen variant runs, with the combine exactly when it splits,
+    and matches the float64 reference on poisoned outputs."""
     G.need(dtype=dtype, head_dim=d, pack_gqa=True, paged_kv=False, causal=causal)
-    h = 2048 // d
-    choice = choose(Problem("fa3_fwd", {"arch": G.ARCH, "dtype": dtype, "head_dim": d, "causal": causal},
-                            batch=b, seqlen_q=sq, seqlen_k=sk, heads_q=h, heads_kv=h,
-                            sm_count=driver.sm_count(0)), G.SRC)
-    if not choice.best.axes.get("pack_gqa"):
-        pytest.skip(f"the dispatcher keeps the plain kernel here ({choice.best.variant})")
-    rng = np.random.default_rng(d * 7 + b * 1000 + sq + causal)
-    qh, q = G.rand(rng, (b, sq, h, d), dtype)
-    kh, k = G.rand(rng, (b, sk, h, d), dtype)
-    vh, v = G.rand(rng, (b, sk, h, d), dtype)
-    o, lse = G.poisoned((b, sq, h, d), dtype), G.poisoned((b, h, sq), "f32")
-    flash_attn_func(q, k, v, causal=causal, out=o, lse=lse, source=G.SRC)
-    rec = last_launch()
-    assert rec.variant == choice.best.variant
-    assert ("attn-combine" in rec.note) == bool(choice.best.axes.get("split_kv")), rec.note
-    ref_o, ref_lse = G.reference(qh, list(kh), list(vh), [sk] * b, 1 / math.sqrt(d), causal)
-    G.check(G.download(o), G.download(lse), ref_o, ref_lse,
-            f"{dtype} hd{d} b={b} sq={sq} sk={sk} causal={causal} via {rec.variant}")
-
-
-# GQA decode where one split fills the SMs (rule decode-pack-gqa): 16 x 8 KV heads = 128
-# tiles of the 64-row form, so the unsplit pack-GQA form instead of the plain kernel.
-GQA_CELLS = [("bf16", 128, 16, 4, 8192, 32), ("fp16", 128, 16, 1, 4096, 64), ("bf16", 64, 16, 2, 3000, 32),
-             ("bf16", 256, 16, 1, 2048, 32)]
-
-
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype,d,b,sq,sk,hq", GQA_CELLS)
-def test_routed_gqa_decode_takes_the_pack_form_and_matches_reference(dtype, d, b, sq, sk, hq, causal):
-    G.need(dtype=dtype, head_dim=d, pack_gqa=True, paged_kv=False, causal=causal)
-    hkv = 8
     choice = choose(Problem("fa3_fwd", {"arch": G.ARCH, "dtype": dtype, "head_dim": d, "causal": causal},
                             batch=b, seqlen_q=sq, seqlen_k=sk, heads_q=hq, heads_kv=hkv,
                             sm_count=driver.sm_count(0)), G.SRC)
     if not choice.best.axes.get("pack_gqa"):
         pytest.skip(f"the dispatcher keeps the plain kernel here ({choice.best.variant})")
-    rng = np.random.default_rng(d * 11 + sq * 3 + hq + causal)
+    rng = np.random.default_rng(seed)
     qh, q = G.rand(rng, (b, sq, hq, d), dtype)
     kh, k = G.rand(rng, (b, sk, hkv, d), dtype)
     vh, v = G.rand(rng, (b, sk, hkv, d), dtype)
@@ -162,3 +132,22 @@ def test_routed_gqa_decode_takes_the_pack_form_and_matches_reference(dtype, d, b
     ref_o, ref_lse = G.reference(qh, list(kh), list(vh), [sk] * b, 1 / math.sqrt(d), causal)
     G.check(G.download(o), G.download(lse), ref_o, ref_lse,
             f"{dtype} hd{d} b={b} sq={sq} sk={sk} {hq}/{hkv} causal={causal} via {rec.variant}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype,d,b,sq,sk", OTHER_CELLS)
+def test_routed_decode_of_other_head_dims_matches_reference(dtype, d, b, sq, sk, causal):
+    h = 2048 // d
+    _routed_dense_decode(dtype, d, b, sq, sk, h, h, causal, seed=d * 7 + b * 1000 + sq + causal)
+
+
+# GQA decode where one split fills the SMs (rule decode-pack-gqa): 16 x 8 KV heads = 128
+# tiles of the 64-row form, so the unsplit pack-GQA form instead of the plain kernel.
+GQA_CELLS = [("bf16", 128, 16, 4, 8192, 32), ("fp16", 128, 16, 1, 4096, 64), ("bf16", 64, 16, 2, 3000, 32),
+             ("bf16", 256, 16, 1, 2048, 32)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype,d,b,sq,sk,hq", GQA_CELLS)
+def test_routed_gqa_decode_takes_the_pack_form_and_matches_reference(dtype, d, b, sq, sk, hq, causal):
+    _routed_dense_decode(dtype, d, b, sq, sk, hq, 8, causal, seed=d * 11 + sq * 3 + hq + causal)
