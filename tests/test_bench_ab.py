@@ -86,15 +86,9 @@ def test_fp8_experiments_are_e4m3_and_named_by_layout():
 def test_model_variant_candidates_are_named_apart_and_have_a_case():
     """Each model-variant candidate gets its own registry name (the build skips a repeated
     one) and a case bench/model_variants.py --ab-home times it on."""
-    import importlib.util
-    from pathlib import Path
-
+    from cubinforge.bench import model_variants as mv
     from cubinforge.bench.ab import MODEL_VARIANTS, ab_name, experiment_config
 
-    spec = importlib.util.spec_from_file_location(
-        "model_variants", Path(__file__).resolve().parent.parent / "bench" / "model_variants.py")
-    mv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mv)
     names = [ab_name(experiment_config(o), label) for label, o in MODEL_VARIANTS]
     assert len(set(names)) == len(names), names
     kinds = set()

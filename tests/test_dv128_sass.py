@@ -50,18 +50,8 @@ def test_only_the_timed_build_ships_a_pin():
     assert not FwdConfig(**dict(SHIPPED, head_dim_v=192)).pin_loop_invariants
 
 
-def _loop_sass():
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "loop_sass", Path(__file__).resolve().parent.parent / "bench" / "loop_sass.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _loop_facts(cfg):
+    from cubinforge.bench.loop_sass import loops
     from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
     from cubinforge.generator.sass import cuobjdump, pv_wait_windows
 
@@ -69,7 +59,7 @@ def _loop_facts(cfg):
     res = cuobjdump(["-res-usage"], cubin)
     regs, local = int(re.search(r"REG:(\d+)", res)[1]), int(re.search(r"LOCAL:(\d+)", res)[1])
     # The last GEMM loop is the unmasked one (the masked blocks come first).
-    return regs, local, _loop_sass().loops(cuobjdump(["-sass"], cubin))[-1], pv_wait_windows(cubin)[-1]
+    return regs, local, loops(cuobjdump(["-sass"], cubin))[-1], pv_wait_windows(cubin)[-1]
 
 
 @pytest.mark.slow

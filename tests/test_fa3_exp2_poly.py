@@ -177,18 +177,12 @@ def test_an_emulated_candidate_moves_exp2_off_the_mufu():
     key block a thread's 2 x 48 scores take 60 MUFU.EX2 (+2 for the rescale factors, behind
     the vote) and 36 LEAs (one per emulated exp2), with no spills."""
     pytest.importorskip("cutlass")
-    import importlib.util
-    from pathlib import Path
-
+    from cubinforge.bench import mufu_sass as mod
     from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, compile_variant
     from cubinforge.generator.sass import cuobjdump, find_cuobjdump
 
     if find_cuobjdump() is None:
         pytest.skip("cuobjdump is not installed (pip nvidia-cuda-cuobjdump)")
-    spec = importlib.util.spec_from_file_location(
-        "mufu_sass", Path(__file__).resolve().parent.parent / "bench" / "mufu_sass.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     cfg = FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, scheduler="persistent",
                     v_layout="colmajor", tile_m=128, tile_n=192, exp2_emu_eighths=3, rescale_threshold=8.0,
                     fp8_p_pair_shuffle=False)  # the P exchange as timed (TUNED_FP8 gained the pair shuffle later)

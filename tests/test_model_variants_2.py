@@ -5,12 +5,11 @@ the config is made; and bench/loop_sass.py's loop finder on a hand-written SASS 
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
+from cubinforge.bench import model_variants as mv
 from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
 from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
 
@@ -18,16 +17,7 @@ BF16 = dict(arch="sm_90a", dtype="bf16")
 ROWS = EXPERIMENTS["model-variants-2"]
 
 
-def _model_variants():
-    spec = importlib.util.spec_from_file_location(
-        "model_variants", Path(__file__).resolve().parent.parent / "bench" / "model_variants.py")
-    mv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mv)
-    return mv
-
-
 def test_each_candidate_is_the_shipped_build_plus_its_label():
-    mv = _model_variants()
     names = [ab_name(experiment_config(o), label) for label, o in ROWS]
     assert len(set(names)) == len(names), names
     assert len(ROWS) <= 8  # what one short device call times
