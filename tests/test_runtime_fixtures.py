@@ -144,6 +144,21 @@ def deep(d):
     return copy.deepcopy(d)
 
 
+def varlen_contract_of(cfg):
+    """The loaded launch contract of a varlen FwdConfig, built as the generator builds it, with
+    every tensor map's box (q/o by tile_m, k/v by tile_n, the paged chunks by 16 rows; the
+    contract takes the ones it maps)."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90.contract import varlen_contract
+    from cubinforge.runtime.contract import load_contract
+
+    boxes = {"q": (64, cfg.tile_m), "k": (64, cfg.tile_n), "v": (64, cfg.tile_n), "o": (64, cfg.tile_m),
+             "kc": (64, 16), "vc": (64, 16)}
+    c = varlen_contract(cfg, boxes, 128)
+    return load_contract({"contract_version": 1, "variant": "t", "arch": "sm_90a", "entry": "e",
+                          "block": [cfg.threads, 1, 1], "cluster": [1, 1, 1], "dynamic_smem_bytes": 1,
+                          "static_smem_bytes": 0, **c})
+
+
 def checked_plan(self, arrays, scalars, stream=0):
     """A stand-in for launcher.Kernel.plan with no driver: binds the contract on 132 SMs, checks
     every tensor-map recipe against its array, packs the parameters (descriptors as 128 zero

@@ -16,9 +16,9 @@ from cubinforge.generator.kernels.fa3_fwd_sm90.schedule import tiles_from, varle
 from cubinforge.generator.kernels.fa3_fwd_sm90.seqlens import SeqLens
 from cubinforge.runtime import InputError, kvcache, launcher, tensormap, varlen
 from cubinforge.runtime.arrays import DeviceArray, OwnedDeviceArray
-from cubinforge.runtime.contract import bind, load_contract
+from cubinforge.runtime.contract import bind
 from cubinforge.runtime.registry_source import LocalSource, manifests
-from test_runtime_fixtures import checked_plan
+from test_runtime_fixtures import checked_plan, varlen_contract_of
 
 HAS_DSL = module_available("cutlass")
 
@@ -123,19 +123,10 @@ def arr(shape, dtype):
     return DeviceArray.from_pointer(next(_ptr), tuple(shape), None, dtype, device=0)  # compact row-major
 
 
-def _contract(cfg):
-    from cubinforge.generator.kernels.fa3_fwd_sm90.contract import varlen_contract
-    boxes = {"q": (64, cfg.tile_m), "k": (64, cfg.tile_n), "v": (64, cfg.tile_n), "kc": (64, 16), "vc": (64, 16)}
-    c = varlen_contract(cfg, boxes, 128)
-    return load_contract({"contract_version": 1, "variant": "t", "arch": "sm_90a", "entry": "e",
-                          "block": [cfg.threads, 1, 1], "cluster": [1, 1, 1], "dynamic_smem_bytes": 1,
-                          "static_smem_bytes": 0, **c})
-
-
 @pytest.mark.parametrize("paged", [False, True])
 def test_varlen_contract_binds_a_1d_grid_over_the_tile_bound(paged):
     cfg = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True, paged_kv=paged)
-    c = _contract(cfg)
+    c = varlen_contract_of(cfg)
     b, total_q, hq, hkv = 16, 17850, 16, 4
     kv = arr((64, 256, hkv, 128), "bf16") if paged else arr((20000, hkv, 128), "bf16")
     t = {"q": arr((total_q, hq, 128), "bf16"), "k": kv, "v": kv, "o": arr((total_q, hq, 128), "bf16"),

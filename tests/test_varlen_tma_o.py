@@ -9,11 +9,12 @@ import struct
 
 import pytest
 
-from cubinforge.runtime import ContractError, InputError, bind, load_contract
+from cubinforge.runtime import ContractError, InputError, bind
 from cubinforge.runtime.arrays import DeviceArray
 from cubinforge.runtime.params import struct_bytes
 from cubinforge.runtime.tensormap import ragged_coords, ragged_extent, ragged_shift, tensormap_args
 from cubinforge.generator.kernels.fa3_fwd_sm90.config import FwdConfig
+from test_runtime_fixtures import varlen_contract_of
 
 TILE_M = 128
 BASE = 0x7F00_0000_0000
@@ -100,20 +101,11 @@ def test_ragged_map_refusals():
         tensormap_args(recipe, low, "o")
 
 
-def _contract(cfg):
-    from cubinforge.generator.kernels.fa3_fwd_sm90.contract import varlen_contract
-    boxes = {"q": (64, cfg.tile_m), "k": (64, cfg.tile_n), "v": (64, cfg.tile_n), "o": (64, cfg.tile_m)}
-    c = varlen_contract(cfg, boxes, 128)
-    return load_contract({"contract_version": 1, "variant": "t", "arch": "sm_90a", "entry": "e",
-                          "block": [cfg.threads, 1, 1], "cluster": [1, 1, 1], "dynamic_smem_bytes": 1,
-                          "static_smem_bytes": 0, **c})
-
-
 @pytest.mark.parametrize("causal", [False, True])
 def test_contract_adds_the_coordinates_and_the_map_last(causal):
     kw = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=causal, varlen=True, scheduler="persistent",
               o_smem_store=True)
-    plain, ragged = _contract(FwdConfig(**kw)), _contract(FwdConfig(**kw, o_tma_ragged=True))
+    plain, ragged = varlen_contract_of(FwdConfig(**kw)), varlen_contract_of(FwdConfig(**kw, o_tma_ragged=True))
     assert [p.name for p in ragged.params] == [p.name for p in plain.params] + ["o_tma_coords", "tma_o"]
     b, total_q, hq, hkv = 5, 1234, 16, 4
     arrs = {"q": (BASE, (total_q, hq, 128), "bf16"), "k": (BASE + (1 << 30), (2000, hkv, 128), "bf16"),
@@ -137,7 +129,7 @@ def test_a_new_o_pointer_reencodes_the_ragged_map():
 
     kw = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, scheduler="persistent",
               o_smem_store=True)
-    c = _contract(FwdConfig(**kw, o_tma_ragged=True))
+    c = varlen_contract_of(FwdConfig(**kw, o_tma_ragged=True))
     k = type("K", (), {"contract": c, "_ptr_params": {}})()
     by_name = {c.params[i].name: how for i, how, _ in Kernel.pointer_params(k, "o")}
     assert by_name["tma_o"] == "repack" and by_name["o"] == "ptr"
