@@ -15,7 +15,8 @@ from cubinforge.generator.kernels.fa3_fwd_sm90.schedule import (
     TileScheduler, VARLEN_CTAS_PER_SM, strided_tile, tiles_keyed, varlen_ctas, varlen_persistent_walk, varlen_tile,
     varlen_tile_bound, varlen_tile_by_keys,
 )
-from test_varlen import _contract, arr
+from test_runtime_fixtures import varlen_contract_of
+from test_varlen import arr
 from cubinforge.runtime.contract import bind
 
 HAS_DSL = module_available("cutlass")
@@ -185,7 +186,7 @@ def test_contract_grid_is_the_schedulers_rule(paged, causal):
         if paged:
             t["page_table"] = arr((b, 32), "i32")
         for c, persistent in ((cfg, True), (single, False)):
-            got = bind(_contract(c), t, {}, {"sm_count": sms}).grid
+            got = bind(varlen_contract_of(c), t, {}, {"sm_count": sms}).grid
             assert got == (varlen_ctas(total_q, b, 128, hq, sms, persistent), 1, 1)
         assert varlen_ctas(total_q, b, 128, hq, sms, True) == min(varlen_tile_bound(total_q, b, 128) * hq, sms)
 
