@@ -3,7 +3,12 @@
 sha256 over the rendered source, every .py file of the family's kernel package (sorted by
 path) and every module of the kernel tree outside it that those files import (a helper
 shared between kernel packages: found by reading the imports, transitively), the DSL
-toolchain versions (importlib.metadata), the compile options and the arch. If the registry
+toolchain versions (importlib.metadata), the compile options and the arch. A module of the
+project outside the kernel tree that a kernel file imports by name (the runtime's tensor-map
+helpers, which the varlen kernel calls while it is traced) is hashed too, by its own file
+only: not what it imports, nor its packages' __init__ files, which re-export the whole
+runtime, whose other modules the kernel never runs (so a runtime edit does not rebuild
+every kernel). The generator's own modules stay under PIPELINE_VERSION. If the registry
 already holds the variant under the same key, the build skips it. The pipeline's own modules
 (kernel_build, cubin_elf, sass) are covered by PIPELINE_VERSION, not by the key.
 """
@@ -88,12 +93,32 @@ def _module_file(name: str, root_name: str, root: Path) -> Path | None:
     return None
 
 
+def _project_module_file(name: str, project: str) -> Path | None:
+    """The file of a plain module of the project (outside the kernel tree), or None for a
+    package, a name that is not a module (`from M import a` also yields M.a) or another
+    project. Finding it imports its parent packages, never cutlass (the project's runtime
+    and registry do not import it)."""
+    if not name.startswith(project + "."):
+        return None
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    if spec is None or spec.submodule_search_locations is not None or not spec.origin:
+        return None
+    origin = Path(spec.origin)
+    return origin if origin.suffix == ".py" and origin.is_file() else None
+
+
 def shared_modules(module: str) -> dict[str, Path]:
     """Modules of the kernel tree (the package's parent) outside the package that its files
-    import, transitively: name -> file. Empty for a package that imports only itself."""
+    import, transitively, and modules of the project outside that tree that they import by
+    name: name -> file. Empty for a package that imports only itself."""
     root_name = module.rpartition(".")[0]
     if not root_name:
         return {}
+    project = module.partition(".")[0]
+    pipeline = root_name.rpartition(".")[0]  # the generator, whose modules PIPELINE_VERSION covers
     pkg_root = package_dir(module)
     root = pkg_root.parent
     found: dict[str, Path] = {}
@@ -102,9 +127,9 @@ def shared_modules(module: str) -> dict[str, Path]:
     todo = [(p, name[: -len(".__init__")] if name.endswith(".__init__") else name) for p, name in todo]
     while todo:
         path, name = todo.pop()
-        imports = _imported_modules(path, name)
+        named = _imported_modules(path, name)
         # Importing a.b.c runs the __init__ of a and a.b too.
-        imports |= {m.rsplit(".", k)[0] for m in imports for k in range(1, m.count(".") + 1)}
+        imports = named | {m.rsplit(".", k)[0] for m in named for k in range(1, m.count(".") + 1)}
         for imported in sorted(imports):
             if imported == module or imported.startswith(module + ".") or imported in found:
                 continue
@@ -112,6 +137,11 @@ def shared_modules(module: str) -> dict[str, Path]:
             if file is not None:
                 found[imported] = file
                 todo.append((file, imported))
+            elif (imported in named and not imported.startswith(root_name + ".")
+                  and not (pipeline and imported.startswith(pipeline + "."))):
+                file = _project_module_file(imported, project)
+                if file is not None:
+                    found[imported] = file  # by file only: its own imports are not followed
     return dict(sorted(found.items()))
 
 

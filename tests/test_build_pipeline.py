@@ -164,6 +164,48 @@ def test_content_key_covers_the_shared_modules_a_package_imports(tmp_path, monke
     content_key.library_digest.cache_clear()
 
 
+def test_content_key_covers_project_modules_a_kernel_imports_by_name(tmp_path, monkeypatch):
+    # As in the project: proj.gen is the generator, proj.gen.kern the kernel tree. Kernel a
+    # imports proj.rt.maps (as the varlen kernel imports the runtime's tensor-map helpers)
+    # and a generator module; b imports nothing of the project. proj.rt's __init__ pulls in
+    # a heavy module, and maps imports errs: neither is the kernel's input.
+    root = tmp_path / "proj"
+    for sub in ("gen/kern/a", "gen/kern/b", "rt"):
+        (root / sub).mkdir(parents=True)
+    for init in ("__init__.py", "gen/__init__.py", "gen/kern/__init__.py", "gen/kern/b/__init__.py"):
+        (root / init).write_text("")
+    (root / "gen" / "kern" / "a" / "__init__.py").write_text(
+        "from proj.rt.maps import f\nfrom proj.gen.pipeline import g\n")
+    (root / "gen" / "pipeline.py").write_text("def g():\n    return 1\n")
+    (root / "rt" / "__init__.py").write_text("from . import heavy\n")
+    (root / "rt" / "heavy.py").write_text("H = 1\n")
+    (root / "rt" / "errs.py").write_text("E = 1\n")
+    (root / "rt" / "maps.py").write_text("from .errs import E\ndef f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def key(pkg):
+        content_key.library_digest.cache_clear()
+        return content_key.content_key("src", pkg, "--gpu-arch sm_90a", "sm_90a")
+
+    # The generator's own modules are PIPELINE_VERSION's, not the key's.
+    assert list(content_key.shared_modules("proj.gen.kern.a")) == ["proj.rt.maps"]
+    assert list(content_key.shared_modules("proj.gen.kern.b")) == []
+    a0, b0 = key("proj.gen.kern.a"), key("proj.gen.kern.b")
+    (root / "rt" / "maps.py").write_text("from .errs import E\ndef f():\n    return 2\n")
+    a1 = key("proj.gen.kern.a")
+    assert a1 != a0 and key("proj.gen.kern.b") == b0
+    for edited in ("heavy.py", "errs.py"):
+        (root / "rt" / edited).write_text("H = 2\n")
+        assert key("proj.gen.kern.a") == a1, edited
+    content_key.library_digest.cache_clear()
+
+
+def test_fa3_kernels_hash_the_runtime_tensor_map_helpers():
+    # The varlen kernel calls ragged_coords / ragged_extent / ragged_shift while it is traced.
+    assert "cubinforge.runtime.tensormap" in content_key.shared_modules(
+        "cubinforge.generator.kernels.fa3_fwd_sm90")
+
+
 def test_kernel_packages_hash_the_shared_kernel_module():
     # Every family package that imports kernels/common.py has it in its key's inputs.
     for pkg in ("fa3_fwd_sm90", "fa4_fwd_sm100", "attn_combine", "kv_append", "kv_gather"):
