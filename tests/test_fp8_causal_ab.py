@@ -37,8 +37,11 @@ def test_controls_are_the_shipped_forms():
 
 def test_one_shipped_base_per_timing_group():
     """bench.fp8 times the variants of one (head dim, causal, V layout) together and reads each
-    against the group's base: every group of the set holds exactly one shipped form."""
-    from cubinforge.bench.ab import FP8_CAUSAL_BASES, experiment_config
+    against the group's base, the first of its labels in any set's bases: every group of the set
+    holds exactly one, a shipped form."""
+    from cubinforge.bench.ab import FP8_CAUSAL_BASES, FP8_HD128_2_BASES, FP8_P_SCALE_BASES, experiment_config
+
+    bases = set(FP8_P_SCALE_BASES + FP8_HD128_2_BASES + FP8_CAUSAL_BASES)
 
     groups: dict[tuple, list[str]] = {}
     for label, over in _rows():
@@ -46,7 +49,8 @@ def test_one_shipped_base_per_timing_group():
         groups.setdefault((cfg.head_dim, cfg.causal, cfg.v_layout), []).append(label)
     assert set(groups) == {(128, c, v) for c in (False, True) for v in ("colmajor", "rowmajor")}
     for key, labels in groups.items():
-        assert len([lb for lb in labels if lb in FP8_CAUSAL_BASES]) == 1, (key, labels)
+        assert len([lb for lb in labels if lb in bases]) == 1, (key, labels)
+        assert next(lb for lb in labels if lb in bases) in FP8_CAUSAL_BASES, (key, labels)
 
 
 def test_labels_say_what_each_row_turns_on():
