@@ -605,6 +605,26 @@ FP8_CAUSAL = [
 ]
 # The shipped forms among them: each (head dim, causal, V layout) group's base in bench.fp8 --ab-home.
 FP8_CAUSAL_BASES = (_WIN, "v-rowmajor+tile-128x224", "lpt", "v-rowmajor+lpt+tile-128x192")
+# e4m3 hd64 (issue 13, secondary: check9/n1 561 TFLOPS non-causal, 565 causal, 38% of the e4m3
+# ceiling). Shipped: persistent 192 x 128 (three consumer warpgroups), O in its own buffer, all
+# else off, both masks. Per key block and warp (bench/loop_sass.py --sets fp8-hd64) the
+# unmasked loop issues 521 instructions for 64 scores a thread (8.1 a score); the pair shuffle
+# takes it to 477, the in-order sum + lazy rescale on top 494; 128 x 192 674 for 96 scores
+# (7.0), 128 x 256 855 for 128 (6.7). Candidates: those on the shipped form, the wider key
+# blocks at 128 rows, and causal with the bit mask (masked loop 693 -> 608).
+_H64 = dict(_E4M3, head_dim=64, scheduler="persistent", v_layout="colmajor")
+_H64_W = dict(in_order_row_sum=True, rescale_threshold=8.0, fp8_p_pair_shuffle=True)
+FP8_HD64 = [
+    ("default", dict(_H64, causal=False)),  # shipped, control
+    ("pair-shuffle", dict(_H64, causal=False, fp8_p_pair_shuffle=True)),
+    ("in-order-sum+lazy-rescale-8+pair-shuffle", dict(_H64, causal=False, **_H64_W)),
+    *[(f"tile-128x{n}+in-order-sum+lazy-rescale-8+pair-shuffle",
+       dict(_H64, causal=False, tile_m=128, tile_n=n, **_H64_W)) for n in (192, 256)],
+    ("default", dict(_H64, causal=True)),  # shipped, control
+    ("pair-shuffle+mask-bits", dict(_H64, causal=True, fp8_p_pair_shuffle=True, mask_bits=True)),
+    ("in-order-sum+lazy-rescale-8+pair-shuffle+mask-bits", dict(_H64, causal=True, mask_bits=True, **_H64_W)),
+]
+FP8_HD64_BASES = ("default",)
 # hd96 after its session-6 promotion (check6/e2: bf16 non-causal 128 x 176 0.90 / 0.97 at 8k /
 # 16k, causal persistent + separate O 0.89 / 0.86): the shipped forms as baselines, then the
 # overlaps and masks that won on hd128 / hd64 on top of each.
@@ -654,7 +674,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "model-variants-3": MODEL_VARIANTS_3, "dv128-no-pingpong": DV128_NOPINGPONG,
                "hd192-no-pingpong": HD192_NOPINGPONG, "decode-hd128": DECODE_HD128,
                "dv128-l2": DV128_L2, "hd192-l2": HD192_L2, "dv128-l2-3": DV128_L2_3,
-               "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL}
+               "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
+               "fp8-hd64": FP8_HD64}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -17,7 +17,7 @@ major and row-major (transposed in shared memory, SET=fp8)) and torch._scaled_mm
 case runs in its own try/except; the table at the end says what failed and why.
 
     python3 -m bench.fp8 --ab-home .cubinforge-ab-fp8p   # bench.ab's e4m3 candidates (ab_home)
-    python3 -m bench.fp8 --ab-home .cubinforge-ab-fp8c   # fp8-causal: causal / non-causal in one run
+    python3 -m bench.fp8 --ab-home .cubinforge-ab-fp8c   # fp8-causal (or fp8-hd64): causal / non-causal in one run
 """
 
 from __future__ import annotations
@@ -278,8 +278,8 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
     os.environ["CUBINFORGE_HOME"] = str(home)  # Ours pins through LocalSource() of this home
     from cubinforge.runtime import flash_attn_func
 
-    from .ab import (FP8_CAUSAL_BASES, FP8_HD128_2_BASES, FP8_P_SCALE_BASES, RISING_SHAPES, check_fp8_variant,
-                     fp8_call)
+    from .ab import (FP8_CAUSAL_BASES, FP8_HD64_BASES, FP8_HD128_2_BASES, FP8_P_SCALE_BASES, RISING_SHAPES,
+                     check_fp8_variant, fp8_call)
     from .anchors import Ours
     from .timing import alternating, median, time_cuda
 
@@ -348,7 +348,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
             for n in alternating(fns):
                 ms[n].append(time_cuda(fns[n], warmup=3, min_iters=10, max_iters=30, budget_s=0.2).median_ms)
             flops = attention_flops(1, heads, seqlen, seqlen, d, causal)
-            bases = FP8_P_SCALE_BASES + FP8_HD128_2_BASES + FP8_CAUSAL_BASES
+            bases = FP8_P_SCALE_BASES + FP8_HD128_2_BASES + FP8_CAUSAL_BASES + FP8_HD64_BASES
             base = next((n for n in names if n.split("+", 1)[1] in bases), names[0])
             for n in names:
                 summary[n]["tflops"] = tflops(flops, median(ms[n]))

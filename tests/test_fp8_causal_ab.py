@@ -53,11 +53,14 @@ def test_one_shipped_base_per_timing_group():
         assert next(lb for lb in labels if lb in bases) in FP8_CAUSAL_BASES, (key, labels)
 
 
-def test_labels_say_what_each_row_turns_on():
-    from cubinforge.bench.ab import ab_name, experiment_config
+@pytest.mark.parametrize("set_name", ["fp8-causal", "fp8-hd64"])
+def test_labels_say_what_each_row_turns_on(set_name):
+    from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import default_tile
 
+    rows = EXPERIMENTS[set_name]
     names = set()
-    for label, over in _rows():
+    for label, over in rows:
         cfg = experiment_config(over)
         parts = set(label.split("+"))
         assert cfg.fp8_p_pair_shuffle == ("pair-shuffle" in parts), label
@@ -67,13 +70,30 @@ def test_labels_say_what_each_row_turns_on():
         # bench.fp8 runs the rising-score gate on labels naming the lazy rescale.
         assert cfg.rescale_threshold == (8.0 if "lazy-rescale-8" in parts else 0.0), label
         assert (cfg.v_layout == "rowmajor") == ("v-rowmajor" in parts), label
-        if cfg.causal:
-            assert cfg.scheduler == ("persistent" if "persistent-lpt" in parts else "lpt"), label
         tile = next((p for p in parts if p.startswith("tile-")), None)
-        assert (cfg.tile_m, cfg.tile_n) == (tuple(map(int, tile[5:].split("x"))) if tile else (128, 128)), label
-        assert cfg.separate_o_smem and cfg.fp8 and cfg.head_dim == 128
+        want = tuple(map(int, tile[5:].split("x"))) if tile else default_tile(cfg.head_dim)
+        assert (cfg.tile_m, cfg.tile_n) == want, label
+        assert cfg.separate_o_smem and cfg.fp8 and not cfg.q_double_buffer and cfg.stages == 2, label
         names.add(ab_name(cfg, label))
-    assert len(names) == len(_rows()) <= 10  # one device call of < 120 s
+    assert len(names) == len(rows) <= 10  # one device call of < 120 s
+
+
+def test_causal_rows_name_their_walk():
+    from cubinforge.bench.ab import experiment_config
+
+    for label, over in _rows():
+        cfg = experiment_config(over)
+        if cfg.causal:
+            assert cfg.scheduler == ("persistent" if "persistent-lpt" in label.split("+") else "lpt"), label
+
+
+def test_hd64_controls_are_the_shipped_forms():
+    from cubinforge.bench.ab import EXPERIMENTS, FP8_HD64_BASES, experiment_config
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+
+    controls = [experiment_config(over) for label, over in EXPERIMENTS["fp8-hd64"] if label in FP8_HD64_BASES]
+    assert controls == [FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=64, causal=c, scheduler="persistent",
+                                  v_layout="colmajor") for c in (False, True)]
 
 
 def test_error_cases_mask_the_reference_as_the_variant():
