@@ -262,7 +262,7 @@ def error_cases(d: int, causal: bool, seqlen: int, b: int = 1, h: int = 8, seed:
     }
 
 
-def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int = 0) -> int:
+def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int = 0, rounds: int = 3) -> int:
     """bench.ab's e4m3 candidates in the registry at `home` (`bench.ab build --experiments
     fp8-p-scale`): each through bench.ab's e4m3 gate (and its rising-score case where the
     softmax keeps a stale maximum or shifts P), then the error study's kernel rows (a0), (a)
@@ -271,7 +271,8 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
     layout), read against that group's base (bench.ab's FP8_*_BASES); each causal variant's
     TFLOPS over the non-causal ones' of the same run (causal_ratios). A bf16 variant in the
     home gives row (c). The inputs are quantised on the host (fp8_reference.quantize:
-    fp8_quant's numpy model), the same bytes for every variant. Returns the gate's failures."""
+    fp8_quant's numpy model), the same bytes for every variant. `rounds`: timing rounds per
+    group (the median of each variant's rounds is its figure). Returns the gate's failures."""
     import os
     from pathlib import Path
 
@@ -345,7 +346,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
             lse = torch.empty((1, heads, seqlen), dtype=torch.float32, device="cuda")
             fns = {n: fp8_call(ours, n, causal, v_layout, q8, k8, v8_in, out, lse) for n in names}
             ms = {n: [] for n in names}
-            for n in alternating(fns):
+            for n in alternating(fns, rounds):
                 ms[n].append(time_cuda(fns[n], warmup=3, min_iters=10, max_iters=30, budget_s=0.2).median_ms)
             flops = attention_flops(1, heads, seqlen, seqlen, d, causal)
             bases = FP8_P_SCALE_BASES + FP8_HD128_2_BASES + FP8_CAUSAL_BASES + FP8_HD64_BASES
@@ -357,7 +358,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
                 record(f"{n} s{seqlen}", tflops=round(summary[n]["tflops"], 1),
                        vs_base=f"{summary[n]['vs_base']:.3f} of {base.split('+', 1)[1]}",
                        **({"of_ceiling": f"{summary[n]['tflops'] / ceiling:.3f}"} if ceiling else {}))
-        attempt(f"speed hd{d} {v_layout}", timed)
+        attempt(f"speed hd{d} {'causal' if causal else 'noncausal'} {v_layout}", timed)
     for name, ratios in causal_ratios(summary, dense).items():
         summary[name].update(ratios)
         record(f"{name} causal / non-causal s{seqlen}", **{k: f"{v:.3f}" for k, v in ratios.items()})
@@ -424,11 +425,13 @@ def main(argv=None) -> int:
     p.add_argument("--skip-errors", action="store_true", help="speed rows only")
     p.add_argument("--v-layout", choices=("colmajor", "rowmajor", "both"), default="both",
                    help="V layouts of the speed rows (rowmajor needs SET=fp8)")
+    p.add_argument("--rounds", type=int, default=3, help="--ab-home: alternating timing rounds per group "
+                                                         "(default 3; more to resolve ~1%% differences)")
     p.add_argument("--ab-home", help="bench.ab's e4m3 candidates in this registry (fp8-p-scale): gate, "
                                      "error rows and TFLOPS per variant, nothing else")
     a = p.parse_args(argv)
     if a.ab_home:
-        failed = ab_home(a.ab_home, a.seqlen, a.err_seqlen)
+        failed = ab_home(a.ab_home, a.seqlen, a.err_seqlen, rounds=a.rounds)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(ROWS, f, indent=1)
