@@ -131,3 +131,29 @@ def test_causal_ratios():
     assert set(got) == {"c-col", "c-row"}  # untimed rows and head dims without a non-causal peer drop out
     assert got["c-col"] == pytest.approx({"vs_noncausal": 0.95, "vs_noncausal_same_v": 0.95})
     assert got["c-row"] == pytest.approx({"vs_noncausal": 0.873, "vs_noncausal_same_v": 0.97})
+
+
+def test_rising_score_gate_reads_each_lse_error_against_its_group_base():
+    # check9/n2: every lazy-rescale row failed the rising-score case at LSE 2.6e-2 against a
+    # fixed 2e-2, while the shipped rows were never put to it. Now the base meets it too and a
+    # candidate may carry up to 1.25x the base's error (and never less than 2e-2).
+    from cubinforge.bench.fp8 import rising_gate
+
+    causal = dict(dtype="e4m3", head_dim=128, causal=True, v_layout="colmajor")
+    axes = {f"fa3-e4m3-hd128-causal-colmajor+{label}": causal for label in ("lpt", "lpt+close", "lpt+far", "lpt+o-bad")}
+    axes["fa3-e4m3-hd128-causal-colmajor+lpt+plain-fail"] = causal
+
+    def row(lse, rel=3e-2, gate="ok"):
+        return {"gate": gate, "rising rel": rel, "rising lse": lse, "_rising_ok": rel <= 4e-2}
+
+    summary = {
+        "fa3-e4m3-hd128-causal-colmajor+lpt": row(2.4e-2),
+        "fa3-e4m3-hd128-causal-colmajor+lpt+close": row(2.9e-2),
+        "fa3-e4m3-hd128-causal-colmajor+lpt+far": row(3.1e-2),
+        "fa3-e4m3-hd128-causal-colmajor+lpt+o-bad": row(2.0e-2, rel=5e-2),
+        "fa3-e4m3-hd128-causal-colmajor+lpt+plain-fail": row(1e-3, gate="FAIL"),
+    }
+    assert rising_gate(summary, axes) == 3
+    gates = {n.split("+", 1)[1]: r["gate"] for n, r in summary.items()}
+    assert gates == {"lpt": "ok", "lpt+close": "ok", "lpt+far": "FAIL", "lpt+o-bad": "FAIL", "lpt+plain-fail": "FAIL"}
+    assert not any("_rising_ok" in r for r in summary.values())
