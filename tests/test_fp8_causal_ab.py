@@ -10,13 +10,20 @@ import pytest
 
 _NC = dict(arch="sm_90a", dtype="e4m3", head_dim=128, causal=False, scheduler="persistent")
 _C = dict(arch="sm_90a", dtype="e4m3", head_dim=128, causal=True, scheduler="lpt")
-# The FwdConfigs the shipped sets build (spec.SETS "default" and "fp8", config.TUNED_FP8).
+# The FwdConfigs the shipped sets build (spec.SETS "default" and "fp8", config.TUNED_FP8): the
+# two non-causal controls, and the two causal rows check9/n3 promoted.
+_WIN = "tile-128x192+in-order-sum+lazy-rescale-8+pair-shuffle"
 SHIPPED = {
-    "tile-128x192+in-order-sum+lazy-rescale-8+pair-shuffle": dict(_NC, v_layout="colmajor", tile_m=128, tile_n=192),
+    _WIN: dict(_NC, v_layout="colmajor", tile_m=128, tile_n=192),
     "v-rowmajor+tile-128x224": dict(_NC, v_layout="rowmajor", tile_m=128, tile_n=224),
-    "lpt": dict(_C, v_layout="colmajor"),
-    "v-rowmajor+lpt+tile-128x192": dict(_C, v_layout="rowmajor", tile_m=128, tile_n=192),
+    f"persistent-lpt+{_WIN}+mask-bits+pin-loop-invariants": dict(_C, scheduler="persistent", v_layout="colmajor",
+                                                                  tile_m=128, tile_n=192),
+    "v-rowmajor+lpt+tile-128x192+in-order-sum+lazy-rescale-8+mask-bits": dict(_C, v_layout="rowmajor",
+                                                                             tile_m=128, tile_n=192),
 }
+# The causal forms shipped until then: the bases those rows were read against, all switches off.
+FORMER = {"lpt": dict(_C, v_layout="colmajor"), "v-rowmajor+lpt+tile-128x192": dict(_C, v_layout="rowmajor",
+                                                                                     tile_m=128, tile_n=192)}
 
 
 def _rows():
@@ -25,14 +32,16 @@ def _rows():
     return EXPERIMENTS["fp8-causal"]
 
 
-def test_controls_are_the_shipped_forms():
+def test_controls_and_promoted_rows_are_the_shipped_forms():
     from cubinforge.bench.ab import FP8_CAUSAL_BASES, experiment_config
     from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
 
     rows = dict(_rows())
-    assert set(FP8_CAUSAL_BASES) == set(SHIPPED)
+    assert set(FP8_CAUSAL_BASES) == {_WIN, "v-rowmajor+tile-128x224", *FORMER}
     for label, axes in SHIPPED.items():
         assert experiment_config(rows[label]) == FwdConfig(**axes), label
+    for label, axes in FORMER.items():  # nothing turned on (e4m3 always stages O apart)
+        assert experiment_config(rows[label]) == experiment_config(dict(axes, separate_o_smem=True)), label
 
 
 def test_one_shipped_base_per_timing_group():
@@ -87,13 +96,21 @@ def test_causal_rows_name_their_walk():
             assert cfg.scheduler == ("persistent" if "persistent-lpt" in label.split("+") else "lpt"), label
 
 
-def test_hd64_controls_are_the_shipped_forms():
+def test_hd64_promoted_rows_are_the_shipped_forms():
+    # check9/n2 promoted one row per mask (config.TUNED_FP8, spec's default set); the controls
+    # are the forms shipped until then, nothing turned on.
     from cubinforge.bench.ab import EXPERIMENTS, FP8_HD64_BASES, experiment_config
     from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
 
-    controls = [experiment_config(over) for label, over in EXPERIMENTS["fp8-hd64"] if label in FP8_HD64_BASES]
-    assert controls == [FwdConfig(arch="sm_90a", dtype="e4m3", head_dim=64, causal=c, scheduler="persistent",
-                                  v_layout="colmajor") for c in (False, True)]
+    rows = {(label, over["causal"]): over for label, over in EXPERIMENTS["fp8-hd64"]}
+    h64 = dict(arch="sm_90a", dtype="e4m3", head_dim=64, scheduler="persistent", v_layout="colmajor")
+    assert experiment_config(rows["tile-128x192+in-order-sum+lazy-rescale-8+pair-shuffle", False]) == FwdConfig(
+        **h64, causal=False, tile_m=128, tile_n=192)
+    assert experiment_config(rows["in-order-sum+lazy-rescale-8+pair-shuffle+mask-bits", True]) == FwdConfig(
+        **h64, causal=True)
+    for c in (False, True):
+        assert [lb for lb, cc in rows if cc == c and lb in FP8_HD64_BASES] == ["default"]
+        assert experiment_config(rows["default", c]) == experiment_config(dict(h64, causal=c, separate_o_smem=True))
 
 
 def test_error_cases_mask_the_reference_as_the_variant():
