@@ -366,7 +366,7 @@ class FlashFwdSm90:
         divs = None
         if const_expr(self.cfg.fast_divmod):
             divs = decode_divisors(self.sched, num_m, mQ.shape[2], mQ.shape[3], mK.shape[2],
-                                   make=cute.fast_divmod_create_divisor)
+                                   make=cute.fast_divmod_create_divisor_v2)
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)

@@ -134,7 +134,7 @@ class TileScheduler:
 
 # ----------------------------------------------------------------------------- fast divmod
 # FwdConfig.fast_divmod: the persistent walk's decode with every divisor made once per CTA.
-# In the kernel a divisor is a cute.FastDivmodDivisor (multiply-high and shift, CUTLASS's
+# In the kernel a divisor is a cute.FastDivmodDivisorV2 (multiply-high and shift, CUTLASS's
 # FastDivmod: exact for dividends in [0, 2^31)); on the CPU a plain int, so the tests run the
 # same arithmetic against decode's.
 
