@@ -43,7 +43,7 @@ def test_list_and_errors(tmp_path, capsys):
                  "--learnable-sink", "0", "--varlen", "0", "--head-dim", "128", "--causal", "1", "--list"]) == 0
     assert capsys.readouterr().out.split() == ["fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "fa3-fwd-sm_90a-bf16-hd128-causal-lpt",
                                            "fa3-fwd-sm_90a-fp16-hd128-causal-persistent", "fa3-fwd-sm_90a-fp16-hd128-causal-lpt",
-                                           "fa3-fwd-sm_90a-e4m3-hd128-causal-colmajor-lpt"]
+                                           "fa3-fwd-sm_90a-e4m3-hd128-causal-colmajor-persistent-m128n192"]
     assert main(["--home", str(home), "build", "--dtype", "e4m3", "--head-dim", "96"]) == 2
     assert "fp8_quant reads bf16/fp16" in capsys.readouterr().err
     assert main(["--home", str(home), "build", "--head-dim", "80"]) == 2

@@ -19,10 +19,10 @@ def test_default_set_has_the_e4m3_variants():
     names = {v.name for v in spec.expand_set("default") if v.axes.get("dtype") == "e4m3" and v.family == "fa3_fwd"
              and not v.axes["paged_kv"]}  # the e4m3 decode forms: tests/test_fp8_decode.py
     assert names == {
-        "fa3-fwd-sm_90a-e4m3-hd64-noncausal-colmajor-persistent",
+        "fa3-fwd-sm_90a-e4m3-hd64-noncausal-colmajor-persistent-m128n192",
         "fa3-fwd-sm_90a-e4m3-hd64-causal-colmajor-persistent",
         "fa3-fwd-sm_90a-e4m3-hd128-noncausal-colmajor-persistent-m128n192",
-        "fa3-fwd-sm_90a-e4m3-hd128-causal-colmajor-lpt",
+        "fa3-fwd-sm_90a-e4m3-hd128-causal-colmajor-persistent-m128n192",
         "fa3-fwd-sm_90a-e4m3-hd256-noncausal-colmajor-persistent-m128n128",
         "fa3-fwd-sm_90a-e4m3-hd256-causal-colmajor-lpt-m128n128",
     }

@@ -131,4 +131,4 @@ def test_lpt_scheduler_is_a_causal_axis_value():
     # Shipped where the H200 A/B measured it ahead (spec.SETS "default" says where).
     default_lpt = {(x.axes["head_dim"], x.axes["dtype"]) for x in expand_set("default")
                    if x.axes.get("scheduler") == "lpt"}
-    assert default_lpt == {(hd, dt) for hd in (128, 192, 256) for dt in ("bf16", "fp16")} | {(128, "e4m3"), (256, "e4m3")}
+    assert default_lpt == {(hd, dt) for hd in (128, 192, 256) for dt in ("bf16", "fp16")} | {(256, "e4m3")}
