@@ -662,6 +662,43 @@ DECODE_HD128 = [
     )
     for c in (False, True) for sp in (False, True)
 ]
+# Issue 10's long cells (hd64 / hd128 / hd256 at 8k-16k, 0.95-0.99 of FA4): the (192, 128)
+# session's two wins applied to the shipped long forms (config.TUNED; the first row of each
+# group is that form rebuilt, an A/A control): the loop invariants pinned
+# (pin_loop_invariants), lpt's L2 sections at 40 MiB (hd128: 10 pairs at 8k keys where 32 MiB
+# takes 8; hd256 5 where it takes 4), and the persistent walk's tile decode by multiply-high
+# and shift (fast_divmod). Rows whose loops the pin leaves unchanged in the SASS are left out
+# (bench/results/2026-12-01-cpu/long-ab.md lists the counts).
+_L128C = dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True)
+_L128N = dict(head_dim=128, causal=False, scheduler="persistent", separate_o_smem=True, in_order_row_sum=True,
+              q_double_buffer=True, deferred_o_store=True)
+_L256C = dict(head_dim=256, causal=True, scheduler="lpt")
+_L256N = dict(head_dim=256, causal=False, scheduler="persistent", chunked_p_convert=True)
+_L64 = dict(head_dim=64, scheduler="persistent", separate_o_smem=True, wg_epilogue=True, q_double_buffer=True)
+_PIN, _FDM = dict(pin_loop_invariants=True), dict(fast_divmod=True)
+# Every candidate of the three knobs on the six forms, for the SASS counts; `long-ab` is the
+# timed set: each form's control, + pin, and + pin with the other knob (the pair against
+# + pin isolates it): 6 controls and 12 candidates.
+LONG_AB_ALL = [
+    ("lpt+mask-bits", _L128C),
+    ("lpt+mask-bits+pin", dict(_L128C, **_PIN)),
+    ("lpt+mask-bits+l2-40", dict(_L128C, lpt_section_mib=40)),
+    ("lpt+mask-bits+l2-40+pin", dict(_L128C, lpt_section_mib=40, **_PIN)),
+    ("lpt", _L256C),
+    ("lpt+pin", dict(_L256C, **_PIN)),
+    ("lpt+l2-48", dict(_L256C, lpt_section_mib=48)),
+    ("lpt+l2-48+pin", dict(_L256C, lpt_section_mib=48, **_PIN)),
+    *[(f"{base}{tail}", dict(form, **over))
+      for base, form in (("persistent+separate-o+in-order-sum+q-double-buffer+deferred-o", _L128N),
+                         ("persistent+chunked-p", _L256N),
+                         ("persistent+separate-o+wg-epilogue+q-double-buffer", dict(_L64, causal=True)),
+                         ("persistent+separate-o+wg-epilogue+q-double-buffer", dict(_L64, causal=False)))
+      for tail, over in (("", {}), ("+pin", _PIN), ("+fast-divmod", _FDM), ("+pin+fast-divmod", dict(_PIN, **_FDM)))],
+]
+# The sections alone and fast_divmod alone change no loop (l2 is the tile order; the decode
+# is outside the key-block loops), and the pin changes every form's loops, so they are left out.
+LONG_AB = [(label, over) for label, over in LONG_AB_ALL
+           if not (label.endswith(("+l2-40", "+l2-48", "+fast-divmod")) and "+pin" not in label)]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -675,7 +712,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "hd192-no-pingpong": HD192_NOPINGPONG, "decode-hd128": DECODE_HD128,
                "dv128-l2": DV128_L2, "hd192-l2": HD192_L2, "dv128-l2-3": DV128_L2_3,
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
-               "fp8-hd64": FP8_HD64}
+               "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -141,7 +141,7 @@ TUNED_VARLEN: dict[tuple[int, bool, str, tuple[int, int] | None], dict] = {
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc")
+            "pin_q_desc", "fast_divmod")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -236,6 +236,12 @@ class FwdConfig:
     # the cubins as before.
     pin_loop_invariants: bool | None = None
     pin_q_desc: bool | None = None
+    # The persistent walk's tile decode (schedule.TileScheduler.decode: m block, head, batch and
+    # the KV head) by multiply-high and shift instead of integer divisions: the divisors'
+    # magic numbers are made once per CTA before the tile loop (the launch contract is
+    # unchanged). Persistent only: an lpt or single CTA decodes one tile, so the magic
+    # numbers would cost what the divisions do. Off: the cubins as before.
+    fast_divmod: bool | None = None
     # The softmax's exp2 for this many of every 8 columns of a row on the FMA pipe instead of
     # the MUFU (softmax.exp2_fma, a polynomial of exp2_emu_degree: exp2_poly.COEFFS), where
     # the MUFU's 16 ex2/clk/SM is the limit (hd64 16-bit, hd128 e4m3). 0: all on the MUFU.
@@ -430,6 +436,10 @@ class FwdConfig:
                              "fp8_local_p off (V column-major, or row-major with fp8_local_p=False)")
         if self.fp8 and not self.inference and not self.separate_o_smem:
             raise ValueError("e4m3 needs separate_o_smem: O (bf16) does not fit Q's e4m3 buffer layout")
+        if self.fast_divmod and (self.scheduler != "persistent" or self.inference):
+            raise ValueError(f"fast_divmod hoists the persistent walk's tile decode (scheduler 'persistent', "
+                             f"the dense kernel), got scheduler {self.scheduler!r}"
+                             f"{' and an inference form' if self.inference else ''}")
         if self.local and self.causal:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
         if self.wg_epilogue and not self.separate_o_smem:

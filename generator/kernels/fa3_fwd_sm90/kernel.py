@@ -38,7 +38,7 @@ from .layouts import (
 )
 from . import block_range, descale, pinned, v_transpose
 from .mask import apply_mask, apply_mask_bits, apply_window_mask, apply_window_mask_bits
-from .schedule import TileScheduler
+from .schedule import TileScheduler, decode_divisors, decode_fast
 from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlass.Float8E4M3FN}
@@ -362,6 +362,11 @@ class FlashFwdSm90:
             cta = bm + num_m * (bh + mQ.shape[2] * bb)
             ctas = num_tiles
         zigzag = self.sched.zigzag
+        # fast_divmod: the decode's divisors made once here, multiply-high and shift per tile.
+        divs = None
+        if const_expr(self.cfg.fast_divmod):
+            divs = decode_divisors(self.sched, num_m, mQ.shape[2], mQ.shape[3], mK.shape[2],
+                                   make=cute.fast_divmod_create_divisor_v2)
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -372,7 +377,7 @@ class FlashFwdSm90:
                 tile = self.sched.first(k, cta, ctas)
                 while tile < num_tiles:
                     m_block, head, head_kv, batch, n_block_max = self.tile_work(
-                        tile, num_m, mQ, mK, window_right)
+                        tile, num_m, mQ, mK, window_right, divs)
                     n_block_min = self.first_block(m_block, mQ, mK, window_left)
                     q_state, kv_state = self.produce(
                         mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v, pipe_q, pipe_k, pipe_v,
@@ -409,7 +414,7 @@ class FlashFwdSm90:
             tile = self.sched.first(k, cta, ctas)
             while tile < num_tiles:
                 m_block, head, head_kv, batch, n_block_max = self.tile_work(
-                    tile, num_m, mQ, mK, window_right)
+                    tile, num_m, mQ, mK, window_right, divs)
                 n_block_min = self.first_block(m_block, mQ, mK, window_left)
                 scale_log2 = softmax_scale_log2
                 v_descale = None
@@ -444,13 +449,17 @@ class FlashFwdSm90:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
-    def tile_work(self, tile, num_m, mQ, mK, window_right=None):
-        """(m_block, head, head_kv, batch, n_block_max) of a linear tile index."""
-        m_block, head, batch = self.sched.decode(
-            tile, num_m, mQ.shape[2], mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
-            self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
-        )
-        head_kv = head // (mQ.shape[2] // mK.shape[2])
+    def tile_work(self, tile, num_m, mQ, mK, window_right=None, divs=None):
+        """(m_block, head, head_kv, batch, n_block_max) of a linear tile index (`divs`:
+        decode_divisors' made once per CTA, fast_divmod)."""
+        if const_expr(divs is not None):
+            m_block, head, batch, head_kv = decode_fast(self.sched, tile, num_m, divs)
+        else:
+            m_block, head, batch = self.sched.decode(
+                tile, num_m, mQ.shape[2], mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
+                self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
+            )
+            head_kv = head // (mQ.shape[2] // mK.shape[2])
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
         n_block_max = block_range.n_block_max(
             m_block, seqlen_q, seqlen_k, self.tile_m, self.tile_n, self.causal, self.local, window_right,

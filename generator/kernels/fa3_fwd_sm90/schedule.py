@@ -132,6 +132,34 @@ class TileScheduler:
         return m_block, head, batch
 
 
+# ----------------------------------------------------------------------------- fast divmod
+# FwdConfig.fast_divmod: the persistent walk's decode with every divisor made once per CTA.
+# In the kernel a divisor is a cute.FastDivmodDivisorV2 (multiply-high and shift, CUTLASS's
+# FastDivmod: exact for dividends in [0, 2^31)); on the CPU a plain int, so the tests run the
+# same arithmetic against decode's.
+
+
+def decode_divisors(sched: TileScheduler, num_m, heads, batches, heads_kv, make=int):
+    """(inner, outer, group): the divisors decode_fast divides by, made once (`make`: the
+    device's divisor maker). Causal (pairs fastest): tile // num_hb is tile // heads //
+    batches (floor division nests), so heads and batches; otherwise num_m and heads."""
+    inner, outer = (heads, batches) if sched.longest_last else (num_m, heads)
+    return make(inner), make(outer), make(heads // heads_kv)
+
+
+def decode_fast(sched: TileScheduler, tile, num_m, divs):
+    """(m_block, head, batch, head_kv) of a linear tile, as TileScheduler.decode gives them for
+    the persistent walk (no L2 sections), by divmod against decode_divisors' `divs`."""
+    inner, outer, group = divs
+    rest, a = divmod(tile, inner)
+    b, c = divmod(rest, outer)
+    if sched.longest_last:
+        m_block, head, batch = num_m - 1 - b, a, c
+    else:
+        m_block, head, batch = a, c, b
+    return m_block, head, batch, head // group
+
+
 # ----------------------------------------------------------------------------- varlen
 # The varlen grid is 1-D over (tile, head), head fastest, with at most varlen_tile_bound
 # tiles: the bound needs only the packed tensor's rows and the batch size (no host copy of
