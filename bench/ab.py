@@ -668,7 +668,8 @@ DECODE_HD128 = [
 # barriers around one store. warp_o_store has each warp store its own 16 rows after a warp
 # sync only; with it, the switches that moved other short cells (the bit mask, the Q double
 # buffer, the deferred store). The per-warpgroup epilogue (under 1% in short-causal/) is
-# timed again beside it, so the barriers' scope is measured within one run.
+# timed again beside it, so the barriers' scope is measured within one run; and the warp store
+# without ping-pong.
 _SEPI = dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)
 _WO = dict(_SEPI, warp_o_store=True)
 SHORT_EPI = [
@@ -678,6 +679,9 @@ SHORT_EPI = [
     ("persistent-lpt+separate-o+warp-o-store+mask-bits", dict(_WO, mask_bits=True)),
     ("persistent-lpt+separate-o+warp-o-store+q-double-buffer", dict(_WO, **_QDB)),
     ("persistent-lpt+separate-o+warp-o-store+q-double-buffer+deferred-o", dict(_WO, **_DEF)),
+    # Ping-pong makes a warpgroup wait for its partner's GEMMs every key block; a tile here
+    # has 1-4 blocks, each tile's first QK^T and last PV run outside it anyway.
+    ("persistent-lpt+separate-o+warp-o-store+no-pingpong", dict(_WO, pingpong=False)),
 ]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,

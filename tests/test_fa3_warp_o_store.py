@@ -50,18 +50,33 @@ def test_short_epi_set_is_the_shipped_form_plus_what_each_label_names():
                            ("mask-bits", "mask_bits"), ("q-double-buffer", "q_double_buffer"),
                            ("deferred-o", "deferred_o_store")):
             assert getattr(cfg, name) == (flag in label), (label, name)
+        assert cfg.pingpong == ("no-pingpong" not in label), label
 
 
 def test_the_contract_carries_a_16_row_o_box():
     """The runtime (runtime/tensormap.py) and the C++ loader encode tensor maps from the
     contract's box, so the 16-row box needs no code of theirs: only this entry."""
     pytest.importorskip("cutlass")
+    from cubinforge.generator.compile_worker import describe_build
     from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
 
     for warp, rows in ((False, 128), (True, 16)):
-        built = compile_variant(FwdConfig(**SHORT, separate_o_smem=True, warp_o_store=warp))
+        built = describe_build("fa3-fwd-sm_90a-bf16-hd128-causal-persistent", "sm_90a",
+                               compile_variant(FwdConfig(**SHORT, separate_o_smem=True, warp_o_store=warp)))
         (tma_o,) = [p for p in built.contract["params"] if p["name"] == "tma_o"]
         assert tma_o["box"][:2] == [64, rows], tma_o
+        # The runtime takes the contract as it is and encodes O's map with that box.
+        import sys
+        from pathlib import Path
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from test_runtime_fixtures import arr
+
+        from cubinforge.runtime import load_contract
+        from cubinforge.runtime.tensormap import tensormap_args
+
+        (spec,) = [p.spec for p in load_contract(built.contract).params if p.name == "tma_o"]
+        assert tensormap_args(spec, arr((2, 777, 16, 128)), "o").box == (64, rows, 1, 1)
 
 
 @pytest.mark.slow
