@@ -667,14 +667,14 @@ DECODE_HD128 = [
 # swizzle atom of columns) where the shipped form has both warpgroups meet at two 256-thread
 # barriers around one store. warp_o_store has each warp store its own 16 rows after a warp
 # sync only; with it, the switches that moved other short cells (the bit mask, the Q double
-# buffer, the deferred store). The per-warpgroup epilogue (under 1% in short-causal/) is
-# timed again beside it, so the barriers' scope is measured within one run; and the warp store
-# without ping-pong.
+# buffer, the deferred store), and without ping-pong. The second control is the form the
+# dispatcher serves from 769 rows (lpt + bit mask, 0.89-0.92 of cuDNN at 1k in check6): a
+# candidate above it at 1k moves the crossover too.
 _SEPI = dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)
 _WO = dict(_SEPI, warp_o_store=True)
 SHORT_EPI = [
     ("persistent-lpt+separate-o", _SEPI),  # shipped (<= 768 rows), the control
-    ("persistent-lpt+separate-o+wg-epilogue", dict(_SEPI, wg_epilogue=True)),
+    ("lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True)),  # shipped > 768 rows
     ("persistent-lpt+separate-o+warp-o-store", _WO),
     ("persistent-lpt+separate-o+warp-o-store+mask-bits", dict(_WO, mask_bits=True)),
     ("persistent-lpt+separate-o+warp-o-store+q-double-buffer", dict(_WO, **_QDB)),

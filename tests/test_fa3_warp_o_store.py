@@ -41,9 +41,10 @@ def test_short_epi_set_is_the_shipped_form_plus_what_each_label_names():
     assert len(rows) <= 7  # the control and at most six candidates
     names = [ab_name(experiment_config(o), label) for label, o in rows]
     assert len(set(names)) == len(names), names
-    shipped = FwdConfig(**SHORT, stages=0)  # what the dispatcher serves at <= 768 rows
-    assert experiment_config(rows[0][1]) == shipped
-    for label, o in rows:
+    # The controls: what the dispatcher serves at <= 768 rows and above.
+    assert experiment_config(rows[0][1]) == FwdConfig(**SHORT, stages=0)
+    assert experiment_config(rows[1][1]) == FwdConfig(**dict(SHORT, scheduler="lpt"), stages=0)
+    for label, o in rows[2:]:
         cfg = experiment_config(o)
         assert (cfg.head_dim, cfg.causal, cfg.scheduler, cfg.separate_o_smem) == (128, True, "persistent", True)
         for flag, name in (("warp-o-store", "warp_o_store"), ("wg-epilogue", "wg_epilogue"),
