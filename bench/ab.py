@@ -699,6 +699,27 @@ LONG_AB_ALL = [
 # is outside the key-block loops), and the pin changes every form's loops, so they are left out.
 LONG_AB = [(label, over) for label, over in LONG_AB_ALL
            if not (label.endswith(("+l2-40", "+l2-48", "+fast-divmod")) and "+pin" not in label)]
+# Short causal hd128's per-tile epilogue (issue 10, 0.83 / 0.87 of cuDNN at 512 / 1k): cuDNN runs
+# the same 132 x 384-thread geometry and stores O in 16 TMA boxes a tile (one per warp and
+# swizzle atom of columns) where the shipped form has both warpgroups meet at two 256-thread
+# barriers around one store. warp_o_store has each warp store its own 16 rows after a warp
+# sync only; with it, the switches that moved other short cells (the bit mask, the Q double
+# buffer, the deferred store), and without ping-pong. The second control is the form the
+# dispatcher serves from 769 rows (lpt + bit mask, 0.89-0.92 of cuDNN at 1k in check6): a
+# candidate above it at 1k moves the crossover too.
+_SEPI = dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)
+_WO = dict(_SEPI, warp_o_store=True)
+SHORT_EPI = [
+    ("persistent-lpt+separate-o", _SEPI),  # shipped (<= 768 rows), the control
+    ("lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True)),  # shipped > 768 rows
+    ("persistent-lpt+separate-o+warp-o-store", _WO),
+    ("persistent-lpt+separate-o+warp-o-store+mask-bits", dict(_WO, mask_bits=True)),
+    ("persistent-lpt+separate-o+warp-o-store+q-double-buffer", dict(_WO, **_QDB)),
+    ("persistent-lpt+separate-o+warp-o-store+q-double-buffer+deferred-o", dict(_WO, **_DEF)),
+    # Ping-pong makes a warpgroup wait for its partner's GEMMs every key block; a tile here
+    # has 1-4 blocks, each tile's first QK^T and last PV run outside it anyway.
+    ("persistent-lpt+separate-o+warp-o-store+no-pingpong", dict(_WO, pingpong=False)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -712,7 +733,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "hd192-no-pingpong": HD192_NOPINGPONG, "decode-hd128": DECODE_HD128,
                "dv128-l2": DV128_L2, "hd192-l2": HD192_L2, "dv128-l2-3": DV128_L2_3,
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
-               "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB}
+               "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
+               "short-epi": SHORT_EPI}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -73,6 +73,14 @@ def loops(sass: str) -> list[dict]:
             for t, _, body in sorted(inner, key=lambda f: f[0])]
 
 
+def barriers_and_stores(sass: str) -> tuple[int, int]:
+    """Static named-barrier waits (BAR.SYNC, the CTA-wide one at the start included) and O
+    stores (UTMASTG, one per swizzle atom of columns per store site): what an epilogue's
+    synchronisation and store shape change."""
+    ops = [re.sub(r"^@!?U?P\w+\s+", "", m.group(2).strip()) for m in _INSN.finditer(sass)]
+    return sum(o.startswith("BAR.SYNC") for o in ops), sum(o.startswith("UTMASTG") for o in ops)
+
+
 def main(argv=None) -> int:
     from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
     from cubinforge.generator.compile_worker import describe_build
@@ -90,15 +98,16 @@ def main(argv=None) -> int:
     home = LocalSource(a.home) if a.home else None
     in_home = set(home.list()) if home else set()
     todo = [item for s in a.sets.split(",") if s for item in EXPERIMENTS[s]] + (PRUNED if a.pruned else [])
-    lines = ["| variant | smem B | regs | spill B | kernel insts | loops (insts / GEMMs / ISETP / FSEL / R2P) |",
-             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| variant | smem B | regs | spill B | kernel insts | BAR.SYNC / UTMASTG | "
+             "loops (insts / GEMMs / ISETP / FSEL / R2P) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     seen = set()
     for label, over in todo:
         try:
             cfg = experiment_config(over)
         except ValueError as e:
             name = f"{over.get('head_dim')}/{over.get('head_dim_v', over.get('head_dim'))}+{label}"
-            lines.append(f"| {name} | refused: {e} | | | | |")
+            lines.append(f"| {name} | refused: {e} | | | | | |")
             print(lines[-1], flush=True)
             continue
         name = ab_name(cfg, label)
@@ -109,18 +118,20 @@ def main(argv=None) -> int:
             try:
                 built = describe_build(name, cfg.arch, compile_variant(cfg))
             except Exception as e:  # a build that fails (smem after padding, a trace check)
-                lines.append(f"| {name} | build failed: {type(e).__name__}: {str(e)[:200]} | | | | |")
+                lines.append(f"| {name} | build failed: {type(e).__name__}: {str(e)[:200]} | | | | | |")
                 print(lines[-1], flush=True)
                 continue
             cubin, m = built.cubin, built.metadata
         else:
             man = home.get(name)
             cubin, m = home.blob(man["cubin"]["sha256"]), man["metadata"]
-        ls = loops(cuobjdump(["-sass"], cubin) or "")
+        sass = cuobjdump(["-sass"], cubin) or ""
+        ls = loops(sass)
+        bars, stores = barriers_and_stores(sass)
         spill = (m.get("spill_store_bytes") or 0) + (m.get("spill_load_bytes") or 0)
         desc = ", ".join(f"{x['insts']}/{x['gemm']}/{x['isetp']}/{x['fsel']}/{x['r2p']}" for x in ls)
         lines.append(f"| {name.removeprefix('fa3-fwd-sm_90a-bf16-')} | {m.get('dynamic_smem_bytes')} | "
-                     f"{m.get('registers')} | {spill} | {(m.get('sass') or {}).get('instructions')} | {desc} |")
+                     f"{m.get('registers')} | {spill} | {(m.get('sass') or {}).get('instructions')} | {bars} / {stores} | {desc} |")
         print(lines[-1], flush=True)
     if a.out:
         a.out.write_text("\n".join(lines) + "\n")

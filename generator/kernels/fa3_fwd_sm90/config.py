@@ -141,7 +141,7 @@ TUNED_VARLEN: dict[tuple[int, bool, str, tuple[int, int] | None], dict] = {
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc", "fast_divmod")
+            "pin_q_desc", "fast_divmod", "warp_o_store")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -218,6 +218,14 @@ class FwdConfig:
     # barrier) instead of all of them syncing for one store: no warpgroup waits for another
     # at the end of a tile, so ping-pong carries on across tiles. Needs separate_o_smem.
     wg_epilogue: bool | None = None
+    # Each consumer warp stores its own 16 rows of O (the WGMMA accumulator's rows of that
+    # warp): stmatrix, fence.proxy.async, a warp sync, and one lane's TMA store of a 16-row
+    # box, then that warp's LSE; no named barrier in the epilogue at all, so one warp's store
+    # runs while the others still convert (cuDNN's per-tile 16 O stores at hd128). The O
+    # buffer keeps separate_o_smem's layout: a 16-row slice of it is one 1024-byte-aligned
+    # run per swizzle atom of columns, which the 16-row box reads. Needs separate_o_smem,
+    # excludes wg_epilogue (issue 10's short-epi A/B).
+    warp_o_store: bool | None = None
     # Mask a row with one bit mask from its kept-column count instead of a compare per
     # element (mask.apply_mask_bits), as FA4 does; under a window, the difference of two
     # such masks (mask.apply_window_mask_bits).
@@ -444,6 +452,9 @@ class FwdConfig:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
+        if self.warp_o_store and not (self.separate_o_smem and not self.wg_epilogue and not self.inference):
+            raise ValueError("warp_o_store stores O per warp from its own buffer: it needs separate_o_smem, "
+                             "excludes wg_epilogue, and is built for the dense forward only")
         if self.inference and self.scheduler != "single" and not (self.varlen and self.scheduler == "persistent"):
             raise ValueError("split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler 'single' "
                              "(varlen takes 'single' or 'persistent')")

@@ -45,6 +45,9 @@ DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlass.Flo
 # The H200's SM count: only the DSL's own (unused) host launcher sees it; launchers take the
 # persistent grid from the contract, which reads the device's SM count.
 PERSISTENT_CTAS = 132
+# Rows of one warp's share of a WGMMA accumulator (m64: warp i of a warpgroup holds rows
+# 16i..16i+15): warp_o_store's TMA box.
+WARP_O_ROWS = 16
 
 
 class FlashFwdSm90:
@@ -76,8 +79,10 @@ class FlashFwdSm90:
         self.sched = TileScheduler(cfg.scheduler, cfg.causal, local=cfg.local)
         self.separate_o = cfg.separate_o_smem
         self.wg_epilogue = cfg.wg_epilogue
-        # Rows of O one TMA store writes: the whole tile, or one warpgroup's slab.
-        self.o_rows = 64 if cfg.wg_epilogue else cfg.tile_m
+        # warp_o_store: each consumer warp stores its own 16 rows (no epilogue barrier).
+        self.warp_o = cfg.warp_o_store
+        # Rows of O one TMA store writes: the whole tile, one warpgroup's slab, or one warp's.
+        self.o_rows = 64 if cfg.wg_epilogue else (WARP_O_ROWS if cfg.warp_o_store else cfg.tile_m)
         self.q_stages = cfg.q_stages  # 2: the next tile's Q loads while this one runs
         self.deferred_o = cfg.deferred_o_store
 
@@ -148,6 +153,11 @@ class FlashFwdSm90:
             sO_layout = (smem_layout(self.o_dtype, 64, self.hdim_v, self.num_wg) if self.wg_epilogue
                          else smem_layout(self.o_dtype, self.tile_m, self.hdim_v))
         sO_box_layout = cute.select(sO_layout, mode=[0, 1]) if self.wg_epilogue else sO_layout
+        if const_expr(self.warp_o):
+            # The first 16 rows of the tile's buffer: per swizzle atom of columns one 2 KiB run,
+            # as every warp's slice is (offset 2 KiB per warp, a multiple of the swizzle's period).
+            sO_box_layout = cute.composition(sO_layout, cute.make_layout(
+                (WARP_O_ROWS, self.hdim_v), stride=(1, self.tile_m)))
 
         fields = self._storage_fields(sQ_layout, sK_layout, sV_layout)
         if const_expr(self.separate_o):
@@ -445,7 +455,7 @@ class FlashFwdSm90:
                                  pend_m, pend_head, pend_batch, seqlen_q)
             if const_expr(self.separate_o):
                 # The last O store must have read shared memory before the CTA exits.
-                if ctidx % (128 if self.wg_epilogue else self.consumer_threads) == 0:
+                if ctidx % (128 if self.wg_epilogue else (32 if self.warp_o else self.consumer_threads)) == 0:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
@@ -823,6 +833,9 @@ class FlashFwdSm90:
         if const_expr(self.wg_epilogue):
             self.wg_store_o(rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
             return
+        if const_expr(self.warp_o):
+            self.warp_store_o(rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
+            return
         if const_expr(self.separate_o):
             # O's own buffer is free once the previous tile's store has read it; the barrier
             # below passes that on from the thread that issued the store.
@@ -889,6 +902,37 @@ class FlashFwdSm90:
             )
             cute.copy(tma_o, tOsO, tOgO)
             cute.arch.cp_async_bulk_commit_group()
+
+    @cute.jit
+    def warp_store_o(self, rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
+        """This warp's 16 rows of O (its accumulator rows) through its rows of sO and its own
+        TMA store; only warp syncs, so no warp waits for another. LSE after the store is issued."""
+        warp = cute.arch.make_warp_uniform(tidx // 32)
+        lane = tidx % 32
+        # This warp's rows are free once its own previous store (issued by its lane 0) read them.
+        if lane == 0:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.sync_warp()
+        # The full tile's stmatrix partition: each thread writes only its warp's 16 rows
+        # (tests/test_fa3_layouts.py checks it).
+        store_atom = smem_store_atom(self.o_dtype)
+        thr_store = cute.make_tiled_copy_C(store_atom, tiled_mma_pv).get_slice(tidx)
+        cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sO))
+        cute.arch.fence_view_async_shared()
+        cute.arch.sync_warp()
+        warps_per_tile = self.tile_m // WARP_O_ROWS
+        if lane == 0:
+            # A box wholly past seqlen_q would store nothing: skip it.
+            if (m_block * warps_per_tile + warp) * WARP_O_ROWS < seqlen_q:
+                gO = cute.local_tile(mO[None, None, head, batch], (WARP_O_ROWS, self.hdim_v),
+                                     (m_block * warps_per_tile + warp, 0))
+                sO_w = cute.local_tile(sO, (WARP_O_ROWS, self.hdim_v), (warp, 0))
+                tOsO, tOgO = cpasync.tma_partition(
+                    tma_o, 0, cute.make_layout(1), cute.group_modes(sO_w, 0, 2), cute.group_modes(gO, 0, 2)
+                )
+                cute.copy(tma_o, tOsO, tOgO)
+                cute.arch.cp_async_bulk_commit_group()
+        self.store_lse(lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
 
 
 def _smem_buffer(layout, dtype):
