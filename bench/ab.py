@@ -710,9 +710,9 @@ LONG_AB = [(label, over) for label, over in LONG_AB_ALL
 _SEPI = dict(head_dim=128, causal=True, scheduler="persistent", separate_o_smem=True)
 _WO = dict(_SEPI, warp_o_store=True)
 SHORT_EPI = [
-    ("persistent-lpt+separate-o", _SEPI),  # shipped (<= 768 rows), the control
+    ("persistent-lpt+separate-o", _SEPI),  # shipped (<= 768 rows) until check9/n4, the control
     ("lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True)),  # shipped > 768 rows
-    ("persistent-lpt+separate-o+warp-o-store", _WO),
+    ("persistent-lpt+separate-o+warp-o-store", _WO),  # promoted in check9/n4 (config.TUNED)
     ("persistent-lpt+separate-o+warp-o-store+mask-bits", dict(_WO, mask_bits=True)),
     ("persistent-lpt+separate-o+warp-o-store+q-double-buffer", dict(_WO, **_QDB)),
     ("persistent-lpt+separate-o+warp-o-store+q-double-buffer+deferred-o", dict(_WO, **_DEF)),

@@ -25,13 +25,16 @@ def test_warp_o_store_needs_its_own_o_buffer_and_excludes_the_warpgroup_store():
     assert cfg.warp_o_store and not cfg.wg_epilogue
 
 
-def test_no_shipped_build_takes_it_yet():
-    """TUNED names no warp_o_store: the default set's builds stay as they were."""
+def test_only_the_timed_form_ships_it():
+    """check9/n4 timed warp_o_store on hd128 causal's persistent form (the dispatcher's up to 768
+    rows): TUNED names it there and nowhere else."""
     from cubinforge.generator.kernels.fa3_fwd_sm90.config import TUNED, TUNED_FP8, TUNED_VARIANTS, TUNED_VARLEN
 
-    for table in (TUNED, TUNED_FP8, TUNED_VARIANTS, TUNED_VARLEN):
-        assert not any(sw.get("warp_o_store") for sw in table.values())
-    assert FwdConfig(**SHORT).warp_o_store is False
+    named = [(t, k) for t, table in enumerate((TUNED, TUNED_FP8, TUNED_VARIANTS, TUNED_VARLEN))
+             for k, sw in table.items() if sw.get("warp_o_store")]
+    assert named == [(0, (128, True, "persistent", None))]
+    assert FwdConfig(**SHORT).warp_o_store is True
+    assert FwdConfig(**dict(SHORT, head_dim=64)).warp_o_store is False
 
 
 def test_short_epi_set_is_the_shipped_form_plus_what_each_label_names():
@@ -41,8 +44,10 @@ def test_short_epi_set_is_the_shipped_form_plus_what_each_label_names():
     assert len(rows) <= 7  # the control and at most six candidates
     names = [ab_name(experiment_config(o), label) for label, o in rows]
     assert len(set(names)) == len(names), names
-    # The controls: what the dispatcher serves at <= 768 rows and above.
-    assert experiment_config(rows[0][1]) == FwdConfig(**SHORT, stages=0)
+    # The controls: what the dispatcher served at <= 768 rows until check9/n4 promoted the warp
+    # store (the third row, now the shipped form), and above.
+    assert experiment_config(rows[0][1]) == FwdConfig(**SHORT, stages=0, warp_o_store=False)
+    assert rows[2][0].endswith("+warp-o-store") and experiment_config(rows[2][1]) == FwdConfig(**SHORT, stages=0)
     assert experiment_config(rows[1][1]) == FwdConfig(**dict(SHORT, scheduler="lpt"), stages=0)
     for label, o in rows[2:]:
         cfg = experiment_config(o)

@@ -250,6 +250,12 @@ def _same_kind(m):
     return [x for x in FP8_FWD if all(x.axes.get(a) == m.axes.get(a) for a in ("head_dim", "causal", "v_layout"))]
 
 
+def _softmax_of(m):
+    """What decides P's e4m3 values: a lazy rescale's stale maximum rounds P differently, so a
+    row-major and a column-major form agree to rounding only where this matches."""
+    return (m.metadata.get("kernel") or {}).get("rescale_threshold", 0.0)
+
+
 def _check_ran(m):
     """The call ran m (where it is the only variant of its head dim, mask and V layout) and
     copied no input: a row-major V is never transposed on the host."""
@@ -298,7 +304,8 @@ def test_e4m3_rowmajor_v_matches_colmajor_and_reference(m, shape):
     assert rel < RTOL_FP8, f"{m.variant}: O rel err {rel:.3e} (tolerance {RTOL_FP8})"
     col = [x for x in FP8_FWD if x.axes.get("v_layout") == "colmajor" and x.axes["head_dim"] == d
            and x.axes["causal"] == causal]
-    if len(col) == 1 and all(col[0].axes.get(a) == m.axes.get(a) for a in ("tile_m", "tile_n", "scheduler")):
+    if len(col) == 1 and all(col[0].axes.get(a) == m.axes.get(a) for a in ("tile_m", "tile_n", "scheduler")) \
+            and _softmax_of(col[0]) == _softmax_of(m):
         _keep, v8c = _colmajor_v(bits["v"])
         o_col, lse_col = run(v8c, "colmajor")
         oc = _bf16_bits_to_f64(o_col)

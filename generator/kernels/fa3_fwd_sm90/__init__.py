@@ -46,6 +46,9 @@ def compile_variant(cfg: FwdConfig):
             "separate_o_smem": cfg.separate_o_smem, "l2_section_mib": cfg.l2_section_mib,
             "in_order_row_sum": cfg.in_order_row_sum, "wg_epilogue": cfg.wg_epilogue,
             "mask_bits": cfg.mask_bits, "chunked_p_convert": cfg.chunked_p_convert,
+            # The lazy rescale changes P's values (a stale maximum), so its rounding: recorded
+            # where set, so two forms' outputs can be told comparable or not.
+            **({"rescale_threshold": cfg.rescale_threshold} if cfg.rescale_threshold else {}),
             **({"split_kv": cfg.split_kv, "pack_gqa": cfg.pack_gqa, "paged_kv": cfg.paged_kv} if cfg.inference else {}),
             **({"varlen": True, "serves": _varlen_serves(cfg)} if cfg.varlen else {}),
             **({"v_layout": cfg.v_layout, "out_dtype": cfg.out_dtype} if cfg.fp8 else {}),

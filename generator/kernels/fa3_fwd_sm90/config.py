@@ -62,8 +62,10 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     (256, False, "persistent", None): {"chunked_p_convert": True},
     (128, True, "lpt", None): {"mask_bits": True},
     # hd128 causal up to ~768 rows (runtime/dispatch.py): persistent + separate O, 0.84 / 0.87
-    # at 512 / 1k where lpt gave 0.76 / 0.92.
-    (128, True, "persistent", None): {"separate_o_smem": True},
+    # at 512 / 1k where lpt gave 0.76 / 0.92. Session 9 (check9/n4, short-epi A/B beside cuDNN):
+    # O stored per warp (warp_o_store) 290.4 / 384.2 / 478.0 TFLOPS at 512 / 1k / 2k against
+    # 286.5 / 381.9 / 469.2 (+1.4 / +0.6 / +1.9%), gate ok.
+    (128, True, "persistent", None): {"separate_o_smem": True, "warp_o_store": True},
     (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True, "q_double_buffer": True},
     (64, True, "persistent", (128, 128)): {"separate_o_smem": True, "wg_epilogue": True, "mask_bits": True,
                                            "q_double_buffer": True, "deferred_o_store": True, "stages": 3},
