@@ -178,10 +178,16 @@ def test_ab_set_pairs_each_shipped_form_with_its_ragged_twin():
             assert cfg == shipped, label   # the baseline is the shipped build itself
 
 
-def test_cpp_bundle_refuses_a_ragged_map():
+def test_cpp_bundle_carries_a_ragged_map():
+    """The bundle keeps the ragged map (tests/test_cpp_ragged_tensormap.py compares its encode
+    with Python's) and refuses, as tensormap_args does, a ragged innermost dimension."""
     from cubinforge.generator import cpp_bundle
 
     _, tmap = _o_recipe()
-    fake = type("V", (), {"error": staticmethod(lambda m: ValueError(m))})()
-    with pytest.raises(ValueError, match=r"ragged tensor map .* not supported by the C\+\+ loader"):
-        cpp_bundle._Variant._tensormap(fake, tmap, "tma_o")
+    fake = type("V", (), {"error": staticmethod(lambda m: ValueError(m)), "tensors": [{"dims": [0, 1, 2],
+                "dtype": "bf16"}], "_tensor_index": lambda self, n, k: 0,
+                "_enum": lambda self, v, table, k: v})()
+    m = cpp_bundle._Variant._tensormap(fake, tmap, "tma_o")
+    assert m["ragged"] and m["rank"] == 4 and m["dims"][:4] == [2, 0, 1, 0] and m["box"][:4] == [64, TILE_M, 1, 1]
+    with pytest.raises(ValueError, match="ragged_dim 2 must be one of the mapped dimensions"):
+        cpp_bundle._Variant._tensormap(fake, dict(tmap, ragged_dim=2), "tma_o")
