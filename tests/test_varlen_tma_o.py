@@ -140,12 +140,18 @@ def test_a_new_o_pointer_reencodes_the_ragged_map():
 def test_config_needs_varlen_and_the_smem_stage():
     kw = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=False)
     with pytest.raises(ValueError, match="o_tma_ragged stores varlen O from shared memory"):
-        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, o_tma_ragged=True)
+        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, separate_o_smem=False,
+                  o_tma_ragged=True)
     with pytest.raises(ValueError, match="o_tma_ragged|o_smem_store is built for the varlen"):
         FwdConfig(**kw, o_tma_ragged=True)
-    assert not FwdConfig(**kw, varlen=True, scheduler="persistent").o_tma_ragged   # off unless set
+    # on where TUNED_VARLEN_DTYPE names it (bf16 hd128), off elsewhere unless set
+    assert FwdConfig(**kw, varlen=True, scheduler="persistent").o_tma_ragged
+    assert not FwdConfig(**dict(kw, dtype="fp16"), varlen=True, scheduler="persistent").o_tma_ragged
+    assert not FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=True).o_tma_ragged
+    assert not FwdConfig(**dict(kw, head_dim=64), varlen=True).o_tma_ragged
     with pytest.raises(ValueError, match="no O buffer options"):   # O's own buffer only with the ragged store
-        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, separate_o_smem=True)
+        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, separate_o_smem=True,
+                  o_tma_ragged=False)
     with pytest.raises(ValueError, match="o_tma_ragged is built for the persistent varlen walk"):
         FwdConfig(**kw, varlen=True, o_smem_store=False, separate_o_smem=True, o_tma_ragged=True)
     with pytest.raises(ValueError, match="o_tma_ragged is built for the persistent varlen walk"):
@@ -174,8 +180,11 @@ def test_ab_set_pairs_each_shipped_form_with_its_ragged_twin():
                             scheduler="persistent")
         others = set(TUNED_VARLEN[(128, cfg.causal, "persistent", None)]) - {"o_smem_store"}
         assert {s: getattr(cfg, s) for s in others} == {s: getattr(shipped, s) for s in others}, label
-        if not cfg.o_tma_ragged:
-            assert cfg == shipped, label   # the baseline is the shipped build itself
+        if not cfg.o_tma_ragged:   # the baseline: the Q-buffer form shipped before the promotion
+            assert cfg == FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=cfg.causal, varlen=True,
+                                    scheduler="persistent", o_smem_store=True), label
+        # promoted (config.TUNED_VARLEN_DTYPE): O's own buffer + the ragged store is the bf16 build
+        assert (cfg == shipped) == ("separate-o" in label), label
 
 
 def test_cpp_bundle_carries_a_ragged_map():
