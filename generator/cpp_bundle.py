@@ -292,11 +292,14 @@ class _Variant:
         return out
 
     def _tensormap(self, p: dict, key: str) -> dict:
-        if p.get("ragged_dim") is not None:
-            # runtime/tensormap.py's ragged maps (bench.ab's o_tma_ragged varlen forms) are not
-            # in the C++ loader yet: refuse them rather than encode a map without the clip.
-            raise self.error(f"{key}: a ragged tensor map (ragged_dim) is not supported by the C++ loader yet")
-        rank = len(p["dims"])
+        # A ragged map (runtime/tensormap.py): the recipe's dims plus one outer map dimension
+        # fed by ragged_dim (its extent and the base shift are the loader's, tensormap.h).
+        ragged = p.get("ragged_dim")
+        dims_in = [int(d) for d in p["dims"]]
+        if ragged is not None and ragged not in dims_in[1:]:
+            raise self.error(f"{key}: ragged_dim {ragged!r} must be one of the mapped dimensions {dims_in[1:]} "
+                             f"(not the innermost)")
+        rank = len(dims_in) + (ragged is not None)
         if not 1 <= rank <= MAX_TENSORMAP_RANK:
             raise self.error(f"{key}: tensor map rank {rank} is not 1..{MAX_TENSORMAP_RANK}")
         if len(p["box"]) != rank or len(p["element_strides"]) != rank:
@@ -305,12 +308,12 @@ class _Variant:
             raise self.error(f"{key}: interleave {p['interleave']!r} is not supported (contract v1: none)")
         tensor = self._tensor_index(p["tensor"], key)
         tspec = self.tensors[tensor]
-        dims, box = [int(d) for d in p["dims"]], [int(b) for b in p["box"]]
+        dims, box = dims_in, [int(b) for b in p["box"]]
         estr = [int(e) for e in p["element_strides"]]
         esize = DTYPES[p["dtype"]]
         swizzle = p.get("swizzle", "none")
         # TMA's own limits on the recipe (runtime/tensormap.py checks the same at launch).
-        if len(set(dims)) != rank or any(not 0 <= d < len(tspec["dims"]) for d in dims):
+        if len(set(dims)) != len(dims) or any(not 0 <= d < len(tspec["dims"]) for d in dims):
             raise self.error(f"{key}: dims {dims} are not distinct dimensions of {p['tensor']}")
         if esize != DTYPES[tspec["dtype"]]:
             raise self.error(f"{key}: map dtype {p['dtype']} does not match {p['tensor']}'s {tspec['dtype']}")
@@ -321,9 +324,10 @@ class _Variant:
         if any(not 1 <= e <= 8 for e in estr):
             raise self.error(f"{key}: element_strides {estr} must be 1..8")
         pad = [0] * (MAX_TENSORMAP_RANK - rank)
+        map_dims = dims + ([int(ragged)] if ragged is not None else [])
         return {"tensor": tensor,
-                "dtype": p["dtype"], "rank": rank,
-                "dims": dims + pad, "box": box + pad, "element_strides": estr + pad,
+                "dtype": p["dtype"], "rank": rank, "ragged": ragged is not None,
+                "dims": map_dims + pad, "box": box + pad, "element_strides": estr + pad,
                 "swizzle": self._enum(p.get("swizzle", "none"), SWIZZLE, f"{key}.swizzle"),
                 "l2_promotion": self._enum(p.get("l2_promotion", "none"), L2_PROMOTION, f"{key}.l2_promotion"),
                 "oob_fill": self._enum(p.get("oob_fill", "none"), OOB_FILL, f"{key}.oob_fill")}

@@ -299,3 +299,21 @@ def test_int_values_fit_their_tensors():
         if c["entry"] == "kvcache":
             lens = cmp.int_values(c)["cache_seqlens"]
             assert lens.max() + c["seqlen_new"] <= c["capacity"] and lens[-1] + c["seqlen_new"] == c["capacity"]
+
+
+@pytest.mark.skipif(not [m for m in manifests(SRC, "fa3_fwd")[0] if m.axes.get("varlen")],
+                    reason=f"no varlen forms in {SRC.home} (make kernels ARCH=sm90)")
+def test_packed_bf16_hd128_varlen_cases_reach_the_ragged_o_store():
+    """The shipped packed bf16 hd128 varlen forms store O through a ragged tensor map
+    (config.TUNED_VARLEN_DTYPE): the case list runs them non-causal and causal, so the H200
+    run proves the C++ ragged encode bit for bit on both."""
+    from cubinforge.runtime.varlen import select_varlen_variant
+
+    reached = set()
+    for c in of("varlen"):
+        if c["page_size"] or c["head_dim"] != 128 or cmp.has_model(c):
+            continue
+        m = select_varlen_variant("sm_90a", "bf16", 128, bool(c["causal"]), False, SRC)
+        if any(p.spec.get("ragged_dim") is not None for p in m.contract.params):
+            reached.add(c["causal"])
+    assert reached == {0, 1}

@@ -140,12 +140,18 @@ def test_a_new_o_pointer_reencodes_the_ragged_map():
 def test_config_needs_varlen_and_the_smem_stage():
     kw = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=False)
     with pytest.raises(ValueError, match="o_tma_ragged stores varlen O from shared memory"):
-        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, o_tma_ragged=True)
+        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, separate_o_smem=False,
+                  o_tma_ragged=True)
     with pytest.raises(ValueError, match="o_tma_ragged|o_smem_store is built for the varlen"):
         FwdConfig(**kw, o_tma_ragged=True)
-    assert not FwdConfig(**kw, varlen=True, scheduler="persistent").o_tma_ragged   # off unless set
+    # on where TUNED_VARLEN_DTYPE names it (bf16 hd128), off elsewhere unless set
+    assert FwdConfig(**kw, varlen=True, scheduler="persistent").o_tma_ragged
+    assert not FwdConfig(**dict(kw, dtype="fp16"), varlen=True, scheduler="persistent").o_tma_ragged
+    assert not FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=True).o_tma_ragged
+    assert not FwdConfig(**dict(kw, head_dim=64), varlen=True).o_tma_ragged
     with pytest.raises(ValueError, match="no O buffer options"):   # O's own buffer only with the ragged store
-        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, separate_o_smem=True)
+        FwdConfig(**kw, varlen=True, scheduler="persistent", o_smem_store=False, separate_o_smem=True,
+                  o_tma_ragged=False)
     with pytest.raises(ValueError, match="o_tma_ragged is built for the persistent varlen walk"):
         FwdConfig(**kw, varlen=True, o_smem_store=False, separate_o_smem=True, o_tma_ragged=True)
     with pytest.raises(ValueError, match="o_tma_ragged is built for the persistent varlen walk"):
@@ -174,14 +180,23 @@ def test_ab_set_pairs_each_shipped_form_with_its_ragged_twin():
                             scheduler="persistent")
         others = set(TUNED_VARLEN[(128, cfg.causal, "persistent", None)]) - {"o_smem_store"}
         assert {s: getattr(cfg, s) for s in others} == {s: getattr(shipped, s) for s in others}, label
-        if not cfg.o_tma_ragged:
-            assert cfg == shipped, label   # the baseline is the shipped build itself
+        if not cfg.o_tma_ragged:   # the baseline: the Q-buffer form shipped before the promotion
+            assert cfg == FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=cfg.causal, varlen=True,
+                                    scheduler="persistent", o_smem_store=True), label
+        # promoted (config.TUNED_VARLEN_DTYPE): O's own buffer + the ragged store is the bf16 build
+        assert (cfg == shipped) == ("separate-o" in label), label
 
 
-def test_cpp_bundle_refuses_a_ragged_map():
+def test_cpp_bundle_carries_a_ragged_map():
+    """The bundle keeps the ragged map (tests/test_cpp_ragged_tensormap.py compares its encode
+    with Python's) and refuses, as tensormap_args does, a ragged innermost dimension."""
     from cubinforge.generator import cpp_bundle
 
     _, tmap = _o_recipe()
-    fake = type("V", (), {"error": staticmethod(lambda m: ValueError(m))})()
-    with pytest.raises(ValueError, match=r"ragged tensor map .* not supported by the C\+\+ loader"):
-        cpp_bundle._Variant._tensormap(fake, tmap, "tma_o")
+    fake = type("V", (), {"error": staticmethod(lambda m: ValueError(m)), "tensors": [{"dims": [0, 1, 2],
+                "dtype": "bf16"}], "_tensor_index": lambda self, n, k: 0,
+                "_enum": lambda self, v, table, k: v})()
+    m = cpp_bundle._Variant._tensormap(fake, tmap, "tma_o")
+    assert m["ragged"] and m["rank"] == 4 and m["dims"][:4] == [2, 0, 1, 0] and m["box"][:4] == [64, TILE_M, 1, 1]
+    with pytest.raises(ValueError, match="ragged_dim 2 must be one of the mapped dimensions"):
+        cpp_bundle._Variant._tensormap(fake, dict(tmap, ragged_dim=2), "tma_o")

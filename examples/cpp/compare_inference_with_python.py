@@ -58,6 +58,11 @@ VL = ("q_lens", "k_lens", "heads_q", "heads_kv", "head_dim", "causal", "page_siz
 VL_CASES = [
     ([0, 1, 17, 300], [5, 1, 40, 700], 16, 4, 128, 0, 0, None, None),          # 0- and 1-token sequences
     ([0, 1, 17, 300], [5, 1, 40, 700], 16, 4, 128, 1, 0, [0, 1, 9, 250], [5, 0, 40, 333]),  # seqused < slot
+    # packed bf16 hd128 (the two above too): O by one TMA store per tile through the ragged map
+    # (config.TUNED_VARLEN_DTYPE); many sequences ending on, beside and between tile edges.
+    ([128, 0, 129, 255, 1, 0, 1000, 7], [128, 3, 129, 300, 1, 9, 1000, 7], 16, 4, 128, 0, 0, None, None),
+    ([128, 0, 129, 255, 1, 0, 1000, 7], [128, 3, 129, 300, 1, 9, 1000, 7], 16, 4, 128, 1, 0,
+     [100, 0, 129, 200, 1, 0, 999, 7], None),
     ([64, 129, 3], [64, 129, 1000], 8, 8, 64, 1, 0, None, None),               # hd64
     ([1, 17, 128], [100, 17, 2000], 16, 4, 128, 1, 16, None, [100, 17, 2000]),  # paged, page 16
     ([7, 200], [4096, 333], 16, 2, 128, 0, 256, None, [4096, 333]),           # paged, page 256

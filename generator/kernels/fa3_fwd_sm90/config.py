@@ -141,9 +141,21 @@ TUNED_VARLEN: dict[tuple[int, bool, str, tuple[int, int] | None], dict] = {
     (128, False, "persistent", None): {"o_smem_store": True},
     (128, True, "persistent", None): {"o_smem_store": True, "mask_bits": True, "in_order_row_sum": True},
 }
+# bf16 over TUNED_VARLEN (keyed (dtype, *key)): O staged in its own buffer and stored by one TMA
+# per tile through the ragged map (o_tma_ragged), H200 session 8 (check8/l6, bench.ab
+# varlen-tma-o, the 16-sequence 17,850-token case; 2 K/V stages, as there): non-causal 639 TFLOPS, 1.010x the Q-buffer
+# form (0.992x FA4), causal 540, 1.025x (1.023x FA4); 30/30 GPU tests (check8/l5). Measured on
+# bf16 only: fp16 keeps TUNED_VARLEN's form. A config that names o_smem_store=True gets
+# TUNED_VARLEN's form (the A/B rows written against it keep their meaning).
+TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dict] = {
+    ("bf16", 128, False, "persistent", None): {"o_smem_store": False, "separate_o_smem": True, "o_tma_ragged": True,
+                                               "stages": 2},
+    ("bf16", 128, True, "persistent", None): {"o_smem_store": False, "separate_o_smem": True, "o_tma_ragged": True,
+                                              "mask_bits": True, "in_order_row_sum": True, "stages": 2},
+}
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc", "fast_divmod", "warp_o_store")
+            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -310,9 +322,9 @@ class FwdConfig:
     # rows past it; instead of each thread's predicated 16-byte row stores. With
     # separate_o_smem instead (persistent walk), O is staged in its own buffer: Q goes back
     # after the last QK^T and nobody waits for the store until the next tile's O (2 K/V
-    # stages then fit). An A/B knob (bench.ab `varlen-tma-o`), off unless set; the C++
-    # bundle refuses its ragged map.
-    o_tma_ragged: bool = False
+    # stages then fit). None: as TUNED_VARLEN_DTYPE says (bf16 hd128 on the persistent walk),
+    # else off; the C++ loader encodes its ragged map as runtime/tensormap.py does.
+    o_tma_ragged: bool | None = None
     # Short-sequence overlaps (issue 10; bench.ab's `short-overlap` set); None like the switches
     # above (TUNED names none of them yet, so off).
     # Q in two shared-memory stages: a persistent CTA's producer loads tile t+1's Q as soon as
@@ -414,6 +426,8 @@ class FwdConfig:
         if self.inference:
             plain_varlen = self.varlen and not (self.paged_kv or self.fp8 or self.model_variant)
             tuned = TUNED_VARLEN.get(key, {}) if plain_varlen else {}
+            if plain_varlen and not self.o_smem_store:
+                tuned = TUNED_VARLEN_DTYPE.get((self.dtype, *key), tuned)
         elif self.model_variant:
             tuned = TUNED_VARIANTS.get((self.variant_token, *key), {}) if self.variant_token else {}
         else:

@@ -112,6 +112,10 @@ struct TensorMapSpec {
   Swizzle swizzle;
   L2Promotion l2_promotion;
   OobFill oob_fill;  // interleave is always none in contract v1
+  // A ragged map (runtime/tensormap.py ragged_*): the last map dimension (dims[rank - 1], the
+  // tensor dimension the map clips per sequence) has rows + 1 entries, and the base moves back
+  // rows * stride elements. false: a plain map.
+  bool ragged;
 };
 
 struct ParamSpec {

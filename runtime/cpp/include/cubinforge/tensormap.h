@@ -56,13 +56,17 @@ inline Status make_tensormap_request(const ParamSpec& p, const Bound& b, TensorM
   r.rank = static_cast<uint32_t>(m.rank);
   r.address = reinterpret_cast<void*>(static_cast<uintptr_t>(t->ptr));
   if (t->ptr % 16 != 0) return invalid(who + ": " + tname + " pointer must be 16-byte aligned for TMA");
+  if (m.ragged && m.rank < 2) return invalid(who + ": a ragged tensor map needs rank 2..5");
   for (int i = 0; i < m.rank; ++i) {
     const int d = m.dims[i];
     if (d < 0 || d >= t->rank) return invalid(who + ": map dimension " + std::to_string(i) + " names no dimension of " + tname);
-    if (t->shape[d] < 1 || t->shape[d] > (int64_t(1) << 32))
+    // A ragged map's last dimension: ragged_extent(rows) = rows + 1 entries over the rows' stride.
+    const bool outer = m.ragged && i == m.rank - 1;
+    const int64_t extent = outer ? t->shape[d] + 1 : t->shape[d];
+    if (extent < 1 || extent > (int64_t(1) << 32))
       return invalid(who + ": " + tname + " dimension " + std::to_string(d) + " has size " +
-                     std::to_string(t->shape[d]) + "; TMA needs 1..2^32");
-    r.global_dim[i] = static_cast<cuuint64_t>(t->shape[d]);
+                     std::to_string(extent) + "; TMA needs 1..2^32");
+    r.global_dim[i] = static_cast<cuuint64_t>(extent);
     r.box[i] = m.box[i];
     r.element_strides[i] = m.element_strides[i];
     if (i == 0) {
@@ -76,6 +80,16 @@ inline Status make_tensormap_request(const ParamSpec& p, const Bound& b, TensorM
       return invalid(who + ": " + tname + " dimension " + std::to_string(d) + " has a stride of " +
                      std::to_string(bytes) + " bytes; TMA needs a positive multiple of 16 below 2^40");
     r.global_strides[i - 1] = static_cast<cuuint64_t>(bytes);
+  }
+  if (m.ragged) {
+    // ragged_shift: the base moves back rows * stride elements, so a sequence at rows
+    // [offset, offset + length) is the map's rows [rows - length, rows) at outer offset + length.
+    const int d = m.dims[m.rank - 1];
+    const uint64_t shift = static_cast<uint64_t>(t->shape[d]) * static_cast<uint64_t>(t->strides[d] * elem);
+    if (t->ptr < shift)
+      return invalid(who + ": " + tname + " pointer is below its own size: the ragged map's base (moved back " +
+                     std::to_string(t->shape[d]) + " rows) would not be an address");
+    r.address = reinterpret_cast<void*>(static_cast<uintptr_t>(t->ptr - shift));
   }
   static const CUtensorMapSwizzle kSwizzle[] = {CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_SWIZZLE_32B,
                                                 CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_SWIZZLE_128B};
