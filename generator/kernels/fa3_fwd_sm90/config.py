@@ -61,6 +61,11 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     (192, False, "persistent", None): {"chunked_p_convert": True},
     (256, False, "persistent", None): {"chunked_p_convert": True},
     (128, True, "lpt", None): {"mask_bits": True},
+    # Session 9 (check9/n5, long-ab A/B): the key-block loop's invariants pinned (541 -> 490
+    # instructions a block), 755.0 / 787.2 TFLOPS at 8k / 16k against 748.8 / 774.3, gate ok.
+    # The pin lost or tied on the other long forms (hd64, hd128 both masks) and was mixed on
+    # hd256 non-causal (-0.6% at 8k), so it ships here only.
+    (256, True, "lpt", None): {"pin_loop_invariants": True},
     # hd128 causal up to ~768 rows (runtime/dispatch.py): persistent + separate O, 0.84 / 0.87
     # at 512 / 1k where lpt gave 0.76 / 0.92. Session 9 (check9/n4, short-epi A/B beside cuDNN):
     # O stored per warp (warp_o_store) 290.4 / 384.2 / 478.0 TFLOPS at 512 / 1k / 2k against
