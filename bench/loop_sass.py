@@ -81,10 +81,21 @@ def barriers_and_stores(sass: str) -> tuple[int, int]:
     return sum(o.startswith("BAR.SYNC") for o in ops), sum(o.startswith("UTMASTG") for o in ops)
 
 
-def main(argv=None) -> int:
-    from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
+def cubin_and_metadata(name: str, cfg, home=None, in_home=frozenset()) -> tuple[bytes, dict]:
+    """An experiment's cubin and build metadata: from the A/B registry home where it holds the
+    variant (`in_home`: its names), else compiled here (the CuTe DSL, no GPU)."""
+    if home is not None and name in in_home:
+        man = home.get(name)
+        return home.blob(man["cubin"]["sha256"]), man["metadata"]
     from cubinforge.generator.compile_worker import describe_build
     from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
+
+    built = describe_build(name, cfg.arch, compile_variant(cfg))
+    return built.cubin, built.metadata
+
+
+def main(argv=None) -> int:
+    from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
     from cubinforge.generator.sass import cuobjdump
     from cubinforge.runtime.registry_source import LocalSource
 
@@ -114,17 +125,12 @@ def main(argv=None) -> int:
         if name in seen or not re.search(a.match, name):
             continue
         seen.add(name)
-        if home is None or name not in in_home:  # not in the home: compile it here
-            try:
-                built = describe_build(name, cfg.arch, compile_variant(cfg))
-            except Exception as e:  # a build that fails (smem after padding, a trace check)
-                lines.append(f"| {name} | build failed: {type(e).__name__}: {str(e)[:200]} | | | | | |")
-                print(lines[-1], flush=True)
-                continue
-            cubin, m = built.cubin, built.metadata
-        else:
-            man = home.get(name)
-            cubin, m = home.blob(man["cubin"]["sha256"]), man["metadata"]
+        try:
+            cubin, m = cubin_and_metadata(name, cfg, home, in_home)
+        except Exception as e:  # a build that fails (smem after padding, a trace check)
+            lines.append(f"| {name} | build failed: {type(e).__name__}: {str(e)[:200]} | | | | | |")
+            print(lines[-1], flush=True)
+            continue
         sass = cuobjdump(["-sass"], cubin) or ""
         ls = loops(sass)
         bars, stores = barriers_and_stores(sass)

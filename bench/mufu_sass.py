@@ -49,8 +49,7 @@ def block_windows(sass: str) -> list[Counter]:
 
 def main(argv=None) -> int:
     from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
-    from cubinforge.generator.compile_worker import describe_build
-    from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
+    from cubinforge.bench.loop_sass import cubin_and_metadata
     from cubinforge.generator.sass import cuobjdump
     from cubinforge.runtime.registry_source import LocalSource
 
@@ -61,13 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     home = LocalSource(a.home) if a.home else None
-
-    def cubin_and_metadata(name, cfg):
-        if home is None:
-            built = describe_build(name, cfg.arch, compile_variant(cfg))
-            return built.cubin, built.metadata
-        man = home.get(name)
-        return home.blob(man["cubin"]["sha256"]), man["metadata"]
+    in_home = set(home.list()) if home else set()
     head = ["variant", "regs", "spill B", "insts/block", *OPS]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     seen = set()
@@ -78,7 +71,7 @@ def main(argv=None) -> int:
             if name in seen or not re.search(a.match, name):
                 continue
             seen.add(name)
-            cubin, m = cubin_and_metadata(name, cfg)
+            cubin, m = cubin_and_metadata(name, cfg, home, in_home)
             sass = cuobjdump(["-sass"], cubin) or ""
             wins = block_windows(sass)
             w = max(wins, key=lambda c: c["total"]) if wins else Counter()
