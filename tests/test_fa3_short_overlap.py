@@ -51,8 +51,9 @@ def test_short_overlap_starts_from_the_shipped_builds_and_labels_what_is_on():
         if "q-double-buffer" not in label and "stages-3" not in label:
             tuned = FwdConfig(**BF16, head_dim=cfg.head_dim, causal=cfg.causal, scheduler=cfg.scheduler,
                               tile_m=cfg.tile_m, tile_n=cfg.tile_n, q_double_buffer=False,
-                              deferred_o_store=False, stages=0)
-            assert cfg == tuned, label  # the build the dispatcher ships for these cells
+                              deferred_o_store=False, stages=0, warp_o_store=False)
+            # the build the dispatcher shipped for these cells (check9/n4 promoted the warp store since)
+            assert cfg == tuned, label
             shipped += 1
     assert shipped == 5
     cells = {(experiment_config(o).head_dim, experiment_config(o).causal) for _, o in rows}
