@@ -900,9 +900,10 @@ def fp8_call(ours, name: str, causal: bool, v_layout: str, q, k, v_in, out, lse)
 
 
 def check_fp8_variant(ours, name: str, hd: int, causal: bool, v_layout: str, shapes=CHECK_SHAPES,
-                      rising_scores: bool = False):
+                      rising_scores: bool = False, lse_tol: float = 2e-2):
     """check_variant for e4m3: against the fp32 reference on the same e4m3 values; P rounded to
-    e4m3 costs ~2e-2 relative (tests/gpu/test_fp8_gpu.py), so 4e-2 / LSE 2e-2."""
+    e4m3 costs ~2e-2 relative (tests/gpu/test_fp8_gpu.py), so 4e-2 / LSE `lse_tol` (2e-2; the
+    rising-score case passes inf and bounds the LSE error against its group base's)."""
     import torch
 
     from .reference import attention_torch
@@ -922,7 +923,7 @@ def check_fp8_variant(ours, name: str, hd: int, causal: bool, v_layout: str, sha
         l_err = float((lse[seen] - ref_lse[seen]).abs().max()) if bool(seen.any()) else 0.0
         unseen_ok = bool((lse[~seen] == float("-inf")).all())
         rel, lse_err = max(rel, err), max(lse_err, l_err)
-        ok = (ok and err <= 4e-2 and l_err <= 2e-2 and unseen_ok
+        ok = (ok and err <= 4e-2 and l_err <= lse_tol and unseen_ok
               and not bool(o.isnan().any()) and not bool(lse.isnan().any()))
     return rel, lse_err, ok
 

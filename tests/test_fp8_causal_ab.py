@@ -157,20 +157,14 @@ def test_rising_score_gate_reads_each_lse_error_against_its_group_base():
     from cubinforge.bench.fp8 import rising_gate
 
     causal = dict(dtype="e4m3", head_dim=128, causal=True, v_layout="colmajor")
-    axes = {f"fa3-e4m3-hd128-causal-colmajor+{label}": causal for label in ("lpt", "lpt+close", "lpt+far", "lpt+o-bad")}
-    axes["fa3-e4m3-hd128-causal-colmajor+lpt+plain-fail"] = causal
-
-    def row(lse, rel=3e-2, gate="ok"):
-        return {"gate": gate, "rising rel": rel, "rising lse": lse, "_rising_ok": rel <= 4e-2}
-
-    summary = {
-        "fa3-e4m3-hd128-causal-colmajor+lpt": row(2.4e-2),
-        "fa3-e4m3-hd128-causal-colmajor+lpt+close": row(2.9e-2),
-        "fa3-e4m3-hd128-causal-colmajor+lpt+far": row(3.1e-2),
-        "fa3-e4m3-hd128-causal-colmajor+lpt+o-bad": row(2.0e-2, rel=5e-2),
-        "fa3-e4m3-hd128-causal-colmajor+lpt+plain-fail": row(1e-3, gate="FAIL"),
-    }
-    assert rising_gate(summary, axes) == 3
+    # check_fp8_variant's (rel, LSE error, ok but for the LSE bound): "o-bad" is over 4e-2, and
+    # "nan" passes the error bounds but left NaN or a masked row's LSE finite (its ok is False).
+    rising = {f"fa3-e4m3-hd128-causal-colmajor+{label}": (rel, lse, ok) for label, rel, lse, ok in (
+        ("lpt", 3e-2, 2.4e-2, True), ("lpt+close", 3e-2, 2.9e-2, True), ("lpt+far", 3e-2, 3.1e-2, True),
+        ("lpt+o-bad", 5e-2, 2.0e-2, False), ("lpt+nan", 3e-2, 2.0e-2, False), ("lpt+plain-fail", 3e-2, 1e-3, True))}
+    axes = dict.fromkeys(rising, causal)
+    summary = {n: {"gate": "FAIL" if n.endswith("plain-fail") else "ok", "rising lse": r[1]} for n, r in rising.items()}
+    assert rising_gate(summary, axes, rising) == 4
     gates = {n.split("+", 1)[1]: r["gate"] for n, r in summary.items()}
-    assert gates == {"lpt": "ok", "lpt+close": "ok", "lpt+far": "FAIL", "lpt+o-bad": "FAIL", "lpt+plain-fail": "FAIL"}
-    assert not any("_rising_ok" in r for r in summary.values())
+    assert gates == {"lpt": "ok", "lpt+close": "ok", "lpt+far": "FAIL", "lpt+o-bad": "FAIL", "lpt+nan": "FAIL",
+                     "lpt+plain-fail": "FAIL"}
