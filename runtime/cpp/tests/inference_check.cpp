@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cubinforge/cubinforge.h"
+#include "tensor_input.h"
 
 namespace cf = cubinforge;
 
@@ -40,17 +41,9 @@ int main(int argc, char** argv) {
     std::map<std::string, cf::Tensor> t;
     std::string tok;
     while (std::cin >> tok && tok != "end") {
-      std::string name, dtype;
-      unsigned long long ptr;
-      int rank;
-      std::cin >> name >> dtype >> ptr >> rank;
-      cf::Tensor x;
-      x.ptr = ptr, x.rank = rank;
-      for (int i = 0; i < rank; ++i) std::cin >> x.shape[i];
-      for (int i = 0; i < rank; ++i) std::cin >> x.strides[i];
-      for (cf::DType d : {cf::DType::bf16, cf::DType::fp16, cf::DType::e4m3, cf::DType::f32, cf::DType::i32})
-        if (dtype == cf::dtype_name(d)) x.dtype = d;
-      t[name] = x;
+      std::string name;
+      std::cin >> name;
+      t[name] = cubinforge_test::read_tensor(std::cin);
     }
     cf::Status st;
     if (kind == "kvcache") {

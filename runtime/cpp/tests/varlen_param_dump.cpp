@@ -12,6 +12,7 @@
 #include "cubinforge/cubinforge.h"
 #include "cubinforge_bundle.h"
 #include "request_dump.h"
+#include "tensor_input.h"
 
 namespace cf = cubinforge;
 
@@ -33,18 +34,10 @@ int main() {
         scalars.push_back({name, value});
         continue;
       }
-      std::string name, dtype;
-      unsigned long long ptr;
-      int rank;
-      std::cin >> name >> dtype >> ptr >> rank;
-      cf::Tensor x;
-      x.ptr = ptr, x.rank = rank;
-      for (int i = 0; i < rank; ++i) std::cin >> x.shape[i];
-      for (int i = 0; i < rank; ++i) std::cin >> x.strides[i];
-      for (cf::DType d : {cf::DType::bf16, cf::DType::fp16, cf::DType::e4m3, cf::DType::f32, cf::DType::i32})
-        if (dtype == cf::dtype_name(d)) x.dtype = d;
+      std::string name;
+      std::cin >> name;
       names.push_back(name);
-      tensors.push_back(x);
+      tensors.push_back(cubinforge_test::read_tensor(std::cin));
     }
     std::vector<cf::NamedTensor> nt;
     for (size_t i = 0; i < tensors.size(); ++i) nt.push_back({names[i].c_str(), tensors[i]});
