@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import shutil
 import struct
 import subprocess
 import sys
@@ -130,17 +129,8 @@ def cpp_dump(tmp_path_factory):
     if missing:
         pytest.skip(f"C++ loader: {missing}")
     pytest.importorskip("jinja2", reason="rendering the C++ bundle needs the build extra")
-    from cubinforge.generator.cpp_bundle import render_cpp_bundle
-
-    tmp = tmp_path_factory.mktemp("ragged-cpp")
-    stub = harness.build_stub(tmp / "stub")
     made = [_manifest(*f) for f in FORMS]
-    render_cpp_bundle([m for m, _ in made], {m["cubin"]["sha256"]: c for m, c in made}, tmp / "bundle", embed=False)
-    exe = tmp / "varlen_param_dump"
-    harness.run([shutil.which("g++"), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror",
-                 f"-I{harness.INCLUDE}", f"-I{tmp / 'bundle'}", f"-I{harness.cuda_include()}",
-                 f"-I{harness.CPP / 'tests'}", harness.CPP / "tests" / "varlen_param_dump.cpp", "-o", exe,
-                 f"-L{stub.parent}", "-lcuda", f"-Wl,-rpath,{stub.parent}"])
+    exe = harness.build_bundle_program(tmp_path_factory.mktemp("ragged-cpp"), made, "varlen_param_dump")
     cases = _cases()
     out = subprocess.run([str(exe)], input=_stdin(cases), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -88,17 +87,9 @@ def cpp_dump(tmp_path_factory):
     if missing:
         pytest.skip(f"C++ loader: {missing}")
     pytest.importorskip("jinja2", reason="rendering the C++ bundle needs the build extra")
-    from cubinforge.generator.cpp_bundle import render_cpp_bundle
-
     tmp = tmp_path_factory.mktemp("fa4-cpp")
-    stub = harness.build_stub(tmp / "stub")
     made = [fa4_manifest(*s) for s in SPECS]
-    render_cpp_bundle([m for m, _ in made], {m["cubin"]["sha256"]: c for m, c in made}, tmp / "bundle", embed=False)
-    exe = tmp / "param_dump"
-    harness.run([shutil.which("g++"), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror",
-                 f"-I{harness.INCLUDE}", f"-I{tmp / 'bundle'}", f"-I{harness.cuda_include()}",
-                 harness.CPP / "tests" / "param_dump.cpp", "-o", exe, f"-L{stub.parent}", "-lcuda",
-                 f"-Wl,-rpath,{stub.parent}"])
+    exe = harness.build_bundle_program(tmp, made, "param_dump")
     env = {k: v for k, v in os.environ.items() if k != "CUBINFORGE_ALLOW_UNVERIFIED"}
     out = subprocess.run([str(exe)], cwd=tmp / "bundle", env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

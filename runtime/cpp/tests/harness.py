@@ -69,3 +69,18 @@ def render_sample(out_dir: Path, embed: bool) -> Path:
     manifests, blobs = sample_bundle()
     render_cpp_bundle(manifests, blobs, out_dir, embed=embed)
     return out_dir
+
+
+def build_bundle_program(tmp: Path, made: list, program: str) -> Path:
+    """The test program runtime/cpp/tests/<program>.cpp built against a bundle of `made`
+    ((manifest, cubin) pairs, rendered into tmp/bundle, cubins beside it) and the stub libcuda
+    (tmp/stub): the executable, tmp/<program>."""
+    from cubinforge.generator.cpp_bundle import render_cpp_bundle
+
+    stub = build_stub(tmp / "stub")
+    render_cpp_bundle([m for m, _ in made], {m["cubin"]["sha256"]: c for m, c in made}, tmp / "bundle", embed=False)
+    exe = tmp / program
+    run([shutil.which("g++"), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror",
+         f"-I{INCLUDE}", f"-I{tmp / 'bundle'}", f"-I{cuda_include()}", CPP / "tests" / f"{program}.cpp",
+         "-o", exe, f"-L{stub.parent}", "-lcuda", f"-Wl,-rpath,{stub.parent}"])
+    return exe
