@@ -129,6 +129,12 @@ def test_fa3_smoke_set_cross_compiles(home):
             assert m["sass"]["hgmma"] > 0 and m["sass"]["utmaldg"] > 0
 
 
+def _fresh_key(package: str) -> str:
+    """A content key read afresh (the library digest is cached per package)."""
+    content_key.library_digest.cache_clear()
+    return content_key.content_key("src", package, "--gpu-arch sm_90a", "sm_90a")
+
+
 def test_content_key_covers_the_shared_modules_a_package_imports(tmp_path, monkeypatch):
     # A kernel tree: a and b import the shared helper (a relatively, b absolutely, in a
     # function body), c imports nothing outside itself, d imports a's module (and so a's
@@ -148,8 +154,7 @@ def test_content_key_covers_the_shared_modules_a_package_imports(tmp_path, monke
     packages = [f"ktree.{n}" for n in "abcd"]
 
     def keys():
-        content_key.library_digest.cache_clear()
-        return {p: content_key.content_key("src", p, "--gpu-arch sm_90a", "sm_90a") for p in packages}
+        return {p: _fresh_key(p) for p in packages}
 
     assert list(content_key.shared_modules("ktree.a")) == ["ktree.shared"]
     assert list(content_key.shared_modules("ktree.c")) == []
@@ -183,20 +188,16 @@ def test_content_key_covers_project_modules_a_kernel_imports_by_name(tmp_path, m
     (root / "rt" / "maps.py").write_text("from .errs import E\ndef f():\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
-    def key(pkg):
-        content_key.library_digest.cache_clear()
-        return content_key.content_key("src", pkg, "--gpu-arch sm_90a", "sm_90a")
-
     # The generator's own modules are PIPELINE_VERSION's, not the key's.
     assert list(content_key.shared_modules("proj.gen.kern.a")) == ["proj.rt.maps"]
     assert list(content_key.shared_modules("proj.gen.kern.b")) == []
-    a0, b0 = key("proj.gen.kern.a"), key("proj.gen.kern.b")
+    a0, b0 = _fresh_key("proj.gen.kern.a"), _fresh_key("proj.gen.kern.b")
     (root / "rt" / "maps.py").write_text("from .errs import E\ndef f():\n    return 2\n")
-    a1 = key("proj.gen.kern.a")
-    assert a1 != a0 and key("proj.gen.kern.b") == b0
+    a1 = _fresh_key("proj.gen.kern.a")
+    assert a1 != a0 and _fresh_key("proj.gen.kern.b") == b0
     for edited in ("heavy.py", "errs.py"):
         (root / "rt" / edited).write_text("H = 2\n")
-        assert key("proj.gen.kern.a") == a1, edited
+        assert _fresh_key("proj.gen.kern.a") == a1, edited
     content_key.library_digest.cache_clear()
 
 
