@@ -27,7 +27,11 @@ PATTERN = re.compile(r"(gmma|tma|pipe_tensor)", re.I)
 # Average warps stalled per issued instruction, by reason (barrier, long_scoreboard, wait,
 # math_pipe_throttle, ...): where the two schedules differ.
 STALLS = re.compile(r"^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active$")
-ALWAYS = ("gpu__time_duration", "sm__throughput", "sm__cycles_elapsed", "smsp__inst_executed")
+ALWAYS = ("gpu__time_duration", "sm__throughput", "sm__cycles_elapsed", "smsp__inst_executed",
+          "lts__t_sector_hit_rate", "dram__bytes_read", "gpc__cycles_elapsed")
+# Roll-ups that the name rules below would get wrong: L2's hit rate is a percentage, and the
+# GPC clock is asked as a rate, so a cell run at a lower clock (power, heat) shows as such.
+ROLLUPS = {"lts__t_sector_hit_rate": ".pct", "gpc__cycles_elapsed": ".avg.per_second"}
 FALLBACK = ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
             "sm__inst_executed_pipe_tensor_op_gmma.sum", "gpu__time_duration.sum")
 MAX_METRICS = 48
@@ -52,6 +56,8 @@ def metric_names(query_output: str) -> list[str]:
 
 
 def with_rollup(base: str) -> str:
+    if base in ROLLUPS:
+        return base + ROLLUPS[base]
     if STALLS.match(base):
         return base + ".ratio"
     if base == "gpu__time_duration":
