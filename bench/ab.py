@@ -745,6 +745,26 @@ FP16_LONG = [
     ("persistent+separate-o+wg-epilogue+q-double-buffer", dict(_L64, causal=False)),  # the bf16 twins
     ("persistent+separate-o+in-order-sum+q-double-buffer+deferred-o", _L128N),
 ]
+# hd96 at FA4's SM90 tiles (issue 10; check6's long cells: non-causal 0.90 / 0.97 of FA4 at 8k /
+# 16k, causal 0.89 / 0.86): 192 x 144 non-causal and 192 x 128 causal, three consumer
+# warpgroups, with P through shared memory (p_smem: the PV GEMM's A from a descriptor, FA4's
+# mma_pv_is_rs=False), and the same tiles with P in registers where they build (what RS
+# costs there). 192 x 144 with its own O buffer needs 240 KiB: O goes out through Q's buffer.
+_PSS_NC = dict(head_dim=96, causal=False, scheduler="persistent", tile_m=192, tile_n=144)
+_PSS_C = dict(head_dim=96, causal=True, scheduler="persistent", separate_o_smem=True, mask_bits=True,
+              in_order_row_sum=True, tile_m=192, tile_n=128)
+HD96_PSS = [
+    ("persistent+separate-o+chunked-p+tile-128x176", _H96W),  # shipped (bf16)
+    ("persistent+p-smem+tile-192x144", dict(_PSS_NC, p_smem=True)),
+    ("persistent+p-smem+in-order-sum+tile-192x144", dict(_PSS_NC, p_smem=True, in_order_row_sum=True)),
+    ("persistent+chunked-p+tile-192x144", dict(_PSS_NC, chunked_p_convert=True)),  # RS
+    ("persistent+separate-o+p-smem+tile-192x128", dict(_PSS_NC, tile_n=128, separate_o_smem=True, p_smem=True)),
+    ("persistent-lpt+separate-o+mask-bits+in-order-sum", dict(_H96P, mask_bits=True, in_order_row_sum=True)),  # shipped
+    ("persistent-lpt+separate-o+mask-bits+in-order-sum+p-smem+tile-192x128", dict(_PSS_C, p_smem=True)),
+    ("persistent-lpt+separate-o+mask-bits+in-order-sum+tile-192x128", _PSS_C),  # RS
+    ("lpt+mask-bits+in-order-sum+p-smem+tile-192x128",
+     dict(_PSS_C, scheduler="lpt", separate_o_smem=False, p_smem=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -759,7 +779,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "dv128-l2": DV128_L2, "hd192-l2": HD192_L2, "dv128-l2-3": DV128_L2_3,
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
-               "short-epi": SHORT_EPI, "fp16-long": FP16_LONG}
+               "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -11,3 +11,6 @@ class Barrier(enum.IntEnum):
     EPILOGUE_WG1 = 5  # wg_epilogue: one consumer warpgroup around its own O store
     EPILOGUE_WG2 = 6
     EPILOGUE_WG3 = 7
+    P_WG1 = 8  # p_smem: one consumer warpgroup after writing its P slab, before its PV GEMM
+    P_WG2 = 9
+    P_WG3 = 10

@@ -160,7 +160,7 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged")
+            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -299,6 +299,14 @@ class FwdConfig:
     # (hd128 128 x 192: 48 SHFL + 48 SHF + 25 LOP3 per key block before). None: off unless
     # TUNED_FP8 names it.
     fp8_p_pair_shuffle: bool | None = None
+    # P through shared memory: each consumer warpgroup converts its 64 rows of P, writes them
+    # (stmatrix) to its own slab of a (tile_m, tile_n) K-major swizzled buffer, fences the async
+    # proxy and meets its own warps at a 128-thread named barrier, and the PV GEMM reads A from
+    # that buffer (SS WGMMA) instead of registers (RS). FA4's SM90 hd96 form (192 x 144 / 192 x
+    # 128 with mma_pv_is_rs=False): with three consumer warpgroups at 160 registers, P's
+    # registers live across the PV issue under RS. bf16/fp16 dense forward only. None: off
+    # unless TUNED names it (issue 10's hd96-pss A/B).
+    p_smem: bool | None = None
     # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
     # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers
     # (inference.py). split_kv: the key range of a tile is cut into num_splits parts (grid
@@ -471,6 +479,12 @@ class FwdConfig:
                              f"{' and an inference form' if self.inference else ''}")
         if self.local and self.causal:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
+        if self.p_smem:
+            if self.fp8 or self.inference or self.model_variant:
+                raise ValueError("p_smem is built for the bf16/fp16 dense forward only (no e4m3, split_kv, pack_gqa, "
+                                 "paged_kv, varlen or model variants): e4m3's P is permuted in registers")
+            if self.chunked_p_convert:
+                raise ValueError("p_smem converts P in register order already (chunked_p_convert is its RS form)")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.warp_o_store and not (self.separate_o_smem and not self.wg_epilogue and not self.inference):
@@ -531,8 +545,10 @@ class FwdConfig:
         if self.smem_bytes > SMEM_LIMIT:
             raise ValueError(
                 f"tiles {self.tile_m}x{self.tile_n} at head_dim {self.head_dim} with {self.stages} stages"
-                f"{' and a separate O buffer' if self.separate_o_smem else ''} need {self.smem_bytes} B"
-                f" of shared memory; sm_90 allows {SMEM_LIMIT}")
+                f"{' and a separate O buffer' if self.separate_o_smem else ''}"
+                f"{' and P in shared memory' if self.p_smem else ''} need {self.smem_bytes} B"
+                f" of shared memory; sm_90 allows {SMEM_LIMIT}"
+                f"{' (p_smem: leave separate_o_smem off or narrow tile_n)' if self.p_smem else ''}")
 
     def _check_softmax_switches(self):
         from .exp2_poly import COEFFS
@@ -573,7 +589,8 @@ class FwdConfig:
         if self.v_transpose:
             kv += stages * self.tile_n * self.head_dim_v * self.elem_bytes  # sVt
         o = self.tile_m * self.head_dim_v * self.out_elem_bytes
-        return q + kv + (o if self.separate_o_smem else 0)
+        p = self.tile_m * self.tile_n * self.elem_bytes  # p_smem's buffer
+        return q + kv + (o if self.separate_o_smem else 0) + (p if self.p_smem else 0)
 
     @property
     def q_stages(self) -> int:

@@ -85,6 +85,8 @@ class FlashFwdSm90:
         self.o_rows = 64 if cfg.wg_epilogue else (WARP_O_ROWS if cfg.warp_o_store else cfg.tile_m)
         self.q_stages = cfg.q_stages  # 2: the next tile's Q loads while this one runs
         self.deferred_o = cfg.deferred_o_store
+        # P through shared memory (SS PV GEMM) instead of registers (RS).
+        self.p_smem = cfg.p_smem
 
     # ------------------------------------------------------------------ host side
     def _tiled_mmas(self, warpgroups=None):
@@ -98,9 +100,14 @@ class FlashFwdSm90:
             self.dtype, self.dtype,
             OperandMajorMode.K, OperandMajorMode.K if self.fp8 else OperandMajorMode.MN,
             Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.hdim_v),
-            a_source=warpgroup.OperandSource.RMEM,
+            a_source=warpgroup.OperandSource.SMEM if self.p_smem else warpgroup.OperandSource.RMEM,
         )
         return qk, pv
+
+    def _sp_layout(self):
+        """p_smem: P's (tile_m, tile_n) buffer, keys contiguous (the K-major A operand); static,
+        so the kernel rebuilds it rather than taking it as an argument."""
+        return smem_layout(self.dtype, self.tile_m, self.tile_n)
 
     @cute.jit
     def __call__(
@@ -164,6 +171,8 @@ class FlashFwdSm90:
             fields["sO"] = _smem_buffer(sO_layout, self.o_dtype)
         if const_expr(self.v_transpose):
             fields.update(self._vt_fields(sVt_layout))
+        if const_expr(self.p_smem):
+            fields["sP"] = _smem_buffer(self._sp_layout(), self.dtype)
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
         self.shared_storage = SharedStorage
 
@@ -274,8 +283,10 @@ class FlashFwdSm90:
                 storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner),
                 storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner))
 
-    def _gemms(self, tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O):
-        """gemm_qk(stage) -> a fresh S accumulator; gemm_pv(stage, zero_init) into acc_O."""
+    def _gemms(self, tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O, wg=None):
+        """gemm_qk(stage) -> a fresh S accumulator; gemm_pv(stage, zero_init) into acc_O.
+        p_smem (`wg`: this consumer warpgroup): gemm_pv first makes the warpgroup's P writes
+        visible to the async proxy and waits for its four warps."""
         q_slices = None
         if const_expr(self.cfg.pin_loop_invariants):
             # K's and V's stage-0 descriptors, pinned here (before the key-block loops) so NVVM
@@ -293,6 +304,11 @@ class FlashFwdSm90:
             return acc_S
 
         def gemm_pv(stage, zero_init):
+            if const_expr(self.p_smem):
+                # As late as possible: the stmatrix stores drain under the rescale and the QK^T
+                # issue. The warps of this warpgroup only: its slab is no one else's.
+                cute.arch.fence_view_async_shared()
+                cute.arch.barrier(barrier_id=int(Barrier.P_WG1) + wg, number_of_threads=128)
             self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
 
         return gemm_qk, gemm_pv
@@ -351,6 +367,10 @@ class FlashFwdSm90:
             sVt_layout = v_transpose.vt_layout(self.dtype, self.hdim_v, self.tile_n, self.stages)
             sV_mma = storage.sVt.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)
             pipe_v_mma = pipe_vt
+        sP = None
+        if const_expr(self.p_smem):
+            sP_layout = self._sp_layout()
+            sP = storage.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
         if const_expr(self.separate_o):
             sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
         else:
@@ -437,7 +457,7 @@ class FlashFwdSm90:
                         pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
                         ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
                         n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
-                        (rO_pend, lse_pend, pend_m, pend_head, pend_batch),
+                        (rO_pend, lse_pend, pend_m, pend_head, pend_batch), sP,
                     )
                     pend_m, pend_head, pend_batch = m_block, head, batch
                 else:
@@ -445,7 +465,7 @@ class FlashFwdSm90:
                         mO, mLSE, sQ, sK, sV_mma, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
                         pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
                         ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-                        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
+                        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale, None, sP,
                     )
                 k += 1
                 tile = self.sched.next(k, tile, cta, ctas)
@@ -557,7 +577,7 @@ class FlashFwdSm90:
         self, mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
         pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
         tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None, pend=None,
+        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None, pend=None, sP=None,
     ):
         wg = cute.arch.make_warp_uniform(tidx // 128)
         wg_first_thread = cute.make_layout(self.num_wg, stride=128)
@@ -573,8 +593,16 @@ class FlashFwdSm90:
         sVt = sV if const_expr(self.fp8) else transpose_view(sV)
         tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
         acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim_v)), Float32)
-        tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
         s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
+        if const_expr(self.p_smem):
+            # A: this warpgroup's 64 rows of sP, as descriptors. P is written through the full
+            # tile's stmatrix partition, so each thread lands in its own warpgroup's rows.
+            tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_A(sP))
+            p_store_atom = smem_store_atom(self.dtype)
+            thr_store_p = cute.make_tiled_copy_C(p_store_atom, tiled_mma_qk).get_slice(tidx)
+            tPsP = thr_store_p.partition_D(sP)
+        else:
+            tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
 
         coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
         softmax = OnlineSoftmax(
@@ -582,7 +610,7 @@ class FlashFwdSm90:
             self.cfg.exp2_emu_eighths, self.cfg.exp2_emu_degree, self.cfg.rescale_threshold, self.cfg.p_scale_log2,
         )
 
-        gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O)
+        gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O, wg)
 
         # Thread 0's coordinates: static, so the mask's column offsets are known at trace time.
         offsets_rc = acc_as_rows_cols(
@@ -607,7 +635,13 @@ class FlashFwdSm90:
                        self.tile_m, self.tile_n, causal)
 
         def to_p(acc_S):
-            if const_expr(self.cfg.fp8_local_p):
+            if const_expr(self.p_smem):
+                # Converted in S's own register order (in pairs), then stored; P_j's slab is free
+                # here: every to_p follows the wait for the PV GEMM that read P_{j-1}.
+                rP = cute.make_rmem_tensor(acc_S.shape, self.dtype)
+                convert_in_register_order(acc_S, rP, self.dtype)
+                cute.copy(p_store_atom, thr_store_p.retile(rP), tPsP)
+            elif const_expr(self.cfg.fp8_local_p):
                 convert_p_fp8_local(acc_S, tOrP)  # sVt's keys are in the accumulator's order
             elif const_expr(self.cfg.fp8_p_pair_shuffle):
                 convert_p_fp8_pairs(acc_S, tOrP, tidx % 32)
