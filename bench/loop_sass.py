@@ -53,8 +53,16 @@ _BRA = re.compile(r"BRA\s+(?:`\()?(0x[0-9a-f]+)")
 
 def loops(sass: str) -> list[dict]:
     """The innermost loops (backward branches) whose body issues a GEMM, in address order: their
-    instructions, GEMMs, ISETP, FSEL, R2P and MUFU. Branches after the last plain EXIT are the
-    out-of-line retries of barrier waits, not loops."""
+    instructions, GEMMs, ISETP, FSEL, R2P and MUFU."""
+    return [{"at": hex(t), "insts": len(body), "gemm": sum(o.startswith(("HGMMA", "QGMMA")) for o in body),
+             **{k.lower(): sum(o.startswith(k) for o in body) for k in ("ISETP", "FSEL", "R2P", "MUFU")}}
+            for t, body in loop_bodies(sass)]
+
+
+def loop_bodies(sass: str) -> list[tuple[int, list[str]]]:
+    """(start address, instructions without predicates) of each innermost loop whose body issues
+    a GEMM, in address order. Branches after the last plain EXIT are the out-of-line retries of
+    barrier waits, not loops."""
     raw = [(int(m.group(1), 16), m.group(2).strip()) for m in _INSN.finditer(sass)]
     end = max((a for a, o in raw if o == "EXIT"), default=raw[-1][0] if raw else 0)
     insns = [(a, re.sub(r"^@!?U?P\w+\s+", "", o)) for a, o in raw]
@@ -68,9 +76,7 @@ def loops(sass: str) -> list[dict]:
         if any(o.startswith(("HGMMA", "QGMMA")) for o in body):
             found.append((target, addr, body))
     inner = [f for f in found if not any(g is not f and f[0] <= g[0] and g[1] <= f[1] for g in found)]
-    return [{"at": hex(t), "insts": len(body), "gemm": sum(o.startswith(("HGMMA", "QGMMA")) for o in body),
-             **{k.lower(): sum(o.startswith(k) for o in body) for k in ("ISETP", "FSEL", "R2P", "MUFU")}}
-            for t, _, body in sorted(inner, key=lambda f: f[0])]
+    return [(t, body) for t, _, body in sorted(inner, key=lambda f: f[0])]
 
 
 def barriers_and_stores(sass: str) -> tuple[int, int]:
