@@ -765,6 +765,20 @@ HD96_PSS = [
     ("lpt+mask-bits+in-order-sum+p-smem+tile-192x128",
      dict(_PSS_C, scheduler="lpt", separate_o_smem=False, p_smem=True)),
 ]
+# Second round (check10/r2): fp16 hd128 non-causal gained 1.5-6.5% at 4k-16k over three runs
+# without the short-sequence overlaps (Q double buffer, deferred O); whether that holds at
+# 512-2k and for bf16's 16k cell, and hd96's p_smem forms in fp16 (bf16's won 7-10% at 8k-16k).
+_F16_96NC = dict(head_dim=96, causal=False, scheduler="persistent", separate_o_smem=True, dtype="fp16")  # fp16 ships 128 x 128
+FP16_2 = [
+    ("persistent+separate-o+in-order-sum+q-double-buffer+deferred-o", _L128N),  # shipped (bf16 and fp16)
+    ("persistent+separate-o+in-order-sum", dict(_L128N, q_double_buffer=False, deferred_o_store=False)),
+    ("persistent+separate-o+in-order-sum+q-double-buffer+deferred-o", dict(_L128N, **_F16)),
+    ("persistent+separate-o+in-order-sum", dict(_L128N, **_F16, q_double_buffer=False, deferred_o_store=False)),
+    ("persistent+separate-o", _F16_96NC),  # shipped fp16
+    ("persistent+p-smem+in-order-sum+tile-192x144", dict(_PSS_NC, **_F16, p_smem=True, in_order_row_sum=True)),
+    ("persistent-lpt+separate-o+mask-bits+in-order-sum", dict(_H96P, **_F16, mask_bits=True, in_order_row_sum=True)),
+    ("persistent-lpt+separate-o+mask-bits+in-order-sum+p-smem+tile-192x128", dict(_PSS_C, **_F16, p_smem=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -779,7 +793,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "dv128-l2": DV128_L2, "hd192-l2": HD192_L2, "dv128-l2-3": DV128_L2_3,
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
-               "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS}
+               "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
+               "fp16-2": FP16_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
