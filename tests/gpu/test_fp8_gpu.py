@@ -426,28 +426,38 @@ def test_e4m3_block_descales_match_reference_and_beat_per_head(m, shape):
     assert last_launch().variant in {x.variant for x in head}
     err_block = np.sqrt(np.mean((o - truth) ** 2))
     err_head = np.sqrt(np.mean((o_head - truth) ** 2))
-    assert err_block <= 1.05 * err_head, f"block RMSE {err_block:.3e} > per-head RMSE {err_head:.3e}"
+    # Block scales are never coarser than the head's; 10% is room for P's rounding, which differs.
+    assert err_block <= 1.10 * err_head, f"block RMSE {err_block:.3e} > per-head RMSE {err_head:.3e}"
 
 
-@pytest.mark.skipif(not BLOCK, reason="no e4m3 block-descale variant (SET=fp8)")
-def test_e4m3_block_variant_with_unit_descales_matches_per_head():
-    """descale_block with q_descale = k_descale = None (all ones) gives the per-head variant's
-    answer with unit descales up to rounding: the scaled-unit maximum changes nothing else."""
+def _twins():
+    """(block variant, per-head variant) pairs of one tile, scheduler, mask and softmax switches."""
+    keys = ("head_dim", "causal", "v_layout", "tile_m", "tile_n", "scheduler")
+    return [(m, h) for m in BLOCK for h in FP8_FWD
+            if all(m.axes.get(a) == h.axes.get(a) for a in keys) and _softmax_of(m) == _softmax_of(h)]
+
+
+@pytest.mark.skipif(not _twins(), reason="no e4m3 block-descale variant with a per-head twin (SET=fp8 + default)")
+@pytest.mark.parametrize("pair", _twins(), ids=lambda p: p[0].variant)
+def test_e4m3_block_variant_with_unit_descales_matches_its_per_head_twin(pair):
+    """descale_block with q_descale = k_descale = None (all ones) against the per-head form of
+    the same tile and switches with unit descales: a * c_j is then the softmax scale and the
+    scaled-unit maximum is the raw maximum times it, so O and LSE agree to rounding; a
+    wrong block index or a stale prefetched c would show (tests above use varying scales)."""
     from cubinforge.bench.fp8_reference import e4m3_encode
-    m = BLOCK[0]
+    from cubinforge.runtime import last_launch
+    m, h = pair
     bq, bk = _block_sizes(m)
-    head = [x for x in FP8_FWD if x.axes["head_dim"] == 128 and x.axes["causal"] == m.axes["causal"]
-            and x.axes.get("v_layout") == "colmajor"]
-    if not head:
-        pytest.skip("no per-head column-major variant to compare with")
     shape = (1, 259, 611, 2, 1)
     b, sq, sk, hq, hkv = shape
     rng = np.random.default_rng(11)
-    bits = {n: e4m3_encode(rng.standard_normal((b, s, h, 128)))
-            for n, s, h in (("q", sq, hq), ("k", sk, hkv), ("v", sk, hkv))}
+    bits = {n: e4m3_encode(rng.standard_normal((b, s, hh, 128)))
+            for n, s, hh in (("q", sq, hq), ("k", sk, hkv), ("v", sk, hkv))}
     q8, k8 = upload(bits["q"], "e4m3"), upload(bits["k"], "e4m3")
     _keep, v8 = _colmajor_v(bits["v"])
     o_blk, lse_blk = _fp8_run(q8, k8, v8, (None, None, None), m.axes["causal"], shape, descale_block=(bq, bk))
+    assert last_launch().variant == m.variant
     o_head, lse_head = _fp8_run(q8, k8, v8, (None, None, None), m.axes["causal"], shape)
-    assert np.linalg.norm(o_blk - o_head) / np.linalg.norm(o_head) < 2e-2
-    np.testing.assert_allclose(lse_blk, lse_head, atol=1e-3)
+    assert not np.isnan(o_blk).any() and not np.isnan(lse_blk).any()
+    assert np.linalg.norm(o_blk - o_head) / np.linalg.norm(o_head) < 2e-3
+    np.testing.assert_allclose(lse_blk, lse_head, atol=1e-4)
