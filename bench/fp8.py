@@ -9,13 +9,17 @@ v N(0,1); RMSE of O against float64 attention on the *unquantised* inputs for
       our e4m3 kernel -- the forward takes per-(batch, head) descales, so this is what it
       can consume;
   (b') block quantisation (128 tokens) + Hadamard, emulated: fp8_quant's dequantised
-      inputs through float64 attention (no P rounding; the forward cannot apply per-block
-      descales yet);
+      inputs through float64 attention (no P rounding);
+  (b'') the same block quantisation (q and k blocks of 128) through our e4m3 kernel's block-
+      descale variant (descale_block=(128, 128), SET=fp8), and (b''-k192) with k blocks of
+      192 (one key tile of the shipped hd128 form); v per (batch, head) as in FA3;
   (c) the bf16 kernel on plain Gaussian inputs (the issue's yardstick).
 Then TFLOPS of the e4m3 variants (batch 1, 16 heads, seqlen 16k, causal and not, V column-
 major and row-major (transposed in shared memory, SET=fp8)) and torch._scaled_mm e4m3 8192^3 with unit scales, in the same process. Every
 case runs in its own try/except; the table at the end says what failed and why.
 
+    python3 -m bench.fp8 --block   # block descales only: error rows (b), (b'), (b''), and hd128
+                                   # TFLOPS per-head vs block variants (SET=fp8), ~1 min
     python3 -m bench.fp8 --ab-home .cubinforge-ab-fp8p   # bench.ab's e4m3 candidates (ab_home)
     python3 -m bench.fp8 --ab-home .cubinforge-ab-fp8c   # fp8-causal (or fp8-hd64): causal / non-causal in one run
 """
@@ -116,8 +120,9 @@ def rmse(o, ref) -> float:
 # --------------------------------------------------------------------------- error study
 
 def run_fp8(q_bits, k_bits, v_bits, descales, causal=False, v_layout="colmajor", **pin):
-    """Our e4m3 kernel -> float64 O. descales: (q, k, v) float32 (b, h) arrays; v_bits row-major
-    (b, sk, h, d), sent as `v_layout` wants it; pin: flash_attn_func's source=."""
+    """Our e4m3 kernel -> float64 O. descales: (q, k, v) float32 (b, h) arrays (or (b, h,
+    blocks) for q and k with pin's descale_block=); v_bits row-major (b, sk, h, d), sent as
+    `v_layout` wants it; pin: flash_attn_func's source= or descale_block=."""
     from cubinforge.runtime import flash_attn_func
     torch = _torch()
     q8, _tq = to_dev_bytes(q_bits)
@@ -137,7 +142,8 @@ def per_tensor(x):
     return e4m3_encode(x / s), np.full((b, h), s, np.float32)
 
 
-def error_study(seqlen: int, d: int = 128, heads: int = 8, frac: float = 0.01, seed: int = 0):
+def error_study(seqlen: int, d: int = 128, heads: int = 8, frac: float = 0.01, seed: int = 0,
+                cases: tuple | None = None):
     from cubinforge.runtime import flash_attn_func, quantize_fp8
     torch = _torch()
     rng = np.random.default_rng(seed)
@@ -171,6 +177,14 @@ def error_study(seqlen: int, d: int = 128, heads: int = 8, frac: float = 0.01, s
         record("(b') block-128 + Hadamard, emulated (float64 attention on dequantised inputs)",
                rmse=rmse(attention(qq, kk, vv), ref))
 
+    def case_b_kernel(bq, bk):
+        (qb, qd), (kb, kd), (vb, vd) = (quantised(q, bq, True), quantised(k, bk, True),
+                                        quantised(v, None, False))
+        o = run_fp8(qb, kb, vb, (qd, kd, vd), descale_block=(bq, bk))
+        from cubinforge.runtime import last_launch
+        name = "(b'')" if bk == 128 else f"(b''-k{bk})"
+        record(f"{name} block q{bq}/k{bk} + Hadamard, e4m3 kernel ({last_launch().variant})", rmse=rmse(o, ref))
+
     def case_c():
         g = np.random.default_rng(seed + 1)
         qg, kg, vg = (g.standard_normal((b, seqlen, heads, d)) for _ in range(3))
@@ -185,20 +199,22 @@ def error_study(seqlen: int, d: int = 128, heads: int = 8, frac: float = 0.01, s
         record("(a0) per-tensor FP8, e4m3 kernel, plain Gaussian inputs",
                rmse=rmse(run_fp8(qb, kb, vb, (qd, kd, vd)), attention(qg, kg, vg)))
 
-    for name, fn in (("(a)", case_a), ("(b)", case_b), ("(b')", case_b_block), ("(c)", case_c),
-                     ("(a0)", case_gauss_fp8)):
-        attempt(name, fn)
+    for name, fn in (("(a)", case_a), ("(b)", case_b), ("(b')", case_b_block),
+                     ("(b'')", lambda: case_b_kernel(128, 128)), ("(b''-k192)", lambda: case_b_kernel(128, 192)),
+                     ("(c)", case_c), ("(a0)", case_gauss_fp8)):
+        if cases is None or name in cases:
+            attempt(name, fn)
 
 
 # --------------------------------------------------------------------------- speed
 
-def speed(seqlen: int, heads: int = 16, v_layouts=("colmajor", "rowmajor")):
+def speed(seqlen: int, heads: int = 16, v_layouts=("colmajor", "rowmajor"), head_dims=(64, 128, 256)):
     """Rows per (head dim, mask, V layout): colmajor is the default set's, rowmajor SET=fp8's
     (V transposed in shared memory); the row names the variant that ran."""
     from cubinforge.runtime import flash_attn_func, last_launch
     from .timing import time_cuda
     torch = _torch()
-    for d in (64, 128, 256):
+    for d in head_dims:
         for causal, v_layout in ((c, vl) for c in (False, True) for vl in v_layouts):
             case = f"e4m3 hd{d} {'causal' if causal else 'noncausal'} v-{v_layout} b1 h{heads} s{seqlen}"
 
@@ -221,6 +237,41 @@ def speed(seqlen: int, heads: int = 16, v_layouts=("colmajor", "rowmajor")):
                        tflops=round(tflops(attention_flops(1, heads, seqlen, seqlen, d, causal), t.median_ms), 1))
 
             attempt(case, one)
+
+
+# The block-descale variants SET=fp8 builds (generator/spec.py): (causal, (q block, k block)).
+BLOCK_FORMS = ((False, (128, 192)), (True, (128, 192)), (False, (128, 128)))
+
+
+def block_speed(seqlen: int, heads: int = 16):
+    """hd128 V column-major with block descales (all ones: the same arithmetic as any values),
+    beside speed()'s per-head rows of the same head dim and mask; the row names the variant."""
+    from cubinforge.runtime import as_device_array, flash_attn_func, last_launch
+    from .timing import time_cuda
+    torch = _torch()
+    d = 128
+    for causal, (bq, bk) in BLOCK_FORMS:
+        case = f"e4m3 hd{d} {'causal' if causal else 'noncausal'} v-colmajor block q{bq}/k{bk} b1 h{heads} s{seqlen}"
+
+        def one(causal=causal, bq=bq, bk=bk, case=case):
+            g = torch.Generator(device="cuda").manual_seed(0)
+            q = torch.randint(0, 56, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
+            k = torch.randint(0, 56, (1, seqlen, heads, d), dtype=torch.uint8, device="cuda", generator=g)
+            v = torch.randint(0, 56, (1, heads, d, seqlen), dtype=torch.uint8, device="cuda", generator=g)
+            q8, k8, v8 = (as_device_array(t, dtype="e4m3") for t in (q, k, v))
+            qd = torch.ones((1, heads, -(-seqlen // bq)), dtype=torch.float32, device="cuda")
+            kd = torch.ones((1, heads, -(-seqlen // bk)), dtype=torch.float32, device="cuda")
+            out = torch.empty((1, seqlen, heads, d), dtype=torch.bfloat16, device="cuda")
+            lse = torch.empty((1, heads, seqlen), dtype=torch.float32, device="cuda")
+            stream = torch.cuda.current_stream()
+            fn = lambda: flash_attn_func(q8, k8, v8, causal=causal, out=out, lse=lse,  # noqa: E731
+                                         stream=stream.cuda_stream, v_layout="colmajor", q_descale=qd,
+                                         k_descale=kd, descale_block=(bq, bk))
+            t = time_cuda(fn, warmup=3, min_iters=5, max_iters=20, budget_s=1.0)
+            record(case, variant=last_launch().variant, ms=round(t.median_ms, 3),
+                   tflops=round(tflops(attention_flops(1, heads, seqlen, seqlen, d, causal), t.median_ms), 1))
+
+        attempt(case, one)
 
 
 def scaled_mm_ceiling(n: int = 8192):
@@ -443,7 +494,7 @@ def table() -> str:
         lines.append(f"| {r['case']} | {r.get('rmse', ''):.3e} | " if "rmse" in r else f"| {r['case']} | | ")
         lines[-1] += f"{r.get('ms', '')} | {r.get('tflops', '')} | {pct} | {r.get('error', '')} |"
     rm = {r["case"].split()[0]: r["rmse"] for r in ROWS if "rmse" in r}
-    a, b, bb, c = (rm.get(k) for k in ("(a)", "(b)", "(b')", "(c)"))
+    a, b, bb, c, bk = (rm.get(k) for k in ("(a)", "(b)", "(b')", "(c)", "(b'')"))
     if a and b:
         lines.append(f"\n(a)/(b) = {a / b:.2f} (target >= 2)")
     if a and bb:
@@ -452,6 +503,12 @@ def table() -> str:
         lines.append(f"(b)/(c) = {b / c:.2f} (target <= 3)")
     if bb and c:
         lines.append(f"(b')/(c) = {bb / c:.2f}")
+    if a and bk:
+        lines.append(f"(a)/(b'') = {a / bk:.2f} (block + Hadamard through the kernel; target >= 2)")
+    if bk and c:
+        lines.append(f"(b'')/(c) = {bk / c:.2f} (target <= 3)")
+    if bk and b:
+        lines.append(f"(b'')/(b) = {bk / b:.2f} (block vs per-head scales, both with Hadamard)")
     return "\n".join(lines)
 
 
@@ -462,6 +519,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--skip-speed", action="store_true")
     p.add_argument("--skip-errors", action="store_true", help="speed rows only")
+    p.add_argument("--block", action="store_true",
+                   help="block descales only: error rows (a), (b), (b'), (b''), (b''-k192), (c), the ceiling, and hd128 "
+                        "column-major TFLOPS per-head and with block descales (needs SET=fp8's block variants)")
     p.add_argument("--v-layout", choices=("colmajor", "rowmajor", "both"), default="both",
                    help="V layouts of the speed rows (rowmajor needs SET=fp8)")
     p.add_argument("--rounds", type=int, default=3, help="--ab-home: alternating timing rounds per group "
@@ -475,11 +535,26 @@ def main(argv=None) -> int:
             with open(a.json, "w") as f:
                 json.dump(ROWS, f, indent=1)
         return 1 if failed else 0
+    if a.block:
+        if not a.skip_errors:
+            attempt("error study", lambda: error_study(a.err_seqlen, cases=("(a)", "(b)", "(b')", "(b'')",
+                                                                            "(b''-k192)", "(c)")))
+        if not a.skip_speed:
+            scaled_mm_ceiling()
+            speed(a.seqlen, v_layouts=("colmajor",), head_dims=(128,))
+            block_speed(a.seqlen)
+        print("\n" + table())
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(ROWS, f, indent=1)
+        return 0
     if not a.skip_errors:
         attempt("error study", lambda: error_study(a.err_seqlen))
     if not a.skip_speed:
         scaled_mm_ceiling()
         speed(a.seqlen, v_layouts=("colmajor", "rowmajor") if a.v_layout == "both" else (a.v_layout,))
+        if a.v_layout != "rowmajor":
+            block_speed(a.seqlen)
     print("\n" + table())
     if a.json:
         with open(a.json, "w") as f:

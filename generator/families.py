@@ -89,6 +89,8 @@ FA3_FWD = Family(
         "split_kv": (False, True),
         # V (batch, heads_kv, head_dim, seqlen_k) for FP8: the 8-bit PV GEMM wants V K-major.
         "v_layout": ("rowmajor", "colmajor"),
+        # e4m3 dense: q/k descales per block of tokens (config.DESCALE_BLOCKS) instead of per head.
+        "descale_block": ("head", "blockq128k128", "blockq128k192"),
         "softcap": (False, True),
         "local": (False, True),
         "learnable_sink": (False, True),
@@ -128,6 +130,11 @@ FA3_FWD = Family(
         (lambda ax: ax["dtype"] != "e4m3"
          or not (ax["softcap"] or ax["local"] or ax["learnable_sink"] or ax["head_dim_v"] != ax["head_dim"]),
          "dtype=e4m3 does not take the model variants (softcap, local, learnable_sink, head_dim_v != head_dim) yet"),
+        (lambda ax: ax["descale_block"] == "head" or (
+            ax["dtype"] == "e4m3" and not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"] or ax["varlen"])
+            and int(ax["descale_block"].rpartition("k")[2]) % ax["tile_n"] == 0),
+         "descale_block=blockq<BQ>k<BK> is built for the dense e4m3 forward (no split_kv, pack_gqa, paged_kv or "
+         "varlen), with the k block BK a multiple of tile_n"),
         # A KV cache holds V as it holds K: the e4m3 inference forms transpose it in smem.
         (lambda ax: ax["dtype"] != "e4m3" or ax["v_layout"] == "rowmajor"
          or not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"] or ax["varlen"]),

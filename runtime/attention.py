@@ -313,7 +313,7 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
                     out: Any = None, lse: Any = None, stream: Any = None, window_size: Any = _NO_WINDOW,
                     softcap: float = 0.0, learnable_sink: Any = None, *, source: Source | None = None,
                     q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
-                    v_layout: str = "rowmajor"):
+                    v_layout: str = "rowmajor", descale_block: Any = None):
     """Attention forward: returns (out, lse).
 
     Arrays may be anything exporting ``__dlpack__`` or ``__cuda_array_interface__``, or
@@ -335,7 +335,10 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
 
     FP8: e4m3 q/k/v (or any descale, or v_layout="colmajor") go to runtime/fp8.py
     ``flash_attn_fp8``: descales float32 (batch, heads_kv) or None, out bf16; FP8 takes none
-    of window_size, softcap, learnable_sink yet (nor plan_attention)."""
+    of window_size, softcap, learnable_sink yet (nor plan_attention). Block descales from
+    quantize_fp8(x, block=): ``descale_block=(BQ, BK)`` with q_descale (batch, heads_q,
+    ceil(seqlen_q / BQ)) and k_descale (batch, heads_kv, ceil(seqlen_k / BK)); v_descale stays
+    (batch, heads_kv) (flash_attn_fp8 says more)."""
     if type(stream) is int:
         handle = stream
     else:
@@ -344,7 +347,7 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     if (lse is not None and out is not None and _readers.get(type(q)) is torch_array and learnable_sink is None
             and window_size is _NO_WINDOW and type(softcap) is float and not softcap and type(causal) is bool
             and q_descale is None and k_descale is None and v_descale is None and v_layout == "rowmajor"
-            and _torch_hit(q, k, v, out, lse, handle, causal, softmax_scale, source, od)):
+            and descale_block is None and _torch_hit(q, k, v, out, lse, handle, causal, softmax_scale, source, od)):
         return out, lse
     # Wrap each array once (a DLPack capsule can be consumed only once).
     qa = q if isinstance(q, DeviceArray) else wrap_arg(q, handle, "q", od)
@@ -353,13 +356,14 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: float | None = None, 
     oa = None if out is None else out if isinstance(out, DeviceArray) else wrap_arg(out, handle, "o", od)
     la = None if lse is None else lse if isinstance(lse, DeviceArray) else wrap_arg(lse, handle, "lse", od)
     if (qa.dtype == "e4m3" or q_descale is not None or k_descale is not None or v_descale is not None
-            or v_layout != "rowmajor"):
+            or v_layout != "rowmajor" or descale_block is not None):
         if tuple(window_size) != (-1, -1) or softcap or learnable_sink is not None:
             raise InputError("FP8 (e4m3) attention does not take window_size, softcap or learnable_sink yet; "
                              "call it with their defaults, or use bf16/fp16 inputs for those variants")
         from .fp8 import flash_attn_fp8
         o8, l8 = flash_attn_fp8(qa, ka, va, softmax_scale, causal, oa, la, handle, q_descale=q_descale,
-                                k_descale=k_descale, v_descale=v_descale, v_layout=v_layout, source=source)
+                                k_descale=k_descale, v_descale=v_descale, v_layout=v_layout,
+                                descale_block=descale_block, source=source)
         return (o8 if out is None else out), (l8 if lse is None else lse)
     sa = (None if learnable_sink is None else learnable_sink if isinstance(learnable_sink, DeviceArray)
           else as_device_array(learnable_sink, stream=handle, what="learnable_sink", ordered=od))

@@ -44,6 +44,9 @@ AXES: dict[str, Axis] = {
         # How V is laid out: (batch, seqlen_k, heads_kv, head_dim) or, for FP8,
         # (batch, heads_kv, head_dim, seqlen_k) (token "colmajor").
         Axis("v_layout", ("rowmajor", "colmajor"), "rowmajor"),
+        # e4m3 q/k descales: per (batch, head_kv) (FA3's) or per block of q and k tokens
+        # ("blockq128k192": quantize_fp8(q, block=128), quantize_fp8(k, block=192)).
+        Axis("descale_block", ("head", "blockq128k128", "blockq128k192"), "head"),
         Axis("softcap", (False, True), False, "softcap"),
         Axis("local", (False, True), False, "local"),
         Axis("learnable_sink", (False, True), False, "sink"),

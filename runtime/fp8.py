@@ -13,6 +13,7 @@ Q K^T is unchanged up to rounding; v must not be rotated (O would come out rotat
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -113,19 +114,58 @@ ATTN_FAMILY = "fa3_fwd"
 OUT_DTYPE = "bf16"  # generator fa3_fwd_sm90/config.py E4M3_OUT_DTYPE
 ONE_F32_BITS = 0x3F800000
 V_LAYOUTS = ("rowmajor", "colmajor")  # runtime/axes.py's v_layout values
-_attn: dict[tuple, tuple] = {}  # (id(source), arch, head_dim, causal, v_layout) -> (source, Kernel)
+HEAD_DESCALE = "head"  # runtime/axes.py descale_block: per-(batch, head_kv) q/k descales
+_attn: dict[tuple, tuple] = {}  # (id(source), arch, head_dim, causal, v_layout, descale_block) -> (source, Kernel)
 
 
 def _attn_kernel(arch: str, head_dim: int, causal: bool, v_layout: str, source: Source | None,
-                 sizes: dict) -> Kernel:
-    key = (id(source), arch, head_dim, causal, v_layout)
+                 sizes: dict, descale_block: str = HEAD_DESCALE) -> Kernel:
+    key = (id(source), arch, head_dim, causal, v_layout, descale_block)
     ent = _attn.get(key)
     if ent is None or ent[0] is not source:
         with _lock:
-            m = select(ATTN_FAMILY, {"arch": arch, "dtype": "e4m3", "head_dim": head_dim, "causal": causal,
-                                     "v_layout": v_layout}, source=source, sizes=sizes)
+            axes = {"arch": arch, "dtype": "e4m3", "head_dim": head_dim, "causal": causal, "v_layout": v_layout}
+            if descale_block != HEAD_DESCALE:  # left out otherwise: the plain request, as before
+                axes["descale_block"] = descale_block
+            m = select(ATTN_FAMILY, axes, source=source, sizes=sizes)
             ent = _attn[key] = (source, Kernel.from_manifest(m, source or default_source()))
     return ent[1]
+
+
+def block_axis_value(descale_block) -> str:
+    """descale_block=(q block, k block) in tokens -> the descale_block axis value
+    ("blockq128k192"), checked against the values the project knows (runtime/axes.py)."""
+    from .axes import AXES
+
+    known = [v for v in AXES["descale_block"].values if v != HEAD_DESCALE]
+    pairs = ", ".join("({}, {})".format(*re.fullmatch(r"blockq(\d+)k(\d+)", v).groups()) for v in known)
+    if (not isinstance(descale_block, (tuple, list)) or len(descale_block) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in descale_block)):
+        raise InputError(f"descale_block must be (q block, k block), positive token counts as given to "
+                         f"quantize_fp8(..., block=); got {descale_block!r} (built: {pairs})")
+    value = f"blockq{descale_block[0]}k{descale_block[1]}"
+    if value not in known:
+        raise InputError(f"no e4m3 variant takes descale blocks {tuple(descale_block)}: the k block must be a "
+                         f"multiple of a variant's key tile and the q block of 16; the block pairs built are "
+                         f"{pairs} (quantize_fp8(q, block=BQ), quantize_fp8(k, block=BK))")
+    return value
+
+
+def _check_block_descale(name: str, a, want: tuple, block: int, what: str):
+    if a.dtype != "f32" or a.shape != want:
+        raise InputError(f"{name} with descale_block must be float32 (batch, {what}, ceil(seqlen / {block})) = "
+                         f"{want}, quantize_fp8(..., block={block})'s shape; got {a.dtype} {a.shape}")
+    if a.strides[2] != 1 and want[2] > 1:
+        raise InputError(f"{name}'s block dimension must be contiguous (stride 1); got strides {a.strides}")
+
+
+def _ones(shape, device, stream, handle) -> OwnedDeviceArray:
+    out = OwnedDeviceArray.empty(shape, "f32", device, stream)
+    d = driver.drv()
+    n = shape[0] * shape[1] * shape[2]
+    with driver.device_context(device):
+        driver.call("cuMemsetD32Async", d.CUdeviceptr(out.ptr), ONE_F32_BITS, n, d.CUstream(handle))
+    return out
 
 
 def _wrap(a, name, handle):
@@ -156,7 +196,7 @@ def _stack_descales(descales, b: int, hkv: int, device: int, stream, handle: int
 
 def flash_attn_fp8(q, k, v, softmax_scale=None, causal=False, out=None, lse=None, stream=None, *,
                    q_descale=None, k_descale=None, v_descale=None, v_layout="rowmajor",
-                   source: Source | None = None):
+                   descale_block=None, source: Source | None = None):
     """FP8 attention forward (flash_attn_func routes e4m3 inputs here): returns (out, lse).
 
     q (batch, seqlen_q, heads_q, head_dim) and k (batch, seqlen_k, heads_kv, head_dim) e4m3;
@@ -165,7 +205,15 @@ def flash_attn_fp8(q, k, v, softmax_scale=None, causal=False, out=None, lse=None
     other strides multiples of 16 B (store seqlen_k padded to a multiple of 16 and pass the
     slice [..., :seqlen_k]). The descales are float32 (batch, heads_kv) or None (1): S = q k^T * q_descale *
     k_descale * softmax_scale and O = P v * v_descale, as FA3. out is bf16 like q; lse float32
-    (batch, heads_q, seqlen_q)."""
+    (batch, heads_q, seqlen_q).
+
+    Block descales: ``descale_block=(BQ, BK)`` with q_descale float32 (batch, heads_q,
+    ceil(seqlen_q / BQ)) and k_descale (batch, heads_kv, ceil(seqlen_k / BK)), what
+    quantize_fp8(q, block=BQ) and quantize_fp8(k, block=BK) return (None: all ones). q's are
+    per query head (GQA: each q head its own blocks), k's per KV head; v_descale stays
+    (batch, heads_kv) (FA3's shape: O is linear in v, a per-block v scale would have to
+    enter the PV GEMM). The block sizes are given, not inferred (ceil(seqlen / B) does not
+    tell B); only the block pairs built serve (runtime/axes.py descale_block)."""
     handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
     qa, ka, va = (_wrap(x, n, handle) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     oa, la = _wrap(out, "out", handle), _wrap(lse, "lse", handle)
@@ -198,11 +246,30 @@ def flash_attn_fp8(q, k, v, softmax_scale=None, causal=False, out=None, lse=None
         if la.shape != (b, hq, sq) or la.dtype != "f32":
             raise InputError(f"lse must be float32 (batch, heads_q, seqlen_q) = {(b, hq, sq)}; got {la.dtype} {la.shape}")
         arrays["lse"] = la
+    block = HEAD_DESCALE
+    if descale_block is not None:
+        block = block_axis_value(descale_block)
+        bq, bk = descale_block
+        for (n, a), want, blk, what in zip(descales, ((b, hq, -(-sq // bq)), (b, hkv, -(-sk // bk))), (bq, bk),
+                                           ("heads_q", "heads_kv")):
+            if a is not None:
+                _check_block_descale(n, a, want, blk, what)
+    else:
+        for n, a in descales[:2]:
+            if a is not None and a.ndim == 3:
+                raise InputError(f"{n} is {a.shape}, per-block descales (batch, heads, blocks): pass "
+                                 f"descale_block=(q block, k block) as given to quantize_fp8(..., block=), "
+                                 f"or per-head descales (batch, heads_kv)")
     arrays.update({n: a for n, a in descales if a is not None})  # located with the rest: one device
     arrays, device = resolve_devices(arrays)
     descales = [(n, arrays.pop(n) if a is not None else None) for n, a in descales]
     sizes = {"batch": b, "seqlen_q": sq, "seqlen_k": sk, "heads_q": hq, "heads_kv": hkv}
-    kernel = _attn_kernel(driver.device_arch(device), d, bool(causal), v_layout, source, sizes)
+    kernel = _attn_kernel(driver.device_arch(device), d, bool(causal), v_layout, source, sizes, block)
+    if block != HEAD_DESCALE:
+        # q and k per block go to the kernel as they are (ones where None); mDescale keeps v's.
+        for (n, a), want in zip(descales[:2], ((b, hq, -(-sq // bq)), (b, hkv, -(-sk // bk)))):
+            arrays[n] = a if a is not None else _ones(want, device, stream, handle)
+        descales = [(descales[0][0], None), (descales[1][0], None), descales[2]]
     if "o" not in arrays:
         arrays["o"] = out = OwnedDeviceArray.empty(qa.shape, OUT_DTYPE, device, stream)
     if "lse" not in arrays:

@@ -162,7 +162,8 @@ def test_hadamard_keeps_qk_products():
 
 # --------------------------------------------------------------------------- e4m3 attention
 
-FP8_FWD = _have("fa3_fwd", dtype="e4m3")
+# Per-head descales; the block-descale forms (descale_block) have their own tests below.
+FP8_FWD = [m for m in _have("fa3_fwd", dtype="e4m3") if m.axes.get("descale_block", "head") == "head"]
 needs_fp8_fwd = pytest.mark.skipif(not FP8_FWD, reason="no e4m3 fa3_fwd variant in the local registry for this GPU")
 # Tolerance: the reference runs in float64 on the dequantised inputs, so the inputs' own
 # rounding is shared; what remains is P rounded to e4m3 (3 mantissa bits: up to 2^-4
@@ -331,3 +332,134 @@ def test_e4m3_allocates_bf16_output():
     o = _bf16_bits_to_f64(download_raw(out))
     ref = attention(e4m3_decode(q), e4m3_decode(k), e4m3_decode(v), causal=m.axes["causal"])
     assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < RTOL_FP8
+
+
+# --------------------------------------------------------------------------- block descales
+
+BLOCK = [m for m in _have("fa3_fwd", dtype="e4m3") if m.axes.get("descale_block", "head") != "head"]
+
+
+def _block_sizes(m):
+    import re
+    return tuple(int(x) for x in re.fullmatch(r"blockq(\d+)k(\d+)", m.axes["descale_block"]).groups())
+
+
+def _ramped_outliers(rng, b, s, h, d):
+    """FA3's outlier inputs, each token scaled by 2^U(-2, 1): block scales then differ block by
+    block, so a descale read for the wrong block or row shows as an O(1) error. (Wider ramps
+    make scores so large that the e4m3 tensor cores' accumulation alone moves LSE past
+    ATOL_LSE_FP8: check9's rising-score case.)"""
+    from cubinforge.bench.fp8_reference import outlier_inputs
+    return outlier_inputs(rng, b, s, h, d) * 2.0 ** rng.uniform(-2, 1, (1, s, 1, 1))
+
+
+def _fp8_run(q8, k8, v8, descales, causal, shape, **kw):
+    from cubinforge.runtime import flash_attn_func
+    b, sq, sk, hq, hkv = shape
+    out = upload(np.full((b, sq, hq, 128), 0x7FC0, np.uint16), "bf16")
+    lse = upload(np.full((b, hq, sq), np.nan, np.float32), "f32")
+    qd, kd, vd = descales
+    flash_attn_func(q8, k8, v8, causal=causal, out=out, lse=lse, v_layout="colmajor", q_descale=qd, k_descale=kd,
+                    v_descale=vd, **kw)
+    return _bf16_bits_to_f64(download_raw(out)), download_f32(lse)
+
+
+def _quantised(x_bits, block, had):
+    y, desc = quantize_fp8(upload(x_bits, "bf16"), block=block, hadamard=had, seed=4242)
+    return y, desc, download_raw(y), download_f32(desc)
+
+
+@pytest.mark.skipif(not BLOCK or not QUANT, reason="no e4m3 block-descale variant or fp8_quant (SET=fp8)")
+@pytest.mark.parametrize("m", BLOCK, ids=lambda m: m.variant)
+@pytest.mark.parametrize("shape", [(2, 300, 333, 4, 2), (1, 1000, 777, 2, 2), (1, 200, 77, 2, 2)],
+                         ids=["gqa-tails", "mha-odd", "more-q-than-k"])
+def test_e4m3_block_descales_match_reference_and_beat_per_head(m, shape):
+    """quantize_fp8(q, block=BQ, hadamard=True) and (k, block=BK) through the block variant:
+    against float64 attention on the dequantised inputs (the kernel's own error), with
+    poisoned outputs (every element written; rows with no key O = 0, LSE = -inf, no NaN);
+    and against float64 attention on the unquantised inputs, no worse than the same inputs
+    quantised per head (with the same rotation) through the per-head variant, where heads_q =
+    heads_kv (per-head q descales are (batch, heads_kv))."""
+    from cubinforge.bench.fp8_reference import attention, dequantize
+    from cubinforge.runtime import last_launch
+
+    bq, bk = _block_sizes(m)
+    causal = m.axes["causal"]
+    b, sq, sk, hq, hkv = shape
+    d = 128
+    rng = np.random.default_rng(sq + sk)
+    qv, q_bits = as_dtype(_ramped_outliers(rng, b, sq, hq, d), "bf16")
+    kv, k_bits = as_dtype(_ramped_outliers(rng, b, sk, hkv, d), "bf16")
+    vv, v_bits = as_dtype(rng.standard_normal((b, sk, hkv, d)), "bf16")
+    q8, qd, qb, qdh = _quantised(q_bits, bq, True)
+    k8, kd, kb, kdh = _quantised(k_bits, bk, True)
+    _v8, vd, vb, vdh = _quantised(v_bits, None, False)
+    # A block longer than the sequence is clamped to it: one block either way.
+    assert qd.shape == (b, hq, -(-sq // bq)) and kd.shape == (b, hkv, -(-sk // bk))
+    _keep, v8 = _colmajor_v(vb)
+    o, got_lse = _fp8_run(q8, k8, v8, (qd, kd, vd), causal, shape, descale_block=(bq, bk))
+    rec = last_launch()
+    assert rec.launched and rec.variant == m.variant, rec
+    assert not np.isnan(o).any(), f"{int(np.isnan(o).sum())} O elements never written (or NaN)"
+    assert not np.isnan(got_lse).any(), f"{int(np.isnan(got_lse).sum())} LSE elements never written (or NaN)"
+    qq, kk, vq = dequantize(qb, qdh, bq), dequantize(kb, kdh, bk), dequantize(vb, vdh, sk)
+    ref = attention(qq, kk, vq, causal=causal)
+    rel = np.linalg.norm(o - ref) / np.linalg.norm(ref)
+    assert rel < RTOL_FP8, f"{m.variant}: O rel err {rel:.3e} against the dequantised inputs (tolerance {RTOL_FP8})"
+    g = hq // hkv
+    s = np.einsum("bqhd,bkhd->bhqk", qq, np.repeat(kk, g, axis=2)) / np.sqrt(d)
+    if causal:
+        i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+        s = np.where(j <= i + sk - sq, s, -np.inf)
+    mx = s.max(-1)
+    fin = np.isfinite(mx)
+    ref_lse = np.where(fin, mx + np.log(np.exp(s - np.where(fin, mx, 0)[..., None]).sum(-1)), -np.inf)
+    assert (got_lse[~fin] == -np.inf).all()
+    assert (o.transpose(0, 2, 1, 3)[~fin] == 0).all()
+    assert np.abs(got_lse[fin] - ref_lse[fin]).max() < ATOL_LSE_FP8
+    head = [x for x in FP8_FWD if x.axes["head_dim"] == d and x.axes["causal"] == causal
+            and x.axes.get("v_layout") == "colmajor"]
+    if hq != hkv or not head:
+        return
+    truth = attention(qv, kv, vv, causal=causal)
+    q8h, qdhd, _, _ = _quantised(q_bits, None, True)
+    k8h, kdhd, _, _ = _quantised(k_bits, None, True)
+    o_head, _ = _fp8_run(q8h, k8h, v8, (qdhd, kdhd, vd), causal, shape)
+    assert last_launch().variant in {x.variant for x in head}
+    err_block = np.sqrt(np.mean((o - truth) ** 2))
+    err_head = np.sqrt(np.mean((o_head - truth) ** 2))
+    # Block scales are never coarser than the head's; 10% is room for P's rounding, which differs.
+    assert err_block <= 1.10 * err_head, f"block RMSE {err_block:.3e} > per-head RMSE {err_head:.3e}"
+
+
+def _twins():
+    """(block variant, per-head variant) pairs of one tile, scheduler, mask and softmax switches."""
+    keys = ("head_dim", "causal", "v_layout", "tile_m", "tile_n", "scheduler")
+    return [(m, h) for m in BLOCK for h in FP8_FWD
+            if all(m.axes.get(a) == h.axes.get(a) for a in keys) and _softmax_of(m) == _softmax_of(h)]
+
+
+@pytest.mark.skipif(not _twins(), reason="no e4m3 block-descale variant with a per-head twin (SET=fp8 + default)")
+@pytest.mark.parametrize("pair", _twins(), ids=lambda p: p[0].variant)
+def test_e4m3_block_variant_with_unit_descales_matches_its_per_head_twin(pair):
+    """descale_block with q_descale = k_descale = None (all ones) against the per-head form of
+    the same tile and switches with unit descales: a * c_j is then the softmax scale and the
+    scaled-unit maximum is the raw maximum times it, so O and LSE agree to rounding; a
+    wrong block index or a stale prefetched c would show (tests above use varying scales)."""
+    from cubinforge.bench.fp8_reference import e4m3_encode
+    from cubinforge.runtime import last_launch
+    m, h = pair
+    bq, bk = _block_sizes(m)
+    shape = (1, 259, 611, 2, 1)
+    b, sq, sk, hq, hkv = shape
+    rng = np.random.default_rng(11)
+    bits = {n: e4m3_encode(rng.standard_normal((b, s, hh, 128)))
+            for n, s, hh in (("q", sq, hq), ("k", sk, hkv), ("v", sk, hkv))}
+    q8, k8 = upload(bits["q"], "e4m3"), upload(bits["k"], "e4m3")
+    _keep, v8 = _colmajor_v(bits["v"])
+    o_blk, lse_blk = _fp8_run(q8, k8, v8, (None, None, None), m.axes["causal"], shape, descale_block=(bq, bk))
+    assert last_launch().variant == m.variant
+    o_head, lse_head = _fp8_run(q8, k8, v8, (None, None, None), m.axes["causal"], shape)
+    assert not np.isnan(o_blk).any() and not np.isnan(lse_blk).any()
+    assert np.linalg.norm(o_blk - o_head) / np.linalg.norm(o_head) < 2e-3
+    np.testing.assert_allclose(lse_blk, lse_head, atol=1e-4)

@@ -53,6 +53,7 @@ def compile_variant(cfg: FwdConfig):
             **({"varlen": True, "serves": _varlen_serves(cfg)} if cfg.varlen else {}),
             **({"v_layout": cfg.v_layout, "out_dtype": cfg.out_dtype} if cfg.fp8 else {}),
             **({"fp8_local_p": cfg.fp8_local_p} if cfg.v_transpose else {}),
+            **({"descale_block": cfg.descale_block} if cfg.descale_blocks[1] else {}),
             **({"ctas_per_sm": cfg.ctas_per_sm} if cfg.ctas_per_sm != 1 else {}),
             "dsl_compile_seconds": round(seconds, 3),
         },

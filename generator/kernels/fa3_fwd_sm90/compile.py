@@ -45,6 +45,10 @@ def compile_cubin(cfg: FwdConfig):
             v = make_fake_tensor(dt, (batch, heads_kv, dv, seqlen_k),
                                  stride=(sym(align_elems), sym(align_elems), sym(align_elems), 1), assumed_align=16)
         extra["mDescale"] = fake_descale(fake.batch, fake.heads_kv, fake.sym)
+        if cfg.descale_blocks[1]:
+            # Per-block q and k descales, quantize_fp8's (batch, heads, blocks); left out otherwise.
+            extra["mDescaleQ"] = fake_block_descale(fake.batch, heads_q, fake.sym)
+            extra["mDescaleK"] = fake_block_descale(fake.batch, heads_kv, fake.sym)
     kernel = FlashFwdSm90(cfg)
     t0 = time.perf_counter()
     compiled = aot_compile(kernel, q, k, v, o, lse, scale, **extra, options=options)
@@ -57,6 +61,16 @@ def fake_descale(batch, heads_kv, sym):
     from cutlass.cute.runtime import make_fake_tensor
 
     return make_fake_tensor(cutlass.Float32, (3, batch, heads_kv), stride=(sym(), sym(), 1), assumed_align=4)
+
+
+def fake_block_descale(batch, heads, sym):
+    """descale_block: (batch, heads, blocks) float32, blocks contiguous."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    return make_fake_tensor(cutlass.Float32, (batch, heads, cute.sym_int()), stride=(sym(), sym(), 1),
+                            assumed_align=4)
 
 
 def variant_args(cfg: FwdConfig, heads_q) -> dict:

@@ -192,6 +192,19 @@ TWO_CTA_REGISTER_SPLIT = (216, 40)
 PAGE_CHUNK = 16
 
 
+# FwdConfig.descale_block's per-block forms: name -> (q block, k block) in tokens.
+DESCALE_BLOCKS = {"blockq128k128": (128, 128), "blockq128k192": (128, 192)}
+
+
+def parse_descale_block(value: str) -> tuple[int, int]:
+    """(q block, k block) of a descale_block value; (0, 0) for "head"."""
+    if value == "head":
+        return 0, 0
+    if value not in DESCALE_BLOCKS:
+        raise ValueError(f"descale_block must be 'head' or one of {sorted(DESCALE_BLOCKS)}, got {value!r}")
+    return DESCALE_BLOCKS[value]
+
+
 def default_tile(head_dim: int, causal: bool = False, head_dim_v: int | None = None) -> tuple[int, int]:
     """The (tile_m, tile_n) this family uses unless told otherwise. `causal` is part of the
     interface (the spec asks per variant); no measured choice depends on it today."""
@@ -366,6 +379,14 @@ class FwdConfig:
     learnable_sink: bool = False
     # V's (and O's) head dim when it differs from Q's and K's: one of HEAD_DIM_V_TILES.
     head_dim_v: int = 0  # 0: head_dim
+    # e4m3 block descales for q and k (issue 13; descale_block.py): "head" (FA3's per-(batch,
+    # head_kv) q/k descales folded into the softmax's scale, the cubins as before) or
+    # "blockq<BQ>k<BK>" (DESCALE_BLOCKS): q_descale (batch, heads_q, ceil(seqlen_q / BQ)) and
+    # k_descale (batch, heads_kv, ceil(seqlen_k / BK)) float32 kernel tensors, quantize_fp8's
+    # per-block shape, with the row maximum kept in scaled log2 units (softmax.BlockScaledSoftmax).
+    # BK is a multiple of tile_n (one k scale per key block), BQ of 16 (one q scale per thread:
+    # a thread's two rows share a 16-row group). v keeps its (batch, heads_kv) descale (FA3's).
+    descale_block: str = "head"
 
     def __post_init__(self):
         if self.arch not in SUPPORTED_ARCHS:
@@ -468,6 +489,7 @@ class FwdConfig:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, off))
         self._check_softmax_switches()
+        self._check_descale_block()
         if self.fp8_p_pair_shuffle and not (self.fp8 and not self.fp8_local_p):
             raise ValueError("fp8_p_pair_shuffle is the shuffled P's exchange: it needs dtype e4m3 with "
                              "fp8_local_p off (V column-major, or row-major with fp8_local_p=False)")
@@ -572,6 +594,25 @@ class FwdConfig:
         if self.inference and (self.exp2_emu_eighths or self.rescale_threshold or self.p_scale_log2):
             raise ValueError("exp2_emu_eighths, rescale_threshold and p_scale_log2 are built for the dense forward "
                              "only, not split_kv, pack_gqa, paged_kv or varlen")
+
+    def _check_descale_block(self):
+        bq, bk = parse_descale_block(self.descale_block)
+        if not bk:
+            return
+        if not self.fp8 or self.inference:
+            raise ValueError(f"descale_block={self.descale_block!r} is built for the dense e4m3 forward only "
+                             f"(got dtype {self.dtype}{', an inference form' if self.inference else ''})")
+        if bk % self.tile_n:
+            raise ValueError(f"descale_block {self.descale_block!r}: the k block ({bk}) must be a multiple of "
+                             f"tile_n ({self.tile_n}), one k scale per key block")
+        if bq % 16:
+            raise ValueError(f"descale_block {self.descale_block!r}: the q block ({bq}) must be a multiple of 16 "
+                             f"(a thread's rows share one 16-row group)")
+
+    @property
+    def descale_blocks(self) -> tuple[int, int]:
+        """(q block, k block) in tokens; (0, 0): per-(batch, head_kv) descales."""
+        return parse_descale_block(self.descale_block)
 
     @property
     def l2_section_mib(self) -> int:

@@ -83,6 +83,25 @@ def descale_param(ordinal: int) -> dict:
     }
 
 
+def block_descale_parts(cfg: FwdConfig, first_ordinal: int) -> tuple[list, dict, dict, list]:
+    """descale_block: the q_descale (batch, heads_q, q_descale_blocks) and k_descale (batch,
+    heads_kv, k_descale_blocks) float32 tensors, quantize_fp8's per-block shape, as the
+    kernel's mDescaleQ / mDescaleK: (params, symbols, tensors, checks)."""
+    bq, bk = cfg.descale_blocks
+    params, symbols, tensors, checks = [], {}, {}, []
+    for i, (t, heads, seqlen, block) in enumerate((("q_descale", "heads_q", "seqlen_q", bq),
+                                                   ("k_descale", "heads_kv", "seqlen_k", bk))):
+        blocks = f"{t}_blocks"
+        params.append(tensor_struct(t, first_ordinal + i, t, ["batch", heads, blocks], [0, 1]))
+        symbols[blocks] = {"tensor": t, "dim": 2, "min": 1}
+        tensors[t] = {"role": "input", "dtype": "f32", "dims": ["batch", heads, blocks], "contiguous_dim": 2,
+                      "align_bytes": 4}
+        checks.append({"expr": [blocks, seqlen, block, "ceil_div", "=="],
+                       "message": f"{t} must be (batch, {heads}, ceil({seqlen} / {block})): this variant's "
+                                  f"{t[0]} descale blocks are {block} tokens (quantize_fp8(..., block={block}))"})
+    return params, symbols, tensors, checks
+
+
 def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: int | dict[str, int]) -> dict:
     """Grid, symbols, tensors, scalars, checks and params for one compiled variant.
     `swizzle`: one for every tensor map, or one per tensor (V and O rows may be narrower;
@@ -133,9 +152,14 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         # The kernel's view of V is (head_dim, seqlen_k, heads_kv, batch): v_coords keep their
         # values; the tensor map walks seqlen_k innermost.
         params[7]["dims"] = [3, 2, 1, 0]
+    block_symbols, block_checks = {}, []
     if cfg.fp8:
         tensors["descale"] = DESCALE_TENSOR
         params.append(descale_param(len(params)))
+    if cfg.descale_blocks[1]:
+        block_params, block_symbols, block_tensors, block_checks = block_descale_parts(cfg, len(params))
+        params += block_params
+        tensors.update(block_tensors)
     return {
         "grid": (
             # One CTA per SM, never more CTAs than tiles.
@@ -154,6 +178,7 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
             "seqlen_k": {"tensor": "k", "dim": 1, "min": 1},
             "heads_kv": {"tensor": "k", "dim": 2, "min": 1},
             **({dv_sym: {"tensor": "v", "dim": 3, "fixed": cfg.head_dim_v}} if dv_sym != "head_dim" else {}),
+            **block_symbols,
         },
         "tensors": {
             "q": {"role": "input", "dtype": cfg.dtype, "dims": ["batch", "seqlen_q", "heads_q", "head_dim"], **bshd},
@@ -170,6 +195,7 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
              "message": "heads_q must be a multiple of heads_kv (MHA, GQA or MQA)"},
             {"expr": ["heads_q", 65535, "<="], "message": "heads_q must be at most 65535 (grid y)"},
             {"expr": ["batch", 65535, "<="], "message": "batch must be at most 65535 (grid z)"},
+            *block_checks,
         ],
         "params": lay_out(params, PARAM_BANK_BASE),
     }

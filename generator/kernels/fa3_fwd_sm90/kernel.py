@@ -39,7 +39,7 @@ from .layouts import (
 from . import block_range, descale, pinned, v_transpose
 from .mask import apply_mask, apply_mask_bits, apply_window_mask, apply_window_mask_bits
 from .schedule import TileScheduler, decode_divisors, decode_fast
-from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
+from .softmax import BlockScaledSoftmax, OnlineSoftmax, apply_softcap, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlass.Float8E4M3FN}
 # The H200's SM count: only the DSL's own (unused) host launcher sees it; launchers take the
@@ -87,6 +87,8 @@ class FlashFwdSm90:
         self.deferred_o = cfg.deferred_o_store
         # P through shared memory (SS PV GEMM) instead of registers (RS).
         self.p_smem = cfg.p_smem
+        # e4m3 q/k descales per block (descale_block): the softmax scales each key block.
+        self.block_descale = bool(cfg.descale_blocks[1])
 
     # ------------------------------------------------------------------ host side
     def _tiled_mmas(self, warpgroups=None):
@@ -123,6 +125,10 @@ class FlashFwdSm90:
         window_right: Int32 | None = None,
         mSink: cute.Tensor | None = None,  # learnable_sink: (heads_q,) float32
         mDescale: cute.Tensor | None = None,  # e4m3: (3, batch, heads_kv) float32, q/k/v descales
+        # descale_block: (batch, heads_q, q blocks) and (batch, heads_kv, k blocks) float32; then
+        # mDescale's q and k rows are not read (v's is).
+        mDescaleQ: cute.Tensor | None = None,
+        mDescaleK: cute.Tensor | None = None,
     ):
         # Kernel view: (seqlen, head_dim, heads, batch) so a tile is a slice of modes 0 and 1.
         bshd_to_sdhb = [1, 3, 2, 0]
@@ -208,7 +214,7 @@ class FlashFwdSm90:
             softmax_scale_log2,
             sQ_layout, sK_layout, sV_layout, sO_layout,
             tiled_mma_qk, tiled_mma_pv,
-            softcap_pre, window_left, window_right, mSink, mDescale,
+            softcap_pre, window_left, window_right, mSink, mDescale, mDescaleQ, mDescaleK,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=1)
 
     # Pieces both this kernel and inference.FlashFwdSm90Inference build the same way. Plain
@@ -338,6 +344,8 @@ class FlashFwdSm90:
         window_right: Int32 | None,
         mSink: cute.Tensor | None,
         mDescale: cute.Tensor | None = None,  # e4m3: (3, batch, heads_kv) float32
+        mDescaleQ: cute.Tensor | None = None,  # descale_block: (batch, heads_q, q blocks) float32
+        mDescaleK: cute.Tensor | None = None,  # descale_block: (batch, heads_kv, k blocks) float32
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -448,7 +456,12 @@ class FlashFwdSm90:
                 n_block_min = self.first_block(m_block, mQ, mK, window_left)
                 scale_log2 = softmax_scale_log2
                 v_descale = None
-                if const_expr(self.fp8):
+                blk = None
+                if const_expr(self.block_descale):
+                    # q and k per block (the softmax's, BlockScaledSoftmax); v per head_kv as ever.
+                    v_descale = mDescale[2, batch, head_kv]
+                    blk = (mDescaleQ, mDescaleK, head_kv)
+                elif const_expr(self.fp8):
                     # FA3's folding: q and k descales into the softmax scale, v's into 1/rowsum.
                     scale_log2, v_descale = descale.fold_scale(mDescale, batch, head_kv, softmax_scale_log2)
                 if const_expr(self.deferred_o):
@@ -457,7 +470,7 @@ class FlashFwdSm90:
                         pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
                         ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
                         n_block_min, softcap_pre, window_left, window_right, mSink, v_descale,
-                        (rO_pend, lse_pend, pend_m, pend_head, pend_batch), sP,
+                        (rO_pend, lse_pend, pend_m, pend_head, pend_batch), sP, blk,
                     )
                     pend_m, pend_head, pend_batch = m_block, head, batch
                 else:
@@ -465,7 +478,7 @@ class FlashFwdSm90:
                         mO, mLSE, sQ, sK, sV_mma, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
                         pipe_q, pipe_k, pipe_v_mma, q_state, kv_state, scale_log2,
                         ctidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-                        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale, None, sP,
+                        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale, None, sP, blk,
                     )
                 k += 1
                 tile = self.sched.next(k, tile, cta, ctas)
@@ -577,7 +590,7 @@ class FlashFwdSm90:
         self, mO, mLSE, sQ, sK, sV, sO, tma_o, tiled_mma_qk, tiled_mma_pv,
         pipe_q, pipe_k, pipe_v, q_state, kv_state, softmax_scale_log2,
         tidx, m_block, head, batch, n_block_max, seqlen_q, seqlen_k,
-        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None, pend=None, sP=None,
+        n_block_min, softcap_pre, window_left, window_right, mSink, v_descale=None, pend=None, sP=None, blk=None,
     ):
         wg = cute.arch.make_warp_uniform(tidx // 128)
         wg_first_thread = cute.make_layout(self.num_wg, stride=128)
@@ -605,10 +618,22 @@ class FlashFwdSm90:
             tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
 
         coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
-        softmax = OnlineSoftmax(
-            softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum,
-            self.cfg.exp2_emu_eighths, self.cfg.exp2_emu_degree, self.cfg.rescale_threshold, self.cfg.p_scale_log2,
-        )
+        if const_expr(self.block_descale):
+            mDescaleQ, mDescaleK, head_kv = blk
+            bq, bk = self.cfg.descale_blocks
+            # This thread's rows (r, r + 8 of one 16-row group) share one q block.
+            q_scale_log2 = descale.block_q_scale(mDescaleQ, batch, head, m_block * self.tile_m + coords_rc[0, 0][0],
+                                                 bq, softmax_scale_log2)
+            softmax = BlockScaledSoftmax(
+                q_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), mDescaleK, batch, head_kv,
+                n_block_max - 1, bk // self.tile_n, self.cfg.in_order_row_sum,
+                self.cfg.exp2_emu_eighths, self.cfg.exp2_emu_degree, self.cfg.rescale_threshold, self.cfg.p_scale_log2,
+            )
+        else:
+            softmax = OnlineSoftmax(
+                softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum,
+                self.cfg.exp2_emu_eighths, self.cfg.exp2_emu_degree, self.cfg.rescale_threshold, self.cfg.p_scale_log2,
+            )
 
         gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O, wg)
 

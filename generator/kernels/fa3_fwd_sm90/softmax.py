@@ -204,6 +204,154 @@ class OnlineSoftmax:
         return m * self.scale_log2 - Float32(self.p_scale_log2)
 
 
+class BlockScaledSoftmax(OnlineSoftmax):
+    """OnlineSoftmax with a scale per key block (e4m3 block descales, FwdConfig.descale_block).
+
+    S_ij's log2 exponent is s_ij * a * c_j: a = softmax_scale_log2 * q's descale of this
+    thread's rows (one 16-row group, so one value), c_j k's descale of key block j. The row
+    maximum is kept in those scaled units, m = max(m, rawmax_j * a * c_j) (a * c_j > 0 keeps
+    the raw maximum the scaled one), so P = 2^(fma(s, a * c_j, -m)) costs the one FFMA per
+    score of the per-head form; rescales are 2^(m_old - m_new), the lazy rescale's test is on
+    scaled units, and the LSE is (m + log2(sum)) * ln 2. c_j is read one block ahead: the key
+    blocks run n_block_max - 1 down, one at a time, so block j+1's load is issued in block j.
+    """
+
+    def __init__(self, q_scale_log2: Float32, rows: int, mDescaleK, batch, head_kv, n_block_first,
+                 blocks_per_scale: int, in_order_sum: bool = False, exp2_emu_eighths: int = 0,
+                 exp2_emu_degree: int = 3, rescale_threshold: float = 0.0, p_scale_log2: float = 0.0):
+        super().__init__(q_scale_log2, rows, in_order_sum, exp2_emu_eighths, exp2_emu_degree, rescale_threshold,
+                         p_scale_log2)
+        self.k_descale = mDescaleK
+        self.batch, self.head_kv = batch, head_kv
+        self.blocks_per_scale = blocks_per_scale
+        # [0]: c of the block the next step takes; n_next[0]: that block's index.
+        self.k_scale = cute.make_rmem_tensor(1, Float32)
+        self.n_next = cute.make_rmem_tensor(1, cutlass.Int32)
+        self.n_next[0] = n_block_first
+        self.k_scale[0] = self._load_k_scale(n_block_first)
+
+    def _load_k_scale(self, n_block):
+        kb = n_block
+        if cutlass.const_expr(self.blocks_per_scale > 1):
+            kb = n_block // self.blocks_per_scale
+        return Float32(self.k_descale[self.batch, self.head_kv, kb])
+
+    def _block_scale(self) -> Float32:
+        """This step's a * c_j, and block j+1's c loaded for the next step (a block index
+        below 0 past the last block is clamped: a read that is never used)."""
+        sc = self.scale_log2 * self.k_scale[0]
+        n = self.n_next[0] - 1
+        self.n_next[0] = n
+        self.k_scale[0] = self._load_k_scale(cutlass.max(n, cutlass.Int32(0)))
+        return sc
+
+    @cute.jit
+    def step(self, acc_S: cute.Tensor, is_first: cutlass.Constexpr[bool]) -> cute.Tensor:
+        sc = self._block_scale()
+        if cutlass.const_expr(self.rescale_threshold > 0 and not is_first):
+            return self._step_lazy_scaled(acc_S, sc)
+        s_rc = acc_as_rows_cols(acc_S)
+        row_scale = cute.make_rmem_tensor(self.rows, Float32)
+        for r in cutlass.range_constexpr(self.rows):
+            m_raw = cute.arch.warp_reduction_max(_tree_reduce(s_rc, r, cute.arch.fmax), threads_in_group=4)
+            m_new = m_raw * sc  # -inf stays -inf (sc > 0)
+            if cutlass.const_expr(not is_first):
+                m_new = cute.arch.fmax(m_new, self.row_max[r])
+            m_prev = self.row_max[r]
+            self.row_max[r] = m_new
+            m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
+            self._exp2_row_scaled(s_rc, r, m_safe, sc)
+            if cutlass.const_expr(is_first):
+                row_scale[r] = Float32(1.0)
+                seed = Float32(0.0)
+            else:
+                scale = cute.math.exp2(m_prev - m_safe, fastmath=True)
+                row_scale[r] = scale
+                seed = self.row_sum[r] * scale
+            if cutlass.const_expr(self.in_order_sum):
+                self.row_sum[r] = s_rc[r, None].load().reduce(cute.ReductionOp.ADD, seed, 0)
+            elif cutlass.const_expr(is_first):
+                self.row_sum[r] = _tree_reduce(s_rc, r, _add)
+            else:
+                self.row_sum[r] = seed + _tree_reduce(s_rc, r, _add)
+        return row_scale
+
+    @cute.jit
+    def _step_lazy_scaled(self, acc_S: cute.Tensor, sc: Float32) -> cute.Tensor:
+        """_step_lazy in scaled units: a row grows when rawmax * a * c_j passes its maximum by
+        more than the threshold (log2 units, as the per-head test's)."""
+        s_rc = acc_as_rows_cols(acc_S)
+        row_scale = cute.make_rmem_tensor(self.rows, Float32)
+        row_scale.fill(1.0)
+        m_cand = cute.make_rmem_tensor(self.rows, Float32)
+        grow = False
+        for r in cutlass.range_constexpr(self.rows):
+            m_raw = cute.arch.warp_reduction_max(_tree_reduce(s_rc, r, cute.arch.fmax), threads_in_group=4)
+            m_cand[r] = cute.arch.fmax(m_raw * sc, self.row_max[r])
+            # -inf - -inf is NaN, which compares false: a row that saw no key does not grow.
+            grow = grow | ((m_cand[r] - self.row_max[r]) > Float32(self.rescale_threshold))
+        rescaled = cute.arch.vote_any_sync(grow)
+        row_max, row_sum = self.row_max, self.row_sum
+        if rescaled:
+            for r in cutlass.range_constexpr(self.rows):
+                m_safe = m_cand[r] if m_cand[r] != -Float32.inf else Float32(0.0)
+                scale = cute.math.exp2(row_max[r] - m_safe, fastmath=True)
+                row_scale[r] = scale
+                row_sum[r] = row_sum[r] * scale
+                row_max[r] = m_cand[r]
+        self.rescaled = rescaled
+        for r in cutlass.range_constexpr(self.rows):
+            m = self.row_max[r]
+            m_safe = m if m != -Float32.inf else Float32(0.0)
+            self._exp2_row_scaled(s_rc, r, m_safe, sc)
+            if cutlass.const_expr(self.in_order_sum):
+                self.row_sum[r] = s_rc[r, None].load().reduce(cute.ReductionOp.ADD, self.row_sum[r], 0)
+            else:
+                self.row_sum[r] = self.row_sum[r] + _tree_reduce(s_rc, r, _add)
+        return row_scale
+
+    @cute.jit
+    def _exp2_row_scaled(self, s_rc: cute.Tensor, r: cutlass.Constexpr[int], m_safe: Float32, sc: Float32):
+        """Row r of S <- 2^(S * sc - (m - p_scale_log2)), m already in scaled units."""
+        m_scaled = m_safe
+        if cutlass.const_expr(self.p_scale_log2 != 0):
+            m_scaled = m_safe - Float32(self.p_scale_log2)
+        if cutlass.const_expr(self.emu_eighths == 0):
+            row = s_rc[r, None].load()
+            s_rc[r, None].store(cute.math.exp2(row * sc - m_scaled, fastmath=True))
+        else:
+            for c in cutlass.range_constexpr(cute.size(s_rc, mode=[1])):
+                x = s_rc[r, c] * sc - m_scaled
+                if cutlass.const_expr(emulated_column(c, self.emu_eighths)):
+                    s_rc[r, c] = exp2_fma(x, self.emu_degree)
+                else:
+                    s_rc[r, c] = cute.math.exp2(x, fastmath=True)
+
+    @cute.jit
+    def finish(self, sink=None, per_row: cutlass.Constexpr[bool] = False,
+               may_be_absent: cutlass.Constexpr[bool] = False) -> tuple[cute.Tensor, cute.Tensor]:
+        if cutlass.const_expr(sink is not None):
+            raise ValueError("BlockScaledSoftmax takes no sink (e4m3 builds no model variants)")
+        inv = cute.make_rmem_tensor(self.rows, Float32)
+        lse = cute.make_rmem_tensor(self.rows, Float32)
+        for r in cutlass.range_constexpr(self.rows):
+            total = cute.arch.warp_reduction_sum(self.row_sum[r], threads_in_group=4)
+            empty = total == Float32(0.0) or total != total
+            inv[r] = Float32(0.0) if empty else cute.arch.rcp_approx(total)
+            lse[r] = (
+                -Float32.inf
+                if empty
+                else (self._shifted(self.row_max[r]) + cute.math.log2(total, fastmath=True)) * LN2
+            )
+        return inv, lse
+
+    def _shifted(self, m):
+        """The maximum is in scaled units already: only the P shift comes off."""
+        if self.p_scale_log2 == 0:
+            return m
+        return m - Float32(self.p_scale_log2)
+
+
 def _add(a, b):
     return a + b
 

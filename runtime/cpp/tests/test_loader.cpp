@@ -417,7 +417,7 @@ static void test_select() {
   // Missing head_dim: what is missing, what exists, the nearest.
   cf::Status st = cf::select(bundle, cf::attention_query("sm_90a", "bf16", 96, true), &v);
   CHECK(st.code() == CUDA_ERROR_NOT_FOUND && v == nullptr);
-  CHECK_ERR(st, "CUDA_ERROR_NOT_FOUND: no fa3_fwd variant with varlen=false, paged_kv=false, pack_gqa=false, split_kv=false, v_layout=rowmajor, softcap=false, local=false, learnable_sink=false, arch=sm_90a, dtype=bf16, head_dim=96, causal=true in this bundle.");
+  CHECK_ERR(st, "CUDA_ERROR_NOT_FOUND: no fa3_fwd variant with varlen=false, paged_kv=false, pack_gqa=false, split_kv=false, v_layout=rowmajor, descale_block=head, softcap=false, local=false, learnable_sink=false, arch=sm_90a, dtype=bf16, head_dim=96, causal=true in this bundle.");
   CHECK_ERR(st, "No fa3_fwd variant has head_dim=96 (available: 128, 64).");
   CHECK_ERR(st, "Nearest: fa3_fwd-sm_90a-bf16-hd128-causal (differs in head_dim=128); fa3_fwd-sm_90a-bf16-hd64-causal (differs in head_dim=64)");
 
