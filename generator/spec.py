@@ -352,6 +352,12 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
                      "scheduler": ["persistent"]}),
+        # hd96 from 1,537 query rows (runtime/dispatch.py): FA4's 192-row tiles with P through
+        # shared memory (config.TUNED, p_smem), 1.07-1.10x the 128-row forms at 8k-16k (check10/r2, s1).
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [False],
+                     "scheduler": ["persistent"], "tile_m": [192], "tile_n": [144]}),
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
+                     "scheduler": ["persistent"], "tile_m": [192], "tile_n": [128]}),
         # FP8 (e4m3) forward, V column-major, each form as the H200 A/Bs chose it (check5-check9):
         # persistent non-causal, persistent causal at hd64 / hd128, lpt causal at hd256.
         # hd64 non-causal at 128 x 192 (config.TUNED_FP8): 592.6 TFLOPS at 16k against 568.7

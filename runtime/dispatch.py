@@ -109,6 +109,17 @@ PREFERENCES: tuple[Preference, ...] = (
         {"tile_m": 192},
         f"short-causal A/B (bench/results/2026-12-01-h200/short-causal/): 192x128 tiles 403 / 528 TFLOPS at "
         "2k / 8k keys, 128x128 384 / 473"),
+    Preference(
+        "hd96-short", {"family": "fa3_fwd", "head_dim": 96, "seqlen_q": (None, 1536)},
+        {"tile_m": 128},
+        "H200 2026-12-02 (bench/results/2026-12-02-h200/check10/r2, s1): at 1k keys the 128-row hd96 forms "
+        "536 / 378 TFLOPS (non-causal / causal, bf16) against the 192-row P-in-shared-memory forms' 446 / 343"),
+    Preference(
+        "hd96", {"family": "fa3_fwd", "head_dim": 96, "seqlen_q": (1537, None)},
+        {"tile_m": 192},
+        "H200 2026-12-02 (check10/r2, s1): the 192-row hd96 forms (P through shared memory) 599 / 685 / 676 "
+        "TFLOPS at 2k / 8k / 16k non-causal (bf16; the 128 x 176 form 594 / 597 / 615, FA4 592 / 678 / 630) "
+        "and 482 / 628 / 660 causal (128 x 128: 455 / 582 / 609; FA4 470 / 631 / 647); fp16 the same way"),
 )
 
 

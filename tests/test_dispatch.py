@@ -47,6 +47,19 @@ def test_seqlen_picks_the_measured_winner(hd, seqlen, want):
     assert len(choice.ranked) == 2
 
 
+HD96 = [_fa3(f"hd96-{m}-{tm}", head_dim=96, causal=m == "causal", scheduler="persistent", tile_m=tm,
+             tile_n=128 if m == "causal" else {128: 176, 192: 144}[tm])
+        for m in ("causal", "noncausal") for tm in (128, 192)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen,tile_m", [(1, 128), (512, 128), (1536, 128), (1537, 192), (2048, 192), (16384, 192)])
+def test_hd96_takes_the_192_row_p_smem_forms_from_1537_rows(causal, seqlen, tile_m):
+    choice = rank(_problem(head_dim=96, causal=causal, seqlen_q=seqlen, seqlen_k=seqlen), HD96)
+    assert choice.best.axes["tile_m"] == tile_m and choice.best.axes["causal"] == causal
+    assert any("check10" in r for r in choice.reasons)
+
+
 def test_exact_axes_are_never_substituted():
     assert rank(_problem(head_dim=96, seqlen_q=512), CAUSAL) is None
     # varlen was not asked for: a varlen variant does not fit the plain problem, and v.v.
@@ -107,7 +120,8 @@ def test_every_preferred_value_exists_in_the_default_set():
             # The dense decode forms are built for bf16 and fp16 (the paged ones bf16 only).
             assert {"bf16", "fp16"} <= set(dtypes), (p.name, [v.name for v in fits])
         else:
-            assert dtypes in (["bf16", "fp16"], ["bf16", "e4m3", "fp16"]), (p.name, [v.name for v in fits])
+            # (a rule over both masks, as hd96's, fits one variant per mask and dtype)
+            assert sorted(set(dtypes)) in (["bf16", "fp16"], ["bf16", "e4m3", "fp16"]), (p.name, [v.name for v in fits])
 
 
 def test_select_and_explain_use_the_dispatcher(tmp_path, capsys):

@@ -19,19 +19,23 @@ NC = dict(BF16, head_dim=96, causal=False, scheduler="persistent", tile_m=192, t
 C = dict(BF16, head_dim=96, causal=True, scheduler="persistent", tile_m=192, tile_n=128)
 
 
-def test_p_smem_is_a_switch_off_in_every_shipped_table():
+def test_p_smem_ships_only_in_hd96s_192_row_forms():
     from cubinforge.generator.kernels.fa3_fwd_sm90 import config
 
     assert "p_smem" in SWITCHES
-    for table in (config.TUNED, config.TUNED_FP8, config.TUNED_VARIANTS, config.TUNED_VARLEN,
+    on = {key for key, sw in config.TUNED.items() if sw.get("p_smem")}
+    assert on == {(96, False, "persistent", (192, 144)), (96, True, "persistent", (192, 128))}  # check10/r2, s1
+    for table in (config.TUNED_FP16, config.TUNED_FP8, config.TUNED_VARIANTS, config.TUNED_VARLEN,
                   config.TUNED_VARLEN_DTYPE):
         assert not any(sw.get("p_smem") for sw in table.values())
     assert FwdConfig(**dict(BF16, head_dim=96, causal=False, scheduler="persistent")).p_smem is False
-    assert FwdConfig(**NC).p_smem is False
+    for tiles in (NC, C):
+        for dtype in ("bf16", "fp16"):
+            assert FwdConfig(**dict(tiles, dtype=dtype)).p_smem is True
 
 
 def test_p_smem_counts_its_buffer_and_refuses_what_does_not_fit():
-    off, on = FwdConfig(**NC), FwdConfig(**NC, p_smem=True)
+    off, on = FwdConfig(**NC, p_smem=False), FwdConfig(**NC, p_smem=True)
     assert on.smem_bytes - off.smem_bytes == 192 * 144 * 2
     # Q 36 KiB + 2 K/V stages 108 KiB + P 54 KiB + O 36 KiB = 234 KiB > 226 KiB.
     with pytest.raises(ValueError, match="P in shared memory.*separate_o_smem off"):
@@ -124,7 +128,7 @@ def test_sass_pv_reads_p_from_shared_memory_after_its_barrier(tiles):
     fence = max(i for i, o in enumerate(before) if o.startswith("FENCE.VIEW.ASYNC.S"))
     assert any(re.match(r"BAR\.SYNC\S* R\d+, 0x80\b", o) for o in before[fence:]), before[fence:]
     # The same tiles with P in registers: A from registers, and they spill.
-    spills_rs, body_rs = _loop(FwdConfig(**tiles))
+    spills_rs, body_rs = _loop(FwdConfig(**tiles, p_smem=False))
     assert all(PV.match(o)[1].startswith("R") for o in body_rs if PV.match(o))
     assert not any(o.startswith("STSM") for o in body_rs)
     assert spills_rs > 0

@@ -369,6 +369,37 @@ def _quantised(x_bits, block, had):
     return y, desc, download_raw(y), download_f32(desc)
 
 
+def _ref_lse(qq, kk, causal):
+    """float64 LSE (b, hq, sq) of q (b, sq, hq, d) against k (b, sk, hkv, d), causal bottom-right."""
+    b, sq, hq, d = qq.shape
+    sk, hkv = kk.shape[1], kk.shape[2]
+    s = np.einsum("bqhd,bkhd->bhqk", qq, np.repeat(kk, hq // hkv, axis=2)) / np.sqrt(d)
+    if causal:
+        i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+        s = np.where(j <= i + sk - sq, s, -np.inf)
+    mx = s.max(-1)
+    fin = np.isfinite(mx)
+    return np.where(fin, mx + np.log(np.exp(s - np.where(fin, mx, 0)[..., None]).sum(-1)), -np.inf)
+
+
+def _per_head_lse_err(q_bits, k_bits, v_bits, causal, shape):
+    """Max LSE error of the per-head e4m3 form on the same bf16 inputs quantised per head (k and
+    v repeated to heads_q under GQA: per-head q descales are (batch, heads_kv)), against float64
+    on its own dequantised inputs."""
+    from cubinforge.bench.fp8_reference import dequantize
+
+    b, sq, sk, hq, hkv = shape
+    k_bits, v_bits = (np.repeat(x, hq // hkv, axis=2) for x in (k_bits, v_bits))
+    q8, qd, qb, qdh = _quantised(q_bits, None, True)
+    k8, kd, kb, kdh = _quantised(k_bits, None, True)
+    _v8, vd, vb, _vdh = _quantised(v_bits, None, False)
+    _keep, v8 = _colmajor_v(vb)
+    _o, lse = _fp8_run(q8, k8, v8, (qd, kd, vd), causal, (b, sq, sk, hq, hq))
+    ref = _ref_lse(dequantize(qb, qdh, sq), dequantize(kb, kdh, sk), causal)
+    fin = np.isfinite(ref)
+    return float(np.abs(lse[fin] - ref[fin]).max())
+
+
 @pytest.mark.skipif(not BLOCK or not QUANT, reason="no e4m3 block-descale variant or fp8_quant (SET=fp8)")
 @pytest.mark.parametrize("m", BLOCK, ids=lambda m: m.variant)
 @pytest.mark.parametrize("shape", [(2, 300, 333, 4, 2), (1, 1000, 777, 2, 2), (1, 200, 77, 2, 2)],
@@ -406,19 +437,19 @@ def test_e4m3_block_descales_match_reference_and_beat_per_head(m, shape):
     ref = attention(qq, kk, vq, causal=causal)
     rel = np.linalg.norm(o - ref) / np.linalg.norm(ref)
     assert rel < RTOL_FP8, f"{m.variant}: O rel err {rel:.3e} against the dequantised inputs (tolerance {RTOL_FP8})"
-    g = hq // hkv
-    s = np.einsum("bqhd,bkhd->bhqk", qq, np.repeat(kk, g, axis=2)) / np.sqrt(d)
-    if causal:
-        i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
-        s = np.where(j <= i + sk - sq, s, -np.inf)
-    mx = s.max(-1)
-    fin = np.isfinite(mx)
-    ref_lse = np.where(fin, mx + np.log(np.exp(s - np.where(fin, mx, 0)[..., None]).sum(-1)), -np.inf)
+    ref_lse = _ref_lse(qq, kk, causal)
+    fin = np.isfinite(ref_lse)
     assert (got_lse[~fin] == -np.inf).all()
     assert (o.transpose(0, 2, 1, 3)[~fin] == 0).all()
-    assert np.abs(got_lse[fin] - ref_lse[fin]).max() < ATOL_LSE_FP8
+    # Outlier scores this large carry the e4m3 tensor cores' own accumulation error (check9's
+    # rising-score case: 2.6e-2 for the per-head forms), so the bound is the per-head form's
+    # error on the same inputs, as bench.fp8's gate reads a candidate against its base.
     head = [x for x in FP8_FWD if x.axes["head_dim"] == d and x.axes["causal"] == causal
             and x.axes.get("v_layout") == "colmajor"]
+    lse_err = np.abs(got_lse[fin] - ref_lse[fin]).max()
+    head_err = _per_head_lse_err(q_bits, k_bits, v_bits, causal, shape) if head else 0.0
+    assert lse_err < max(ATOL_LSE_FP8, 1.25 * head_err), (
+        f"{m.variant}: LSE err {lse_err:.3e}, the per-head form's {head_err:.3e} on the same inputs")
     if hq != hkv or not head:
         return
     truth = attention(qv, kv, vv, causal=causal)

@@ -72,8 +72,29 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     # 286.5 / 381.9 / 469.2 (+1.4 / +0.6 / +1.9%), gate ok.
     (128, True, "persistent", None): {"separate_o_smem": True, "warp_o_store": True},
     (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True, "q_double_buffer": True},
+    # Session 10 (bench/results/2026-12-02-h200/check10/r2 bf16 beside FA4, s1 fp16): hd96 at
+    # FA4's 192-row tiles with P through shared memory (p_smem; P in registers spills there),
+    # TFLOPS at 1k / 2k / 8k / 16k. Non-causal 192 x 144 + in-order sum: bf16 446 / 599 / 685 /
+    # 676 against the 128 x 176 form's 536 / 594 / 597 / 615 (FA4 444 / 592 / 678 / 630);
+    # fp16 443 / 580 / 641 / 618 against 128 x 128's 532 / 572 / 598 / 573. Causal 192 x 128:
+    # bf16 343 / 482 / 628 / 660 against 378 / 455 / 582 / 609 (FA4 316 / 470 / 631 / 647);
+    # fp16 337 / 464 / 604 / 630 against 375 / 443 / 554 / 574. Every row through the gate;
+    # the dispatcher (runtime/dispatch.py) takes them from 1,537 query rows, the 128-row forms
+    # below that.
+    (96, False, "persistent", (192, 144)): {"p_smem": True, "in_order_row_sum": True},
+    (96, True, "persistent", (192, 128)): {"separate_o_smem": True, "mask_bits": True, "in_order_row_sum": True,
+                                           "p_smem": True},
     (64, True, "persistent", (128, 128)): {"separate_o_smem": True, "wg_epilogue": True, "mask_bits": True,
                                            "q_double_buffer": True, "deferred_o_store": True, "stages": 3},
+}
+# fp16 forms whose switches differ from TUNED's (measured on bf16), keyed like TUNED; an entry
+# replaces TUNED's. Session 10 (check10/q2, r1, r2, s1: four runs): fp16 hd128 non-causal
+# without the short-sequence overlaps (Q double buffer, deferred O), TFLOPS at 4k / 8k / 16k
+# 697-708 / 695-719 / 663-697 against 688-693 / 641-705 / 630-650, and 531 / 620 / 666 against
+# 537 / 619 / 665 at 512 / 1k / 2k (s1). bf16 keeps them: without them it lost at every length
+# in s1 (533-716 against 561-730).
+TUNED_FP16: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int | float]] = {
+    (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True},
 }
 # Model variants whose main loop is a shipped variant's, keyed (axis token, head_dim, causal,
 # scheduler, tile) with the token `local`, `sink` or `dv<N>` (one model axis on, no other).
@@ -464,6 +485,8 @@ class FwdConfig:
                 tuned = TUNED_VARLEN_DTYPE.get((self.dtype, *key), tuned)
         elif self.model_variant:
             tuned = TUNED_VARIANTS.get((self.variant_token, *key), {}) if self.variant_token else {}
+        elif self.dtype == "fp16" and key in TUNED_FP16:
+            tuned = TUNED_FP16[key]
         else:
             tuned = TUNED.get(key, {})
         if self.fp8 and not self.inference:
