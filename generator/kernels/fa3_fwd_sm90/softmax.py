@@ -327,23 +327,12 @@ class BlockScaledSoftmax(OnlineSoftmax):
                 else:
                     s_rc[r, c] = cute.math.exp2(x, fastmath=True)
 
-    @cute.jit
-    def finish(self, sink=None, per_row: cutlass.Constexpr[bool] = False,
-               may_be_absent: cutlass.Constexpr[bool] = False) -> tuple[cute.Tensor, cute.Tensor]:
-        if cutlass.const_expr(sink is not None):
+    def finish(self, sink=None, per_row: bool = False, may_be_absent: bool = False) -> tuple[cute.Tensor, cute.Tensor]:
+        """OnlineSoftmax.finish with the maximum in scaled units (_shifted below); no sink: its
+        logit would enter against a maximum in the other units (e4m3 builds no model variants)."""
+        if sink is not None:
             raise ValueError("BlockScaledSoftmax takes no sink (e4m3 builds no model variants)")
-        inv = cute.make_rmem_tensor(self.rows, Float32)
-        lse = cute.make_rmem_tensor(self.rows, Float32)
-        for r in cutlass.range_constexpr(self.rows):
-            total = cute.arch.warp_reduction_sum(self.row_sum[r], threads_in_group=4)
-            empty = total == Float32(0.0) or total != total
-            inv[r] = Float32(0.0) if empty else cute.arch.rcp_approx(total)
-            lse[r] = (
-                -Float32.inf
-                if empty
-                else (self._shifted(self.row_max[r]) + cute.math.log2(total, fastmath=True)) * LN2
-            )
-        return inv, lse
+        return OnlineSoftmax.finish(self)
 
     def _shifted(self, m):
         """The maximum is in scaled units already: only the P shift comes off."""
