@@ -11,18 +11,14 @@ Skips without a GPU or without the home. No cutlass import.
 
 from __future__ import annotations
 
-import math
 import os
-import zlib
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cubinforge.runtime import Kernel
 from cubinforge.runtime.registry_source import LocalSource, manifests
-from _helpers import compare, download
-from test_runtime_gpu import ARCH, NO_GPU, make_inputs, poisoned, reference, wrap
+from test_runtime_gpu import ARCH, NO_GPU, reference_errors
 
 HOME = Path(os.environ.get("CUBINFORGE_AB_HOME", ".cubinforge-ab-hd96pss"))
 
@@ -56,18 +52,5 @@ def test_p_smem_candidate_matches_reference(variant):
     if not CANDIDATES:
         pytest.skip(f"no p-smem candidate in {HOME} (bench.ab build --experiments hd96-pss)")
     m = next(m for m in CANDIDATES if m.variant == variant)
-    kernel = Kernel.from_manifest(m, LocalSource(HOME))
-    dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
-    rng = np.random.default_rng(zlib.crc32(variant.encode()))
-    errs = []
-    for n, (b, sq, sk, hq, hkv) in enumerate(CASES):
-        (qh, kh, vh), (q, k, v) = make_inputs(rng, b, sq, sk, hq, hkv, d, dtype)
-        o, lse = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
-        scale = None if n % 2 else 0.7 / math.sqrt(d)
-        kernel.launch({"q": wrap(q, dtype), "k": wrap(k, dtype), "v": wrap(v, dtype),
-                       "o": wrap(o, dtype), "lse": lse},
-                      {} if scale is None else {"softmax_scale": scale})
-        ref_o, ref_lse = reference(qh, kh, vh, scale or 1 / math.sqrt(d), causal)
-        errs += compare(download(wrap(o, dtype)), download(lse), ref_o, ref_lse,
-                        f"b={b} sq={sq} sk={sk} hq={hq} hkv={hkv}")
+    errs = reference_errors(Kernel.from_manifest(m, LocalSource(HOME)), m, CASES)
     assert not errs, f"{variant}:\n" + "\n".join(errs)

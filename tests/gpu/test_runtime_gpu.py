@@ -124,15 +124,14 @@ CASES = [
 ]
 
 
-@needs_variants
-@pytest.mark.parametrize("variant", [m.variant for m in VARIANTS] or ["none"])
-def test_every_variant_matches_reference(variant):
-    m = next(m for m in VARIANTS if m.variant == variant)
-    kernel = Kernel.from_manifest(m, default_source())
+def reference_errors(kernel, m, cases) -> list[str]:
+    """Each (batch, seqlen_q, seqlen_k, heads_q, heads_kv) of `cases` through `kernel` (of
+    manifest m) against the float64 reference, outputs NaN-poisoned, every other case at a
+    softmax scale of its own: what did not match."""
     dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
-    rng = np.random.default_rng(zlib.crc32(variant.encode()))
+    rng = np.random.default_rng(zlib.crc32(m.variant.encode()))
     errs = []
-    for n, (b, sq, sk, hq, hkv) in enumerate(CASES):
+    for n, (b, sq, sk, hq, hkv) in enumerate(cases):
         (qh, kh, vh), (q, k, v) = make_inputs(rng, b, sq, sk, hq, hkv, d, dtype)
         o, lse = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
         scale = None if n % 2 else 0.7 / math.sqrt(d)
@@ -142,6 +141,14 @@ def test_every_variant_matches_reference(variant):
         ref_o, ref_lse = reference(qh, kh, vh, scale or 1 / math.sqrt(d), causal)
         errs += compare(download(wrap(o, dtype)), download(lse), ref_o, ref_lse,
                         f"b={b} sq={sq} sk={sk} hq={hq} hkv={hkv}")
+    return errs
+
+
+@needs_variants
+@pytest.mark.parametrize("variant", [m.variant for m in VARIANTS] or ["none"])
+def test_every_variant_matches_reference(variant):
+    m = next(m for m in VARIANTS if m.variant == variant)
+    errs = reference_errors(Kernel.from_manifest(m, default_source()), m, CASES)
     assert not errs, f"{variant}:\n" + "\n".join(errs)
 
 
