@@ -125,10 +125,7 @@ def _stdin(cases) -> str:
 
 @pytest.fixture(scope="module")
 def cpp_dump(tmp_path_factory):
-    missing = harness.missing_tools("g++")
-    if missing:
-        pytest.skip(f"C++ loader: {missing}")
-    pytest.importorskip("jinja2", reason="rendering the C++ bundle needs the build extra")
+    harness.skip_unless_bundle_tools()
     made = [_manifest(*f) for f in FORMS]
     exe = harness.build_bundle_program(tmp_path_factory.mktemp("ragged-cpp"), made, "varlen_param_dump")
     cases = _cases()

@@ -83,10 +83,7 @@ def python_dump(m: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cpp_dump(tmp_path_factory):
-    missing = harness.missing_tools("g++")
-    if missing:
-        pytest.skip(f"C++ loader: {missing}")
-    pytest.importorskip("jinja2", reason="rendering the C++ bundle needs the build extra")
+    harness.skip_unless_bundle_tools()
     tmp = tmp_path_factory.mktemp("fa4-cpp")
     made = [fa4_manifest(*s) for s in SPECS]
     exe = harness.build_bundle_program(tmp, made, "param_dump")

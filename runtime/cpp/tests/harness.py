@@ -71,6 +71,17 @@ def render_sample(out_dir: Path, embed: bool) -> Path:
     return out_dir
 
 
+def skip_unless_bundle_tools() -> None:
+    """Skip the calling test where build_bundle_program cannot run: no g++ or cuda.h, or no
+    jinja2 (the build extra) to render the bundle."""
+    import pytest
+
+    missing = missing_tools("g++")
+    if missing:
+        pytest.skip(f"C++ loader: {missing}")
+    pytest.importorskip("jinja2", reason="rendering the C++ bundle needs the build extra")
+
+
 def build_bundle_program(tmp: Path, made: list, program: str) -> Path:
     """The test program runtime/cpp/tests/<program>.cpp built against a bundle of `made`
     ((manifest, cubin) pairs, rendered into tmp/bundle, cubins beside it) and the stub libcuda
