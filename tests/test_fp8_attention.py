@@ -6,6 +6,7 @@ import importlib.util
 
 import pytest
 from conftest import module_available
+from test_runtime_fixtures import e4m3_colmajor_arrays
 
 from cubinforge.generator import build, spec
 from cubinforge.registry import Registry
@@ -83,14 +84,7 @@ def test_e4m3_variant_compiles_to_qgmma_without_spills(home):
     from cubinforge.runtime import bind, load_contract
     contract = load_contract(c)
     b, sq, sk, hq, hkv, d = 2, 100, 333, 4, 2, 128
-    arrays = {
-        "q": DeviceArray(0x10000, (b, sq, hq, d), None, "e4m3", 0),
-        "k": DeviceArray(0x20000, (b, sk, hkv, d), None, "e4m3", 0),
-        "v": DeviceArray(0x30000, (b, hkv, d, sk), (hkv * d * 336, d * 336, 336, 1), "e4m3", 0),
-        "o": DeviceArray(0x40000, (b, sq, hq, d), None, "bf16", 0),
-        "lse": DeviceArray(0x50000, (b, hq, sq), None, "f32", 0),
-        "descale": DeviceArray(0x60000, (3, b, hkv), None, "f32", 0),
-    }
+    arrays = e4m3_colmajor_arrays(b, sq, sk, hq, hkv, d)
     bound = bind(contract, arrays, {}, {"sm_count": 132})
     assert bound.grid == (min(-(-sq // 128) * hq * b, 132), 1, 1)
     with pytest.raises(InputError, match="v.shape"):

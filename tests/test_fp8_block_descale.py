@@ -6,6 +6,7 @@ flash_attn_func's checks before any launch, and (with the DSL) SASS: QGMMA, no s
 
 import pytest
 from conftest import module_available
+from test_runtime_fixtures import e4m3_colmajor_arrays
 
 from cubinforge.generator import spec
 from cubinforge.runtime import InputError, flash_attn_func
@@ -89,17 +90,9 @@ def _contract(name):
 
 
 def _arrays(b, sq, sk, hq, hkv, nq, nk):
-    d = 128
-    return {
-        "q": DeviceArray(0x10000, (b, sq, hq, d), None, "e4m3", 0),
-        "k": DeviceArray(0x20000, (b, sk, hkv, d), None, "e4m3", 0),
-        "v": DeviceArray(0x30000, (b, hkv, d, sk), (hkv * d * 336, d * 336, 336, 1), "e4m3", 0),
-        "o": DeviceArray(0x40000, (b, sq, hq, d), None, "bf16", 0),
-        "lse": DeviceArray(0x50000, (b, hq, sq), None, "f32", 0),
-        "descale": DeviceArray(0x60000, (3, b, hkv), None, "f32", 0),
-        "q_descale": DeviceArray(0x70000, (b, hq, nq), None, "f32", 0),
-        "k_descale": DeviceArray(0x80000, (b, hkv, nk), None, "f32", 0),
-    }
+    return {**e4m3_colmajor_arrays(b, sq, sk, hq, hkv),
+            "q_descale": DeviceArray(0x70000, (b, hq, nq), None, "f32", 0),
+            "k_descale": DeviceArray(0x80000, (b, hkv, nk), None, "f32", 0)}
 
 
 def test_contract_takes_block_descales_and_checks_their_blocks():

@@ -79,6 +79,20 @@ def fa_arrays(b=2, sq=300, sk=500, hq=8, hkv=2, d=128, dtype="bf16", device=0):
     }
 
 
+def e4m3_colmajor_arrays(b, sq, sk, hq, hkv, d=128):
+    """The dense e4m3 forward's arrays with V column-major (seqlen_k storage padded to 16 B),
+    bf16 O and the stacked (3, batch, heads_kv) descales, at fixed fake addresses."""
+    pad = -(-sk // 16) * 16
+    return {
+        "q": DeviceArray(0x10000, (b, sq, hq, d), None, "e4m3", 0),
+        "k": DeviceArray(0x20000, (b, sk, hkv, d), None, "e4m3", 0),
+        "v": DeviceArray(0x30000, (b, hkv, d, sk), (hkv * d * pad, d * pad, pad, 1), "e4m3", 0),
+        "o": DeviceArray(0x40000, (b, sq, hq, d), None, "bf16", 0),
+        "lse": DeviceArray(0x50000, (b, hq, sq), None, "f32", 0),
+        "descale": DeviceArray(0x60000, (3, b, hkv), None, "f32", 0),
+    }
+
+
 def manifest(family="fa3_fwd", arch="sm_90a", dtype="bf16", hd=128, causal=False, cubin=b"\x7fELF fake",
              variant=None, **axes):
     variant = variant or f"{family}-{arch}-{dtype}-hd{hd}" + ("-causal" if causal else "")
