@@ -95,9 +95,10 @@ def reference(q, k, v, scale, causal):
     return np.matmul(p, vv).transpose(0, 2, 1, 3), lse
 
 
-def make_inputs(rng, b, sq, sk, hq, hkv, d, dtype, packed=False):
+def make_inputs(rng, b, sq, sk, hq, hkv, d, dtype, packed=False, dv=None):
     """Random q, k, v (host float64 of the rounded values, device arrays). ``packed`` slices
-    q/k/v out of one (b, s, 3, h, d) tensor, so they are strided, not contiguous."""
+    q/k/v out of one (b, s, 3, h, d) tensor, so they are strided, not contiguous. ``dv``: V's
+    head dim where it is not d."""
     if packed:
         assert sq == sk and hq == hkv
         bits = host_bits(rng.standard_normal((b, sq, 3, hq, d)), dtype)
@@ -105,7 +106,7 @@ def make_inputs(rng, b, sq, sk, hq, hkv, d, dtype, packed=False):
         host = from_bits(bits, dtype)
         return [host[:, :, i] for i in range(3)], [dev[:, :, i] for i in range(3)]
     hosts, devs = [], []
-    for shape in ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)):
+    for shape in ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, dv or d)):
         bits = host_bits(rng.standard_normal(shape), dtype)
         hosts.append(from_bits(bits, dtype))
         devs.append(upload(bits, dtype))
@@ -129,11 +130,12 @@ def reference_errors(kernel, m, cases) -> list[str]:
     manifest m) against the float64 reference, outputs NaN-poisoned, every other case at a
     softmax scale of its own: what did not match."""
     dtype, d, causal = m.axes["dtype"], int(m.axes["head_dim"]), bool(m.axes["causal"])
+    dv = int(m.axes.get("head_dim_v") or d)
     rng = np.random.default_rng(zlib.crc32(m.variant.encode()))
     errs = []
     for n, (b, sq, sk, hq, hkv) in enumerate(cases):
-        (qh, kh, vh), (q, k, v) = make_inputs(rng, b, sq, sk, hq, hkv, d, dtype)
-        o, lse = poisoned((b, sq, hq, d), dtype), poisoned((b, hq, sq), "f32")
+        (qh, kh, vh), (q, k, v) = make_inputs(rng, b, sq, sk, hq, hkv, d, dtype, dv=dv)
+        o, lse = poisoned((b, sq, hq, dv), dtype), poisoned((b, hq, sq), "f32")
         scale = None if n % 2 else 0.7 / math.sqrt(d)
         kernel.launch({"q": wrap(q, dtype), "k": wrap(k, dtype), "v": wrap(v, dtype),
                        "o": wrap(o, dtype), "lse": lse},
