@@ -51,6 +51,7 @@ def test_equal_lengths_at_128x128_trim_warpgroup_0_to_half_of_each_diagonal_bloc
     (dict(dtype="e4m3", tile_n=128, separate_o_smem=True), "e4m3"),
     (dict(intra_wg_overlap=False), "intra_wg_overlap"),
     (dict(split_kv=True, scheduler="single"), "inference"),
+    (dict(head_dim=256), "tile_n"),  # 128 x 80: 40 keys are not whole K slices
 ])
 def test_diag_trim_refuses_what_it_is_not_built_for(bad, what):
     over = {**BF16, "head_dim": 128, "causal": True, "scheduler": "lpt", "diag_trim": True, **bad}

@@ -342,10 +342,10 @@ class FwdConfig:
     # unless TUNED names it (issue 10's hd96-pss A/B).
     p_smem: bool | None = None
     # Causal: in a tile's first (rightmost) key block, a consumer warpgroup whose 64 rows see at
-    # most the block's first tile_n / 2 keys runs QK^T at N = tile_n / 2, masks and exponentiates
-    # only those columns and runs the PV GEMM over those keys only (K = tile_n / 2 where that
-    # is a multiple of 16); one that sees none of the block skips both GEMMs
-    # (block_range.wg_visible_keys). At 128 x 128 with seqlen_q = seqlen_k, warpgroup 0 sees
+    # most the block's first tile_n / 2 keys runs QK^T for those keys only (the block's QK^T is
+    # two N = tile_n / 2 GEMMs, the second skipped), masks and exponentiates only those columns
+    # and runs the PV GEMM over those keys (K = tile_n / 2); one that sees none of the block skips
+    # the PV GEMM too (block_range.wg_visible_keys). tile_n a multiple of 32. At 128 x 128 with seqlen_q = seqlen_k, warpgroup 0 sees
     # half of every diagonal block: 1/4 of a short tile's diagonal work is skipped. cuDNN and
     # the shipped forms issue the same GEMM count (check6/c1's ncu), so this is work neither
     # does. None: off unless TUNED names it (issue 10's diag-trim A/B).
@@ -540,10 +540,11 @@ class FwdConfig:
             if self.chunked_p_convert:
                 raise ValueError("p_smem converts P in register order already (chunked_p_convert is its RS form)")
         if self.diag_trim and not (self.causal and self.intra_wg_overlap and not self.fp8 and not self.p_smem
-                                   and not self.inference):
+                                   and not self.inference and self.tile_n % 32 == 0):
             raise ValueError("diag_trim trims a causal tile's first key block per warpgroup: it needs causal, "
-                             "intra_wg_overlap and the bf16/fp16 dense forward with P in registers (no e4m3, "
-                             "p_smem or inference forms)")
+                             "intra_wg_overlap, the bf16/fp16 dense forward with P in registers (no e4m3, "
+                             "p_smem or inference forms) and tile_n a multiple of 32 (half a block is whole "
+                             f"K slices of the PV GEMM), got tile_n {self.tile_n}")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.warp_o_store and not (self.separate_o_smem and not self.wg_epilogue and not self.inference):

@@ -688,21 +688,22 @@ class FlashFwdSm90:
                 tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
 
         if const_expr(self.diag_trim):
-            # The first block's narrower forms: QK^T over the block's first `half` keys (sK's
-            # leading rows, every stage), S's columns for them, and their coordinates.
+            # The first block's QK^T in two halves of its keys (sK's leading and trailing rows,
+            # every stage), S's columns for the first half, and their coordinates.
             half = self.tile_n // 2
             mma_lo, _ = self._tiled_mmas(qk_cols=half)
             wg_mma_lo = mma_lo.get_slice(wg_first_thread(wg))
-            sK_lo = cute.composition(sK, cute.make_layout((half, self.hdim, self.stages),
-                                                          stride=(1, self.tile_n, self.tile_n * self.hdim)))
-            tSrK_lo = wg_mma_lo.make_fragment_B(wg_mma_lo.partition_B(sK_lo))
+            sK_halves = cute.composition(sK, cute.make_layout((half, 2, self.hdim, self.stages),
+                                                              stride=(1, half, self.tile_n, self.tile_n * self.hdim)))
+            tSrK_lo = wg_mma_lo.make_fragment_B(wg_mma_lo.partition_B(sK_halves[None, 0, None, None]))
+            tSrK_hi = wg_mma_lo.make_fragment_B(wg_mma_lo.partition_B(sK_halves[None, 1, None, None]))
             lo_shape = wg_mma_lo.partition_shape_C((self.tile_m, half))
             rc_lo = (acc_as_rows_cols(mma_lo.get_slice(tidx).partition_C(cute.make_identity_tensor((self.tile_m, half)))),
                      acc_as_rows_cols(mma_lo.get_slice(0).partition_C(cute.make_identity_tensor((self.tile_m, half)))))
             # Keys of the first block this warpgroup's rows see; the PV GEMM's K slices for half.
             diag_keys = block_range.wg_visible_keys(m_block, wg, n_block_max - 1, seqlen_q, seqlen_k,
                                                     self.tile_m, self.tile_n, mn=cutlass.min, mx=cutlass.max)
-            pv_k_lo = half // 16 if half % 16 == 0 else 0
+            pv_k_lo = half // 16  # tile_n % 32 == 0 (FwdConfig): whole K slices
 
             def gemm_pv_first(stage, zero_init):
                 """The first block's PV GEMM, as trimmed as its S."""
@@ -729,8 +730,8 @@ class FlashFwdSm90:
         if const_expr(self.diag_trim):
             acc_S = cute.make_rmem_tensor(s_shape, Float32)
             acc_lo = cute.make_tensor(acc_S.iterator, cute.make_layout(lo_shape))  # S's first half keys
-            self.qk_trimmed(acc_S, acc_lo, tiled_mma_qk, mma_lo, tSrQ, tSrK[None, None, None, kv_state.index],
-                            tSrK_lo[None, None, None, kv_state.index], diag_keys, half)
+            self.qk_trimmed(acc_S, acc_lo, mma_lo, tSrQ, tSrK_lo[None, None, None, kv_state.index],
+                            tSrK_hi[None, None, None, kv_state.index], diag_keys, half)
         else:
             acc_S = gemm_qk(kv_state.index)
         if const_expr(self.deferred_o):
@@ -875,16 +876,15 @@ class FlashFwdSm90:
         return kv_state
 
     @cute.jit
-    def qk_trimmed(self, acc_S, acc_lo, tiled_mma_qk, mma_lo, tSrQ, tSrK, tSrK_lo, diag_keys,
-                   half: cutlass.Constexpr[int]):
-        """diag_trim's first QK^T: over the whole block, over its first `half` keys (into acc_lo,
-        S's leading registers), or none where this warpgroup's rows see no key of it."""
+    def qk_trimmed(self, acc_S, acc_lo, mma_lo, tSrQ, tSrK_lo, tSrK_hi, diag_keys, half: cutlass.Constexpr[int]):
+        """diag_trim's first QK^T: the block's first `half` keys into acc_lo (S's leading
+        registers), then the rest into S's trailing registers where this warpgroup's rows see
+        any of them. The first half is issued unconditionally: a GEMM whose accumulator only one
+        branch defines makes ptxas serialize every wgmma of the kernel (C7512/C7515)."""
+        self.wgmma(mma_lo, acc_lo, tSrQ, tSrK_lo, zero_init=True)
         if diag_keys > half:
-            self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK, zero_init=True)
-        elif diag_keys > 0:
-            self.wgmma(mma_lo, acc_lo, tSrQ, tSrK_lo, zero_init=True)
-        else:
-            acc_lo.fill(-Float32.inf)
+            acc_hi = cute.make_tensor(acc_S.iterator + cute.size(acc_lo), acc_lo.layout)
+            self.wgmma(mma_lo, acc_hi, tSrQ, tSrK_hi, zero_init=True)
 
     @cute.jit
     def first_softmax_trimmed(self, acc_S, acc_lo, mask, softmax_step, n_block, diag_keys,
