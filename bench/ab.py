@@ -779,25 +779,6 @@ FP16_2 = [
     ("persistent-lpt+separate-o+mask-bits+in-order-sum", dict(_H96P, **_F16, mask_bits=True, in_order_row_sum=True)),
     ("persistent-lpt+separate-o+mask-bits+in-order-sum+p-smem+tile-192x128", dict(_PSS_C, **_F16, p_smem=True)),
 ]
-# Short causal (issue 10; check10/p3 bf16 at 512: hd128 / 192 / 256 0.86 / 0.88 / 0.87 of cuDNN,
-# which issues the same GEMM count as ours, check6/c1): diag_trim has a warpgroup run its tile's
-# first key block only over the keys its rows see (half of it, or none). Each shipped causal form
-# as built (its TUNED switches spelled out), then with the trim.
-_DT_FORMS = [
-    ("persistent-lpt+separate-o+warp-o-store", _WO),  # hd128 up to 1,536 rows
-    ("lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True)),  # hd128 beyond
-    ("persistent-lpt+separate-o+wg-epilogue+mask-bits+q-double-buffer+deferred-o+stages-3+tile-128x128",
-     dict(_L64, causal=True, tile_m=128, tile_n=128, mask_bits=True, deferred_o_store=True, stages=3)),
-    # (hd64's 192 x 128 form is left out: with the trim its three warpgroups spill at 128 registers.)
-    ("lpt+mask-bits+chunked-p", dict(head_dim=192, causal=True, scheduler="lpt", mask_bits=True,
-                                     chunked_p_convert=True)),
-    # (hd256's 128 x 80 is left out: its half block, 40 keys, is not whole K slices of the PV GEMM.)
-    ("lpt+mask-bits+in-order-sum+l2-40+pin", dict(head_dim=192, head_dim_v=128, causal=True, scheduler="lpt",
-                                                  mask_bits=True, in_order_row_sum=True, lpt_section_mib=40,
-                                                  pin_loop_invariants=True)),
-]
-DIAG_TRIM = [row for label, form in _DT_FORMS
-             for row in ((label, form), (f"{label}+diag-trim", dict(form, diag_trim=True)))]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -813,7 +794,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
-               "fp16-2": FP16_2, "diag-trim": DIAG_TRIM}
+               "fp16-2": FP16_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -89,14 +89,6 @@ def n_block_right_masked(m_block, seqlen_q, seqlen_k, tile_m: int, tile_n: int, 
     return mx(last_key_row0 // tile_n, 0)
 
 
-def wg_visible_keys(m_block, wg, n_block, seqlen_q, seqlen_k, tile_m: int, tile_n: int, mn=min, mx=max):
-    """Causal (dense, no pack-GQA): how many leading keys of key block n_block any of consumer
-    warpgroup wg's 64 rows (m_block * tile_m + 64 wg ...) sees, in [0, tile_n]. Every key of the
-    block past them is masked for all of that warpgroup's rows (diag_trim skips them)."""
-    end_key = mn((m_block * tile_m + 64 * (wg + 1)) + seqlen_k - seqlen_q, seqlen_k)
-    return mn(mx(end_key - n_block * tile_n, 0), tile_n)
-
-
 def n_block_left_masked(m_block, seqlen_q, seqlen_k, tile_m: int, tile_n: int, left, mx=max, group=None):
     """local: blocks n < this start before the last row's first key (the window's left
     edge): they need the mask. Not clamped to the visited range."""

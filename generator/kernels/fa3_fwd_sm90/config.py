@@ -181,7 +181,7 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem", "diag_trim")
+            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -341,15 +341,6 @@ class FwdConfig:
     # registers live across the PV issue under RS. bf16/fp16 dense forward only. None: off
     # unless TUNED names it (issue 10's hd96-pss A/B).
     p_smem: bool | None = None
-    # Causal: in a tile's first (rightmost) key block, a consumer warpgroup whose 64 rows see at
-    # most the block's first tile_n / 2 keys runs QK^T for those keys only (the block's QK^T is
-    # two N = tile_n / 2 GEMMs, the second skipped), masks and exponentiates only those columns
-    # and runs the PV GEMM over those keys (K = tile_n / 2); one that sees none of the block skips
-    # the PV GEMM too (block_range.wg_visible_keys). tile_n a multiple of 32. At 128 x 128 with seqlen_q = seqlen_k, warpgroup 0 sees
-    # half of every diagonal block: 1/4 of a short tile's diagonal work is skipped. cuDNN and
-    # the shipped forms issue the same GEMM count (check6/c1's ncu), so this is work neither
-    # does. None: off unless TUNED names it (issue 10's diag-trim A/B).
-    diag_trim: bool | None = None
     # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
     # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers
     # (inference.py). split_kv: the key range of a tile is cut into num_splits parts (grid
@@ -539,12 +530,6 @@ class FwdConfig:
                                  "paged_kv, varlen or model variants): e4m3's P is permuted in registers")
             if self.chunked_p_convert:
                 raise ValueError("p_smem converts P in register order already (chunked_p_convert is its RS form)")
-        if self.diag_trim and not (self.causal and self.intra_wg_overlap and not self.fp8 and not self.p_smem
-                                   and not self.inference and self.tile_n % 32 == 0):
-            raise ValueError("diag_trim trims a causal tile's first key block per warpgroup: it needs causal, "
-                             "intra_wg_overlap, the bf16/fp16 dense forward with P in registers (no e4m3, "
-                             "p_smem or inference forms) and tile_n a multiple of 32 (half a block is whole "
-                             f"K slices of the PV GEMM), got tile_n {self.tile_n}")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.warp_o_store and not (self.separate_o_smem and not self.wg_epilogue and not self.inference):

@@ -87,19 +87,16 @@ class FlashFwdSm90:
         self.deferred_o = cfg.deferred_o_store
         # P through shared memory (SS PV GEMM) instead of registers (RS).
         self.p_smem = cfg.p_smem
-        # Causal: a warpgroup trims the tile's first key block to the keys its rows see.
-        self.diag_trim = cfg.diag_trim
         # e4m3 q/k descales per block (descale_block): the softmax scales each key block.
         self.block_descale = bool(cfg.descale_blocks[1])
 
     # ------------------------------------------------------------------ host side
-    def _tiled_mmas(self, warpgroups=None, qk_cols=None):
-        """(QK^T, PV) tiled MMAs; `qk_cols`: QK^T over that many keys instead of tile_n."""
+    def _tiled_mmas(self, warpgroups=None):
         wgs = self.num_wg if warpgroups is None else warpgroups
         qk = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype,
             OperandMajorMode.K, OperandMajorMode.K,
-            Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.tile_n if qk_cols is None else qk_cols),
+            Float32, atom_layout_mnk=(wgs, 1, 1), tiler_mn=(64, self.tile_n),
         )
         pv = hopper.make_trivial_tiled_mma(
             self.dtype, self.dtype,
@@ -312,14 +309,13 @@ class FlashFwdSm90:
             self.wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, stage], zero_init=True, a_slices=q_slices)
             return acc_S
 
-        def gemm_pv(stage, zero_init, k_blocks=0):
+        def gemm_pv(stage, zero_init):
             if const_expr(self.p_smem):
                 # As late as possible: the stmatrix stores drain under the rescale and the QK^T
                 # issue. The warps of this warpgroup only: its slab is no one else's.
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier(barrier_id=int(Barrier.P_WG1) + wg, number_of_threads=128)
-            self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init,
-                       k_blocks=k_blocks)
+            self.wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, stage], zero_init=zero_init)
 
         return gemm_qk, gemm_pv
 
@@ -622,7 +618,6 @@ class FlashFwdSm90:
             tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
 
         coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
-        coords_rc_tile = coords_rc
         if const_expr(self.block_descale):
             mDescaleQ, mDescaleK, head_kv = blk
             bq, bk = self.cfg.descale_blocks
@@ -643,13 +638,11 @@ class FlashFwdSm90:
         gemm_qk, gemm_pv = self._gemms(tiled_mma_qk, tiled_mma_pv, s_shape, tSrQ, tSrK, tOrP, tOrV, acc_O, wg)
 
         # Thread 0's coordinates: static, so the mask's column offsets are known at trace time.
-        offsets_rc_tile = acc_as_rows_cols(
+        offsets_rc = acc_as_rows_cols(
             tiled_mma_qk.get_slice(0).partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
         )
 
-        def mask(acc_S, n_block, causal, rc=None):
-            # `rc`: (coords, offsets) of a narrower S (diag_trim's first block) instead of the tile's.
-            coords_rc, offsets_rc = (coords_rc_tile, offsets_rc_tile) if rc is None else rc
+        def mask(acc_S, n_block, causal):
             if const_expr(self.local):
                 # Every block masked here is masked at both window edges and the key length.
                 if const_expr(self.cfg.mask_bits):
@@ -687,28 +680,6 @@ class FlashFwdSm90:
             else:
                 tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
 
-        if const_expr(self.diag_trim):
-            # The first block's QK^T in two halves of its keys (sK's leading and trailing rows,
-            # every stage), S's columns for the first half, and their coordinates.
-            half = self.tile_n // 2
-            mma_lo, _ = self._tiled_mmas(qk_cols=half)
-            wg_mma_lo = mma_lo.get_slice(wg_first_thread(wg))
-            sK_halves = cute.composition(sK, cute.make_layout((half, 2, self.hdim, self.stages),
-                                                              stride=(1, half, self.tile_n, self.tile_n * self.hdim)))
-            tSrK_lo = wg_mma_lo.make_fragment_B(wg_mma_lo.partition_B(sK_halves[None, 0, None, None]))
-            tSrK_hi = wg_mma_lo.make_fragment_B(wg_mma_lo.partition_B(sK_halves[None, 1, None, None]))
-            lo_shape = wg_mma_lo.partition_shape_C((self.tile_m, half))
-            rc_lo = (acc_as_rows_cols(mma_lo.get_slice(tidx).partition_C(cute.make_identity_tensor((self.tile_m, half)))),
-                     acc_as_rows_cols(mma_lo.get_slice(0).partition_C(cute.make_identity_tensor((self.tile_m, half)))))
-            # Keys of the first block this warpgroup's rows see; the PV GEMM's K slices for half.
-            diag_keys = block_range.wg_visible_keys(m_block, wg, n_block_max - 1, seqlen_q, seqlen_k,
-                                                    self.tile_m, self.tile_n, mn=cutlass.min, mx=cutlass.max)
-            pv_k_lo = half // 16  # tile_n % 32 == 0 (FwdConfig): whole K slices
-
-            def gemm_pv_first(stage, zero_init):
-                """The first block's PV GEMM, as trimmed as its S."""
-                self.pv_trimmed(gemm_pv, stage, zero_init, diag_keys, half, pv_k_lo)
-
         sink = None
         if const_expr(self.sink):
             # Loaded now, used after the last block: its latency hides under the main loop.
@@ -727,13 +698,7 @@ class FlashFwdSm90:
         # First block: S, mask (key tail and diagonal or window), softmax; no PV yet.
         n_block = n_block_max - 1
         pipe_k.consumer_wait(kv_state)
-        if const_expr(self.diag_trim):
-            acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            acc_lo = cute.make_tensor(acc_S.iterator, cute.make_layout(lo_shape))  # S's first half keys
-            self.qk_trimmed(acc_S, acc_lo, mma_lo, tSrQ, tSrK_lo[None, None, None, kv_state.index],
-                            tSrK_hi[None, None, None, kv_state.index], diag_keys, half)
-        else:
-            acc_S = gemm_qk(kv_state.index)
+        acc_S = gemm_qk(kv_state.index)
         if const_expr(self.deferred_o):
             # The previous tile's O goes out while this first QK^T runs.
             rO_pend, lse_pend, pend_m, pend_head, pend_batch = pend
@@ -742,13 +707,10 @@ class FlashFwdSm90:
                              pend_m, pend_head, pend_batch, seqlen_q)
         warpgroup.wait_group(0)
         pipe_k.consumer_release(kv_state)
-        if const_expr(self.diag_trim):
-            self.first_softmax_trimmed(acc_S, acc_lo, mask, softmax.step, n_block, diag_keys, half, rc_lo, softcap_pre)
-        else:
-            if const_expr(self.softcap):
-                apply_softcap(acc_S, softcap_pre)
-            mask(acc_S, n_block, self.causal or self.local)
-            softmax.step(acc_S, is_first=True)
+        if const_expr(self.softcap):
+            apply_softcap(acc_S, softcap_pre)
+        mask(acc_S, n_block, self.causal or self.local)
+        softmax.step(acc_S, is_first=True)
         to_p(acc_S)
 
         if const_expr(self.overlap):
@@ -769,28 +731,16 @@ class FlashFwdSm90:
                                                     window_left, mx=cutlass.max),
                     mn=cutlass.min, mx=cutlass.max,
                 )
-            n_top = n_block_max  # one past the first block the loops below visit
-            if const_expr(self.diag_trim):
-                # The second block's step (which runs the first block's PV) peeled off the loops,
-                # so their bodies stay as they are; masked whether it needs it or not.
-                peel = cutlass.min(n_block_max - 1, 1)
-                for i in cutlass.range(peel, unroll=1):
-                    kv_state = self.overlapped_step(
-                        kv_state, n_block_max - 2, gemm_qk, gemm_pv_first, mask, to_p, softmax,
-                        acc_O, scale_prev, pipe_k, pipe_v, wg, True, softcap_pre,
-                    )
-                n_top = n_block_max - peel
-                n_masked = cutlass.max(n_masked - peel, 0)
             for i in cutlass.range(n_masked, unroll=1):
                 kv_state = self.overlapped_step(
-                    kv_state, n_top - 2 - i, gemm_qk, gemm_pv, mask, to_p, softmax,
+                    kv_state, n_block_max - 2 - i, gemm_qk, gemm_pv, mask, to_p, softmax,
                     acc_O, scale_prev, pipe_k, pipe_v, wg, True, softcap_pre,
                 )
             if const_expr(not self.local):
-                n_unmasked = n_top - 1 - n_masked
+                n_unmasked = n_block_max - 1 - n_masked
             for i in cutlass.range(n_unmasked, unroll=1):
                 kv_state = self.overlapped_step(
-                    kv_state, n_top - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
+                    kv_state, n_block_max - 2 - n_masked - i, gemm_qk, gemm_pv, mask, to_p,
                     softmax, acc_O, scale_prev, pipe_k, pipe_v, wg, False, softcap_pre,
                 )
             if const_expr(self.local):
@@ -804,10 +754,7 @@ class FlashFwdSm90:
             if const_expr(self.rescale_early):
                 rescale_rows(acc_O, scale_prev)
             pipe_v.consumer_wait(kv_state)
-            if const_expr(self.diag_trim):
-                self.pv_last_trimmed(gemm_pv, gemm_pv_first, kv_state.index, n_block_max)
-            else:
-                gemm_pv(kv_state.index, False)
+            gemm_pv(kv_state.index, False)
             warpgroup.wait_group(0)
             pipe_v.consumer_release(kv_state)
             kv_state.advance()
@@ -876,56 +823,6 @@ class FlashFwdSm90:
         return kv_state
 
     @cute.jit
-    def qk_trimmed(self, acc_S, acc_lo, mma_lo, tSrQ, tSrK_lo, tSrK_hi, diag_keys, half: cutlass.Constexpr[int]):
-        """diag_trim's first QK^T: the block's first `half` keys into acc_lo (S's leading
-        registers), then the rest into S's trailing registers where this warpgroup's rows see
-        any of them. The first half is issued unconditionally: a GEMM whose accumulator only one
-        branch defines makes ptxas serialize every wgmma of the kernel (C7512/C7515)."""
-        self.wgmma(mma_lo, acc_lo, tSrQ, tSrK_lo, zero_init=True)
-        if diag_keys > half:
-            acc_hi = cute.make_tensor(acc_S.iterator + cute.size(acc_lo), acc_lo.layout)
-            self.wgmma(mma_lo, acc_hi, tSrQ, tSrK_hi, zero_init=True)
-
-    @cute.jit
-    def first_softmax_trimmed(self, acc_S, acc_lo, mask, softmax_step, n_block, diag_keys,
-                              half: cutlass.Constexpr[int], rc_lo, softcap_pre):
-        """diag_trim's first mask and softmax, over the columns qk_trimmed computed; P of the
-        other columns is 0. (The softmax's bound step: an `if` on the device cannot carry the
-        softmax object itself.)"""
-        if diag_keys > half:
-            if const_expr(self.softcap):
-                apply_softcap(acc_S, softcap_pre)
-            mask(acc_S, n_block, True)
-            softmax_step(acc_S, is_first=True)
-        else:
-            if const_expr(self.softcap):
-                apply_softcap(acc_lo, softcap_pre)
-            mask(acc_lo, n_block, True, rc_lo)
-            softmax_step(acc_lo, is_first=True)
-            for i in cutlass.range_constexpr(cute.size(acc_lo), cute.size(acc_S)):
-                acc_S[i] = Float32(0.0)
-
-    @cute.jit
-    def pv_trimmed(self, gemm_pv, stage, zero_init: cutlass.Constexpr[bool], diag_keys,
-                   half: cutlass.Constexpr[int], pv_k_lo: cutlass.Constexpr[int]):
-        """diag_trim's PV GEMM of the first block, over the keys its S has (P is 0 past them):
-        K = half where that is whole K slices, none where S had no key."""
-        if diag_keys == 0:
-            warpgroup.commit_group()  # an empty group keeps the caller's wait counts
-        elif diag_keys <= half:
-            gemm_pv(stage, zero_init, k_blocks=pv_k_lo)
-        else:
-            gemm_pv(stage, zero_init)
-
-    @cute.jit
-    def pv_last_trimmed(self, gemm_pv, gemm_pv_first, stage, n_block_max):
-        """diag_trim's last PV GEMM: the first block's form where the tile has one block."""
-        if n_block_max == 1:
-            gemm_pv_first(stage, False)
-        else:
-            gemm_pv(stage, False)
-
-    @cute.jit
     def overlapped_step(
         self, kv_state, n_block, gemm_qk, gemm_pv, mask, to_p, softmax, acc_O, scale_prev,
         pipe_k, pipe_v, wg, causal_mask: cutlass.Constexpr[bool], softcap_pre=None,
@@ -971,15 +868,13 @@ class FlashFwdSm90:
             cute.arch.barrier_arrive(barrier_id=int(Barrier.SCHEDULE_WG1) + nxt, number_of_threads=2 * 128)
 
     @cute.jit
-    def wgmma(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr[bool], a_slices=None,
-              k_blocks: cutlass.Constexpr[int] = 0):
-        """Issue one warpgroup GEMM over all K slices (`k_blocks` > 0: the first k_blocks only)
-        and commit it; the caller waits. `a_slices`: A's k slices ready-made (pinned
-        descriptors) instead of tA's."""
+    def wgmma(self, tiled_mma, acc, tA, tB, zero_init: cutlass.Constexpr[bool], a_slices=None):
+        """Issue one warpgroup GEMM over all K slices and commit it; the caller waits.
+        `a_slices`: A's k slices ready-made (pinned descriptors) instead of tA's."""
         warpgroup.fence()
         atom = cute.make_mma_atom(tiled_mma.op)
         atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
-        for k in cutlass.range_constexpr(k_blocks if const_expr(k_blocks > 0) else cute.size(tA.shape[2])):
+        for k in cutlass.range_constexpr(cute.size(tA.shape[2])):
             a_k = tA[None, None, k] if const_expr(a_slices is None) else a_slices[k]
             cute.gemm(atom, acc, a_k, tB[None, None, k], acc)
             atom.set(warpgroup.Field.ACCUMULATE, True)
