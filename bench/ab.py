@@ -779,6 +779,22 @@ FP16_2 = [
     ("persistent-lpt+separate-o+mask-bits+in-order-sum", dict(_H96P, **_F16, mask_bits=True, in_order_row_sum=True)),
     ("persistent-lpt+separate-o+mask-bits+in-order-sum+p-smem+tile-192x128", dict(_PSS_C, **_F16, p_smem=True)),
 ]
+# Short causal hd128 (issue 10): in check11/a4's ncu source counters (bf16 hd128 causal 512, the
+# shipped persistent form) the consumers' wait for the next tile's Q is the largest single stall
+# site (11.5% of all warp samples), the last V and the loop's K waits 3% and 2%: a tile's first
+# loads go out only about one key block before they are needed, as two K/V stages allow. Half-
+# width key blocks (128 x 64) with three or four stages issue them further ahead in the same
+# shared memory; each against the shipped form (the control) and lpt's (shipped beyond 1,536 rows).
+_N64 = dict(tile_m=128, tile_n=64)
+SHORT_N64 = [
+    ("persistent-lpt+separate-o+warp-o-store", _WO),
+    ("persistent-lpt+separate-o+warp-o-store+tile-128x64+stages-3", dict(_WO, **_N64, stages=3)),
+    ("persistent-lpt+separate-o+warp-o-store+tile-128x64+stages-4", dict(_WO, **_N64, stages=4)),
+    ("lpt+mask-bits+tile-128x64+stages-3", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True,
+                                                **_N64, stages=3)),
+    ("lpt+mask-bits+tile-128x64+stages-4", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True,
+                                                **_N64, stages=4)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -794,7 +810,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
-               "fp16-2": FP16_2}
+               "fp16-2": FP16_2, "short-n64": SHORT_N64}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
