@@ -795,20 +795,6 @@ SHORT_N64 = [
     ("lpt+mask-bits+tile-128x64+stages-4", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True,
                                                 **_N64, stages=4)),
 ]
-# check11/a6: with Q double-buffered the short cell's Q wait is gone but the K and V waits grow
-# by as much (same time): the K/V pipeline's bytes in flight are the limit, and 128 x 64 at 3-4
-# stages (a5) keeps those bytes. cuDNN's layout has three 128-key stages (232 KiB); ours needs
-# an O buffer to release Q early. o_reg_store drops the buffer (O from registers), so three
-# stages fit with Q released after the last QK^T.
-_OR = dict(head_dim=128, causal=True, o_reg_store=True)
-SHORT_O_REG = [
-    ("persistent-lpt+separate-o+warp-o-store", _WO),  # shipped up to 1,536 rows
-    ("lpt+mask-bits", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True)),  # shipped beyond
-    ("persistent-lpt+o-reg", dict(_OR, scheduler="persistent")),
-    ("persistent-lpt+o-reg+stages-3", dict(_OR, scheduler="persistent", stages=3)),
-    ("persistent-lpt+o-reg+mask-bits+stages-3", dict(_OR, scheduler="persistent", stages=3, mask_bits=True)),
-    ("lpt+mask-bits+o-reg+stages-3", dict(_OR, scheduler="lpt", stages=3, mask_bits=True)),
-]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -824,7 +810,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
-               "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-o-reg": SHORT_O_REG}
+               "fp16-2": FP16_2, "short-n64": SHORT_N64}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -181,7 +181,7 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem", "o_reg_store")
+            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -341,13 +341,6 @@ class FwdConfig:
     # registers live across the PV issue under RS. bf16/fp16 dense forward only. None: off
     # unless TUNED names it (issue 10's hd96-pss A/B).
     p_smem: bool | None = None
-    # O (and LSE) straight from the accumulator's registers to global memory, each thread its
-    # rows' column pairs, rows past seqlen_q skipped: no O buffer, no epilogue barrier, and a
-    # persistent CTA releases Q after the tile's last QK^T as with separate_o_smem. What it buys
-    # is shared memory: hd128 at 128 x 128 then fits a third K/V stage (cuDNN's 232 KiB layout)
-    # with Q released early (issue 10's short-o-reg A/B). Excludes the smem O stores
-    # (separate_o_smem, wg_epilogue, warp_o_store). None: off unless TUNED names it.
-    o_reg_store: bool | None = None
     # Inference axes (issue 11). Each needs scheduler "single" and makes the kernel take
     # seqused_k (keys per sequence, int32) and write O and LSE row by row from registers
     # (inference.py). split_kv: the key range of a tile is cut into num_splits parts (grid
@@ -537,11 +530,6 @@ class FwdConfig:
                                  "paged_kv, varlen or model variants): e4m3's P is permuted in registers")
             if self.chunked_p_convert:
                 raise ValueError("p_smem converts P in register order already (chunked_p_convert is its RS form)")
-        if self.o_reg_store and (self.separate_o_smem or self.wg_epilogue or self.warp_o_store or self.inference
-                                 or self.fp8):
-            raise ValueError("o_reg_store writes O from registers with no O buffer: it excludes separate_o_smem, "
-                             "wg_epilogue and warp_o_store, and is built for the bf16/fp16 dense forward (the "
-                             "inference forms store from registers already)")
         if self.wg_epilogue and not self.separate_o_smem:
             raise ValueError("wg_epilogue needs separate_o_smem: in Q's buffer, O's layout is Q's")
         if self.warp_o_store and not (self.separate_o_smem and not self.wg_epilogue and not self.inference):

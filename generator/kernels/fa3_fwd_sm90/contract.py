@@ -114,20 +114,7 @@ def family_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         i32_struct("q_coords", 0, ["seqlen_q", "heads_q", "batch"]),
         i32_struct("k_coords", 1, ["seqlen_k", "heads_kv", "batch"]),
         i32_struct("v_coords", 2, ["seqlen_k", "heads_kv", "batch"]),
-        # o_reg_store: O itself (the kernel writes it from registers), seen as (seqlen_q,
-        # head_dim_v, heads_q, batch) with head_dim_v's stride 1; else the TMA map's coordinates.
-        {
-            "name": "o", "ordinal": 3, "kind": "struct", "size": 48, "align": 8,
-            "fields": [
-                {"offset": 0, "type": "ptr", "value": ["o.ptr"]},
-                {"offset": 8, "type": "i32", "value": ["seqlen_q"]},
-                {"offset": 12, "type": "i32", "value": ["heads_q"]},
-                {"offset": 16, "type": "i32", "value": ["batch"]},
-                {"offset": 24, "type": "i64", "value": ["o.stride.1"]},
-                {"offset": 32, "type": "i64", "value": ["o.stride.2"]},
-                {"offset": 40, "type": "i64", "value": ["o.stride.0"]},
-            ],
-        } if cfg.o_reg_store else i32_struct("o_coords", 3, ["seqlen_q", "heads_q", "batch"]),
+        i32_struct("o_coords", 3, ["seqlen_q", "heads_q", "batch"]),
         {
             # The kernel sees LSE as (seqlen_q, heads_q, batch); the seqlen stride is 1.
             "name": "lse", "ordinal": 4, "kind": "struct", "size": 40, "align": 8,

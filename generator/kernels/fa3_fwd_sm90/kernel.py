@@ -78,7 +78,6 @@ class FlashFwdSm90:
         self.persistent = cfg.scheduler == "persistent"
         self.sched = TileScheduler(cfg.scheduler, cfg.causal, local=cfg.local)
         self.separate_o = cfg.separate_o_smem
-        self.o_reg = cfg.o_reg_store  # O from registers: no buffer, Q released as with separate_o
         self.wg_epilogue = cfg.wg_epilogue
         # warp_o_store: each consumer warp stores its own 16 rows (no epilogue barrier).
         self.warp_o = cfg.warp_o_store
@@ -210,7 +209,7 @@ class FlashFwdSm90:
         if const_expr(self.cfg.fp8_local_p):
             check_local_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
         self.kernel(
-            tQ, tK, tV, mO if const_expr(self.o_reg) else tO, mLSE,
+            tQ, tK, tV, tO, mLSE,
             tma_q, tma_k, tma_v, tma_o,
             softmax_scale_log2,
             sQ_layout, sK_layout, sV_layout, sO_layout,
@@ -785,7 +784,7 @@ class FlashFwdSm90:
             lse_pend.store(lse.load())
         else:
             self.epilogue(acc_O, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
-        if const_expr(self.persistent and not self.separate_o and not self.o_reg):
+        if const_expr(self.persistent and not self.separate_o):
             # O left through Q's buffer: hand it back for the next tile's Q only once the TMA
             # store has read it (thread 0 waited for that inside the epilogue).
             cute.arch.barrier(barrier_id=int(Barrier.EPILOGUE), number_of_threads=self.consumer_threads)
@@ -796,7 +795,7 @@ class FlashFwdSm90:
     def release_q_early(self, pipe_q, q_state):
         """With O in its own buffer, Q is free once this warpgroup's last QK^T completed (every
         step waited for its S GEMM): the producer may load the next tile's Q at once."""
-        if const_expr(self.persistent and (self.separate_o or self.o_reg)):
+        if const_expr(self.persistent and self.separate_o):
             pipe_q.consumer_release(q_state)
 
     @cute.jit
@@ -890,9 +889,6 @@ class FlashFwdSm90:
     @cute.jit
     def store_o(self, rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
         """O (converted, in registers) through sO and a TMA store; LSE straight from registers."""
-        if const_expr(self.o_reg):
-            self.reg_store_o(rO, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
-            return
         if const_expr(self.wg_epilogue):
             self.wg_store_o(rO, lse, mO, mLSE, sO, tma_o, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
             return
@@ -926,20 +922,6 @@ class FlashFwdSm90:
             if const_expr(not self.separate_o):
                 # Q's buffer (or the CTA's exit) must wait for the store to read it.
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
-
-    @cute.jit
-    def reg_store_o(self, rO, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
-        """o_reg_store: each thread writes its rows of O from registers (adjacent column pairs,
-        which LLVM merges into 32-bit stores), rows past seqlen_q skipped; then LSE."""
-        thr_mma = tiled_mma_pv.get_slice(tidx)
-        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim_v))))
-        o_rc = acc_as_rows_cols(rO)
-        for r in cutlass.range_constexpr(cute.size(o_rc, mode=[0])):
-            row = m_block * self.tile_m + cO[r, 0][0]
-            if row < seqlen_q:
-                for c in cutlass.range_constexpr(cute.size(o_rc, mode=[1])):
-                    mO[row, cO[r, c][1], head, batch] = o_rc[r, c]
-        self.store_lse(lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q)
 
     @cute.jit
     def store_lse(self, lse, mLSE, tiled_mma_pv, tidx, m_block, head, batch, seqlen_q):
