@@ -795,6 +795,16 @@ SHORT_N64 = [
     ("lpt+mask-bits+tile-128x64+stages-4", dict(head_dim=128, causal=True, scheduler="lpt", mask_bits=True,
                                                 **_N64, stages=4)),
 ]
+# check11/a6: the K/V pipeline's bytes in flight limit the short causal cell (a5's 128 x 64 at 3-4
+# stages holds as many keys as the shipped 2 x 128). Tiles whose stages hold more keys in the
+# same shared memory, with O still in its own buffer: 3 x 96 = 288 and 4 x 80 = 320 keys.
+SHORT_KEYS = [
+    ("persistent-lpt+separate-o+warp-o-store", _WO),
+    ("persistent-lpt+separate-o+warp-o-store+tile-128x96+stages-3", dict(_WO, tile_m=128, tile_n=96, stages=3)),
+    ("persistent-lpt+separate-o+warp-o-store+tile-128x80+stages-4", dict(_WO, tile_m=128, tile_n=80, stages=4)),
+    ("persistent-lpt+separate-o+warp-o-store+mask-bits+tile-128x96+stages-3",
+     dict(_WO, tile_m=128, tile_n=96, stages=3, mask_bits=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -810,7 +820,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
-               "fp16-2": FP16_2, "short-n64": SHORT_N64}
+               "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-keys": SHORT_KEYS}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
