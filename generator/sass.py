@@ -69,18 +69,23 @@ def counts_of(text: str) -> dict:
 
 def _count(instructions) -> dict:
     """The counts of (opcode, ".MOD.MOD") pairs, as sass_counts returns them."""
+    return _count_many((op, mods, 1) for op, mods in instructions)
+
+
+def _count_many(instructions) -> dict:
+    """_count of (opcode, ".MOD.MOD", how many) triples: one per distinct instruction."""
     counts: Counter = Counter()
-    for op, mod_text in instructions:
+    for op, mod_text, n in instructions:
         mods = mod_text.split(".")[1:]
-        counts["instructions"] += 1
+        counts["instructions"] += n
         if op in WATCHED:
-            counts[WATCHED[op]] += 1
+            counts[WATCHED[op]] += n
         for (wop, mod), key in WATCHED_MODS.items():
             if op == wop and mod in mods:
-                counts[key] += 1
+                counts[key] += n
         if op in ("LDL", "STL"):
             width = next((_WIDTH[x] for x in mods if x in _WIDTH), 4)
-            counts["spill_load_bytes" if op == "LDL" else "spill_store_bytes"] += width
+            counts["spill_load_bytes" if op == "LDL" else "spill_store_bytes"] += width * n
     return {k: counts[k] for k in (*WATCHED.values(), *WATCHED_MODS.values(), "instructions", "spill_load_bytes",
                                    "spill_store_bytes")}
 
@@ -103,10 +108,12 @@ def find_nvdisasm() -> str | None:
 
 
 def sass_counts_many(cubins: list[bytes]) -> list[dict | None]:
-    """sass_counts of each cubin (the same dicts), disassembling them together: one nvdisasm run
-    per arch. Where a batch cannot be read that way (no nvdisasm, an error, a code section whose
+    """sass_counts of each cubin (the same dicts). An SM90 cubin whose opcodes sass_sm90 names is
+    counted from its bytes (where nvdisasm is installed); the others are disassembled together, one nvdisasm run per arch.
+    Where a batch cannot be read that way (no nvdisasm, an error, a code section whose
     instructions do not all come back), each of its cubins goes through sass_counts alone."""
     from .cubin_elf import code_of
+    from .sass_sm90 import mnemonics
 
     out: list[dict | None] = [None] * len(cubins)
     by_arch: dict[str, list[tuple[int, bytes]]] = {}
@@ -116,7 +123,12 @@ def sass_counts_many(cubins: list[bytes]) -> list[dict | None]:
         except Exception:  # not an ELF we can read: cuobjdump says what it makes of it
             out[i] = sass_counts(cubin)
             continue
-        by_arch.setdefault(arch, []).append((i, code))
+        # Only beside the disassembler, so that a cubin's counts never depend on which one read it.
+        named = mnemonics(arch, code) if find_nvdisasm() is not None else None
+        if named is not None:
+            out[i] = _count_many((op, "", n) for op, n in named.items())
+        else:
+            by_arch.setdefault(arch, []).append((i, code))
     for arch, items in by_arch.items():
         counted = _raw_counts(arch, [code for _, code in items])
         for n, (i, _) in enumerate(items):
@@ -126,16 +138,30 @@ def sass_counts_many(cubins: list[bytes]) -> list[dict | None]:
 
 def _raw_counts(arch: str, codes: list[bytes], timeout: float = 300) -> list[dict] | None:
     """Counts of each code blob, from one raw nvdisasm run; None where that run cannot be trusted."""
-    exe = find_nvdisasm()
-    if exe is None or not arch.startswith("sm_") or any(len(c) % _SLOT for c in codes):
+    if any(len(c) % _SLOT for c in codes):
         return None
     starts, end = [], 0
     for code in codes:
         starts.append(end)
         end += len(code)
+    instructions = raw_instructions(arch, b"".join(codes), timeout)
+    if instructions is None:
+        return None
+    per: list[list[tuple[str, str]]] = [[] for _ in codes]
+    for offset, op, mods in instructions:
+        per[bisect.bisect_right(starts, offset) - 1].append((op, mods))
+    return [_count(instrs) for instrs in per]
+
+
+def raw_instructions(arch: str, code: bytes, timeout: float = 300) -> list[tuple[int, str, str]] | None:
+    """(byte offset, opcode, ".MOD.MOD") of each slot of a code blob, from one raw nvdisasm run;
+    None where that run cannot be trusted (no nvdisasm, an error, a slot printed twice or not at all)."""
+    exe = find_nvdisasm()
+    if exe is None or not arch.startswith("sm_") or len(code) % _SLOT:
+        return None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "code.bin"
-        path.write_bytes(b"".join(codes))
+        path.write_bytes(code)
         try:
             run = subprocess.run([exe, "-b", arch.replace("sm_", "SM"), str(path)], capture_output=True, text=True,
                                  timeout=timeout)
@@ -143,17 +169,10 @@ def _raw_counts(arch: str, codes: list[bytes], timeout: float = 300) -> list[dic
             return None
     if run.returncode != 0:
         return None
-    per: list[list[tuple[str, str]]] = [[] for _ in codes]
-    seen = 0
-    for m in _RAW_INSTR.finditer(run.stdout):
-        offset = int(m.group(1), 16)
-        if offset >= end:
-            return None
-        per[bisect.bisect_right(starts, offset) - 1].append((m.group(2), m.group(3)))
-        seen += 1
-    if seen != end // _SLOT:  # a slot printed twice or not at all: the split by offset is off
-        return None
-    return [_count(instrs) for instrs in per]
+    out = [(int(m.group(1), 16), m.group(2), m.group(3)) for m in _RAW_INSTR.finditer(run.stdout)]
+    if len(out) != len(code) // _SLOT or any(offset >= len(code) for offset, _, _ in out):
+        return None  # the split by offset would be off
+    return out
 
 
 _LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);")

@@ -95,3 +95,57 @@ def test_demo_build_stores_the_batched_counts(demo_registry):
     for name, cubin in _cubins(demo_registry).items():
         meta = demo_registry.get(name)["metadata"]
         assert meta["sass"] == with_sass({"stack_frame_bytes": 0}, sass.sass_counts(cubin))["sass"], name
+
+
+# ---------------------------------------------------------------- SM90 opcodes read from the bytes
+
+
+def _slots(*codes: int, high: int = 0xF000) -> bytes:
+    """One 16-byte slot per opcode, with bits above the opcode set (they must not matter)."""
+    return b"".join(((c | high).to_bytes(2, "little") + b"\xab" * 14) for c in codes)
+
+
+def test_sm90_opcodes_count_each_slot_by_its_low_12_bits():
+    from cubinforge.generator import sass_sm90
+
+    code = _slots(0x9F0, 0xDF0, 0x5B4, 0x3B5, 0x918, 0x918, 0x9F3, 0x223, 0x823)
+    named = sass_sm90.mnemonics("sm_90a", code)
+    assert named == {"HGMMA": 2, "UTMALDG": 1, "UTMASTG": 1, "NOP": 2, "QGMMA": 1, "FFMA": 2}
+    counts = sass._count_many((op, "", n) for op, n in named.items())
+    assert counts == sass._count((op, "") for op in
+                                 ["HGMMA", "HGMMA", "UTMALDG", "UTMASTG", "NOP", "NOP", "QGMMA", "FFMA", "FFMA"])
+    assert (counts["hgmma"], counts["qgmma"], counts["utmaldg"], counts["utmastg"], counts["instructions"]) == (2, 1, 1, 1, 9)
+
+
+def test_sm90_opcodes_give_up_where_nvdisasm_must_read():
+    from cubinforge.generator import sass_sm90
+
+    assert 0x001 not in sass_sm90.OPCODES
+    known = _slots(0x9F0, 0x918)
+    assert sass_sm90.mnemonics("sm_90a", known) is not None
+    assert sass_sm90.mnemonics("sm_90a", known + _slots(0x001)) is None  # a code the table lacks
+    assert sass_sm90.mnemonics("sm_90a", known + _slots(0x983)) is None  # LDL: its width is a modifier
+    assert sass_sm90.mnemonics("sm_90a", known + _slots(0x387)) is None  # STL
+    assert sass_sm90.mnemonics("sm_90a", known[:-8]) is None  # a partial slot
+    assert sass_sm90.mnemonics("sm_100a", known) is None  # another ISA
+    with pytest.raises(ValueError, match="both"):
+        sass_sm90.learn(_slots(0x9F0, 0x9F0), {0: "HGMMA", 16: "NOP"})
+
+
+@needs_tools
+def test_sm90_opcode_table_agrees_with_nvdisasm_and_spares_its_run(demo_registry, monkeypatch):
+    from cubinforge.generator import sass_sm90
+
+    cubins = [c for c in _cubins(demo_registry).values() if code_of(c)[0] == "sm_90a"]
+    want = [sass.sass_counts(c) for c in cubins]
+    fast = 0
+    for cubin in cubins:
+        arch, code = code_of(cubin)
+        read = sass.raw_instructions(arch, code)
+        learned = sass_sm90.learn(code, {offset: op for offset, op, _ in read})
+        assert all(sass_sm90.OPCODES.get(op, name) == name for op, name in learned.items())
+        fast += sass_sm90.mnemonics(arch, code) is not None
+    assert cubins and fast == len(cubins)  # every demo SM90 cubin is read from its bytes
+    ran = []
+    monkeypatch.setattr(sass, "raw_instructions", lambda *a, **k: ran.append(a))
+    assert sass.sass_counts_many(cubins) == want and not ran  # cuobjdump's counts, no nvdisasm run
