@@ -46,6 +46,7 @@ class Outcome:
     smem_bytes: int | None = None  # dynamic + static
     error: str | None = None
     cpu_seconds: float = 0.0  # the compile worker's user+sys for this variant
+    warning: str | None = None  # built, but something in its SASS needs a look
 
 
 @dataclass
@@ -58,7 +59,13 @@ class _Pending:
 
 def _outcome_from_record(name: str, status: str, seconds: float, metadata: dict) -> Outcome:
     smem = (metadata.get("dynamic_smem_bytes") or 0) + (metadata.get("static_smem_bytes") or 0)
-    return Outcome(name, status, seconds, metadata.get("registers"), smem)
+    warning = None
+    if metadata.get("wgmma_serialized"):
+        sass = metadata.get("sass") or {}
+        warning = (f"ptxas serialized its wgmma ({sass.get('warpgroup')} WARPGROUP arrives/waits for "
+                   f"{sass.get('hgmma', 0) + sass.get('qgmma', 0)} MMAs): every GEMM waits for the one before. "
+                   f"Compile it with CUTE_DSL_COMPILER_OPT='remarks{{ptx}}' for ptxas's reason (C7510-C7520)")
+    return Outcome(name, status, seconds, metadata.get("registers"), smem, warning=warning)
 
 
 def plan(variants: Iterable[Variant], registry, build_dir: Path, force: bool = False, write_sources: bool = True):
@@ -248,6 +255,7 @@ def summary(outcomes: list[Outcome], elapsed: float | None = None, cpu: float | 
     compiled = sum(o.cpu_seconds for o in outcomes)
     cost = f" ({cpu:.1f} CPU-s, {compiled:.1f} of them in compile jobs)" if cpu is not None else ""
     rows.append(f"{tail}" + (f" in {elapsed:.1f} s{cost}" if elapsed is not None else ""))
+    rows += [f"WARNING {o.variant}: {o.warning}" for o in outcomes if o.warning]
     shown: dict[str, list[str]] = {}  # one traceback per distinct error, with every variant it hit
     for o in outcomes:
         if o.status == "failed":

@@ -20,12 +20,25 @@ from pathlib import Path
 WATCHED = {"HGMMA": "hgmma", "UTMALDG": "utmaldg", "UTMASTG": "utmastg", "LDL": "ldl", "STL": "stl",
            "QGMMA": "qgmma",  # QGMMA: the SASS name of an FP8 (e4m3/e5m2) warpgroup MMA
            # SM100: tcgen05 MMA (UTCHMMA, 16-bit inputs) and the TMEM loads and stores
-           "UTCHMMA": "utchmma", "LDTM": "ldtm", "STTM": "sttm"}
+           "UTCHMMA": "utchmma", "LDTM": "ldtm", "STTM": "sttm",
+           # WARPGROUP.ARRIVE / .DEPBAR (one opcode): a pipelined kernel has a few a loop, a
+           # kernel whose wgmma ptxas serialized has one of each per MMA (serialized_wgmma).
+           "WARPGROUP": "warpgroup"}
 # SM100 TMEM allocation as ptxas lowers it: tcgen05.alloc is an atomic find-and-set on the
 # SM's column bitmap (retried after NANOSLEEP), tcgen05.dealloc an atomic AND clearing it.
 WATCHED_MODS = {("UTCATOMSWS", "FIND_AND_SET"): "tmem_alloc", ("UTCATOMSWS", "AND"): "tmem_dealloc"}
 _INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
 _WIDTH = {"64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
+
+
+def serialized_wgmma(counts: dict) -> bool:
+    """Whether ptxas serialized the kernel's warpgroup MMAs (its remarks C7510-C7520, e.g. an
+    accumulator defined on one branch only): each MMA then waits for the one before, and the
+    kernel has a WARPGROUP.ARRIVE and a DEPBAR per MMA. Pipelined sm_90a kernels have far fewer:
+    at most 0.72 a MMA over the 523 cubins checked on 2026-12-02 (check11/NOTES.md), 2.0 where
+    serialized."""
+    mma = counts.get("hgmma", 0) + counts.get("qgmma", 0)
+    return mma > 0 and counts.get("warpgroup", 0) >= mma
 
 
 def find_cuobjdump() -> str | None:

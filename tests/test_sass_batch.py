@@ -69,7 +69,7 @@ def test_sass_batch_holds_pending_results_until_flushed(monkeypatch):
     def fake_many(cubins):
         calls.append(list(cubins))
         return [{"spill_store_bytes": 0, "spill_load_bytes": 0, "hgmma": len(c), "qgmma": 0, "utmaldg": 0,
-                 "utmastg": 0, "ldl": 0, "stl": 0, "instructions": 7} for c in cubins]
+                 "utmastg": 0, "ldl": 0, "stl": 0, "warpgroup": 0, "instructions": 7} for c in cubins]
 
     monkeypatch.setattr(build, "sass_counts_many", fake_many)
     batch = build._SassBatch(seen.append)
