@@ -1,0 +1,108 @@
+"""hd256 decode forms side by side, one registry home per form: the same flash_attn_with_kvcache
+call against each home (whose only decode forms are one tile's), checked against torch's float32
+attention, then timed in alternating rounds.
+
+    PYTHONPATH=. python3 -m bench.decode_tiles --homes .cubinforge-ab-d80,.cubinforge-ab-d64
+
+Build a home with `python -m cubinforge.bench.decode_tiles build --home H --tile-n N`: the bf16
+hd256 pack-GQA forms (split and unsplit, causal and not, dense cache) at 64 x N, and the hd256
+combine. Figures: ms and TB/s of K+V read, per cell and home, and each home's ratio to the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+D = 256
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv): Gemma-2-like 16/8 heads at hd256.
+CELLS = ((8, 1, 32768, 16, 8), (64, 1, 4096, 16, 8), (32, 4, 8192, 16, 8))
+
+
+def build_home(home: Path, tile_n: int) -> int:
+    from cubinforge.generator import build as gbuild
+    from cubinforge.generator.spec import make_variant
+    from cubinforge.registry import Registry
+
+    variants = [make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=D, causal=c, split_kv=s,
+                             pack_gqa=True, tile_m=64, tile_n=tile_n)
+                for c in (False, True) for s in (False, True)]
+    variants.append(make_variant("attn_combine", arch="sm_90a", dtype="bf16", head_dim=D))
+    return gbuild.run(variants, Registry(home=home), jobs=2)
+
+
+def run(homes: list[Path], causal: bool = True) -> int:
+    import torch
+
+    from cubinforge.runtime import prepare_kvcache
+    from cubinforge.runtime.registry_source import LocalSource
+
+    from .timing import alternating, median, time_cuda
+
+    failed = 0
+    for b, sq, sk, hq, hkv in CELLS:
+        g = torch.Generator(device="cuda").manual_seed(sk + b)
+        q = torch.randn(b, sq, hq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        k = torch.randn(b, sk, hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn_like(k)
+        seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+        # float32 reference on batch row 0 (bottom-right causal: sq queries end at the last key)
+        qf, kf, vf = (x[0].float().transpose(0, 1) for x in (q, k, v))
+        kf, vf = (x.repeat_interleave(hq // hkv, dim=0) for x in (kf, vf))
+        s = qf @ kf.transpose(1, 2) / math.sqrt(D)
+        if causal:
+            i = torch.arange(sq, device="cuda")[:, None]
+            j = torch.arange(sk, device="cuda")[None, :]
+            s = s.masked_fill(j > i + sk - sq, float("-inf"))
+        ref = (torch.softmax(s, -1) @ vf).transpose(0, 1)
+        stream = torch.cuda.current_stream().cuda_stream
+        fns, names = {}, {}
+        for home in homes:
+            out = torch.full_like(q, float("nan"))
+            lse = torch.empty(b, hq, sq, dtype=torch.float32, device="cuda")
+            p = prepare_kvcache(q, k, v, cache_seqlens=seqlens, causal=causal, out=out, lse=lse, stream=stream,
+                                source=LocalSource(home))
+            p.run(stream)
+            torch.cuda.synchronize()
+            rel = ((out[0].float() - ref).norm() / ref.norm()).item()
+            ok = bool(torch.isfinite(out).all()) and rel <= 2.5e-3
+            failed += not ok
+            names[home.name] = f"{','.join(p.kernels)} splits {p.plan.num_splits} rel {rel:.2e} {'ok' if ok else 'FAIL'}"
+            if ok:
+                fns[home.name] = (lambda p=p: p.run(stream))
+        ms = {n: [] for n in fns}
+        for n in alternating(fns):
+            ms[n].append(time_cuda(fns[n], budget_s=0.2).median_ms)
+        nbytes = 2 * b * sk * hkv * D * 2
+        first = None
+        for home in homes:
+            n = home.name
+            if n not in ms:
+                print(f"b{b} q{sq} k{sk} {hq}/{hkv}  {n:24s} not timed: {names[n]}", flush=True)
+                continue
+            t = median(ms[n])
+            first = first or t
+            print(f"b{b} q{sq} k{sk} {hq}/{hkv}  {n:24s} {t:.4f} ms {nbytes / t / 1e9:.2f} TB/s  "
+                  f"x{first / t:.3f}  {names[n]}", flush=True)
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["build"]:
+        ap = argparse.ArgumentParser(prog="decode_tiles build")
+        ap.add_argument("--home", type=Path, required=True)
+        ap.add_argument("--tile-n", type=int, required=True)
+        a = ap.parse_args(argv[1:])
+        return build_home(a.home, a.tile_n)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--homes", required=True, help="comma list of registry homes, the first the baseline")
+    ap.add_argument("--causal", type=int, default=1)
+    a = ap.parse_args(argv)
+    return run([Path(h) for h in a.homes.split(",")], bool(a.causal))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
