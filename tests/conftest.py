@@ -17,6 +17,7 @@ _NEEDS = {
     "test_client_remote.py": ("sqlalchemy", "fastapi"), "test_service_*.py": ("sqlalchemy", "fastapi"),
     "test_fp8_attention.py": ("sqlalchemy",), "test_fp8_quant.py": ("sqlalchemy",),
     "test_build_order.py": ("sqlalchemy",), "test_sass_batch.py": ("sqlalchemy", "elftools"),
+    "test_wgmma_serialized.py": ("sqlalchemy", "elftools"),
 }
 collect_ignore_glob = [
     pattern for pattern, mods in _NEEDS.items()
