@@ -100,26 +100,42 @@ class OnlineSoftmax:
             m_cand[r] = cute.arch.warp_reduction_max(m_local, threads_in_group=4)
             # A row that saw no key yet has -inf: any key makes it grow; -inf - -inf is NaN, no.
             grow = grow | ((m_cand[r] - self.row_max[r]) * self.scale_log2 > Float32(self.rescale_threshold))
+        self._vote_rescale(grow, m_cand, row_scale, self.scale_log2)
+        self._exp2_rows_and_sum(s_rc, self._exp2_row)
+        return row_scale
+
+    @cute.jit
+    def _vote_rescale(self, grow, m_cand: cute.Tensor, row_scale: cute.Tensor, to_log2):
+        """The lazy steps' conditional rescale: where any row of the warp grew (the vote), every
+        row's maximum moves to m_cand and its sum and O factor (row_scale) take
+        2^((max - m_cand) * to_log2); to_log2 None: the maxima are in log2 units already."""
         rescaled = cute.arch.vote_any_sync(grow)
         # Locals: the `if` below runs on the device and cannot carry `self`.
-        row_max, row_sum, scale_log2 = self.row_max, self.row_sum, self.scale_log2
+        row_max, row_sum = self.row_max, self.row_sum
         if rescaled:
             for r in cutlass.range_constexpr(self.rows):
                 m_safe = m_cand[r] if m_cand[r] != -Float32.inf else Float32(0.0)
-                scale = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
+                if cutlass.const_expr(to_log2 is None):
+                    scale = cute.math.exp2(row_max[r] - m_safe, fastmath=True)
+                else:
+                    scale = cute.math.exp2((row_max[r] - m_safe) * to_log2, fastmath=True)
                 row_scale[r] = scale
                 row_sum[r] = row_sum[r] * scale
                 row_max[r] = m_cand[r]
         self.rescaled = rescaled
+
+    @cute.jit
+    def _exp2_rows_and_sum(self, s_rc: cute.Tensor, exp2_row):
+        """The lazy steps' tail: each row of S <- P against its (possibly stale) maximum by
+        exp2_row(s_rc, r, m_safe) (_exp2_row, or the block-scaled form), added to its sum."""
         for r in cutlass.range_constexpr(self.rows):
             m = self.row_max[r]
             m_safe = m if m != -Float32.inf else Float32(0.0)
-            self._exp2_row(s_rc, r, m_safe)
+            exp2_row(s_rc, r, m_safe)
             if cutlass.const_expr(self.in_order_sum):
                 self.row_sum[r] = s_rc[r, None].load().reduce(cute.ReductionOp.ADD, self.row_sum[r], 0)
             else:
                 self.row_sum[r] = self.row_sum[r] + _tree_reduce(s_rc, r, _add)
-        return row_scale
 
     @cute.jit
     def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
@@ -290,24 +306,8 @@ class BlockScaledSoftmax(OnlineSoftmax):
             m_cand[r] = cute.arch.fmax(m_raw * sc, self.row_max[r])
             # -inf - -inf is NaN, which compares false: a row that saw no key does not grow.
             grow = grow | ((m_cand[r] - self.row_max[r]) > Float32(self.rescale_threshold))
-        rescaled = cute.arch.vote_any_sync(grow)
-        row_max, row_sum = self.row_max, self.row_sum
-        if rescaled:
-            for r in cutlass.range_constexpr(self.rows):
-                m_safe = m_cand[r] if m_cand[r] != -Float32.inf else Float32(0.0)
-                scale = cute.math.exp2(row_max[r] - m_safe, fastmath=True)
-                row_scale[r] = scale
-                row_sum[r] = row_sum[r] * scale
-                row_max[r] = m_cand[r]
-        self.rescaled = rescaled
-        for r in cutlass.range_constexpr(self.rows):
-            m = self.row_max[r]
-            m_safe = m if m != -Float32.inf else Float32(0.0)
-            self._exp2_row_scaled(s_rc, r, m_safe, sc)
-            if cutlass.const_expr(self.in_order_sum):
-                self.row_sum[r] = s_rc[r, None].load().reduce(cute.ReductionOp.ADD, self.row_sum[r], 0)
-            else:
-                self.row_sum[r] = self.row_sum[r] + _tree_reduce(s_rc, r, _add)
+        self._vote_rescale(grow, m_cand, row_scale, None)
+        self._exp2_rows_and_sum(s_rc, lambda s, r, m_safe: self._exp2_row_scaled(s, r, m_safe, sc))
         return row_scale
 
     @cute.jit
