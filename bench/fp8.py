@@ -507,6 +507,13 @@ RMSE_RATIOS = (("(a)", "(b)", " (target >= 2)"), ("(a)", "(b')", ""), ("(b)", "(
                ("(b'')", "(c)", " (target <= 3)"), ("(b'')", "(b)", " (block vs per-head scales, both with Hadamard)"))
 
 
+def write_rows(path: str | None) -> None:
+    """Every row so far as JSON at `path` (--json), if one was given."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(ROWS, f, indent=1)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m bench.fp8", description=__doc__.splitlines()[0])
     p.add_argument("--seqlen", type=int, default=16384, help="speed runs (default 16384)")
@@ -526,9 +533,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.ab_home:
         failed = ab_home(a.ab_home, a.seqlen, a.err_seqlen, rounds=a.rounds)
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(ROWS, f, indent=1)
+        write_rows(a.json)
         return 1 if failed else 0
     if a.block:
         if not a.skip_errors:
@@ -539,9 +544,7 @@ def main(argv=None) -> int:
             speed(a.seqlen, v_layouts=("colmajor",), head_dims=(128,))
             block_speed(a.seqlen)
         print("\n" + table())
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(ROWS, f, indent=1)
+        write_rows(a.json)
         return 0
     if not a.skip_errors:
         attempt("error study", lambda: error_study(a.err_seqlen))
@@ -551,9 +554,7 @@ def main(argv=None) -> int:
         if a.v_layout != "rowmajor":
             block_speed(a.seqlen)
     print("\n" + table())
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(ROWS, f, indent=1)
+    write_rows(a.json)
     return 0
 
 
