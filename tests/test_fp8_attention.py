@@ -6,10 +6,9 @@ import importlib.util
 
 import pytest
 from conftest import module_available
-from test_runtime_fixtures import e4m3_colmajor_arrays
+from test_runtime_fixtures import built_records, e4m3_colmajor_arrays
 
-from cubinforge.generator import build, spec
-from cubinforge.registry import Registry
+from cubinforge.generator import spec
 from cubinforge.runtime import InputError, flash_attn_func
 from cubinforge.runtime.arrays import DeviceArray
 
@@ -67,11 +66,8 @@ def test_name_round_trips():
 @pytest.mark.slow
 @pytest.mark.skipif(not DSL, reason="needs the CuTe DSL")
 def test_e4m3_variant_compiles_to_qgmma_without_spills(home):
-    reg = Registry()
     chosen = spec.select("default", {"dtype": ["e4m3"], "head_dim": [128], "causal": [False]})
-    outcomes = build.build(chosen, reg, jobs=1, progress=False)
-    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
-    rec = reg.get(outcomes[0].variant)
+    _, (rec, *_) = built_records(chosen)
     m, c = rec["metadata"], rec["contract"]
     assert [p["size"] for p in c["params"]] == [p["size"] for p in m["param_table"]]
     assert m["spill_store_bytes"] == 0 == m["spill_load_bytes"]
@@ -156,12 +152,9 @@ def test_rowmajor_e4m3_variant_transposes_v_in_smem_without_spills(home, head_di
     """V row-major: TMA-loaded like k, transposed by the producer's warps 1..3 with
     LDSM.16.MT88.4 + PRMT + STSM.16.M88.4 (v_transpose.py), QGMMA E4M3, no local memory."""
     from cubinforge.generator.sass import cuobjdump
-    reg = Registry()
     chosen = spec.select("fp8", {"head_dim": [head_dim], "causal": [causal], "pack_gqa": [False], "varlen": [False]},
                          families=["fa3_fwd"])  # the dense form (the set has the decode/varlen ones too)
-    outcomes = build.build(chosen, reg, jobs=1, progress=False)
-    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
-    rec = reg.get(outcomes[0].variant)
+    reg, (rec, *_) = built_records(chosen)
     m, c = rec["metadata"], rec["contract"]
     assert m["spill_store_bytes"] == 0 == m["spill_load_bytes"] and m["stack_frame_bytes"] == 0
     assert c["tensors"]["v"]["dims"] == ["batch", "seqlen_k", "heads_kv", "head_dim"]

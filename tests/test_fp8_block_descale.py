@@ -6,7 +6,7 @@ flash_attn_func's checks before any launch, and (with the DSL) SASS: QGMMA, no s
 
 import pytest
 from conftest import module_available
-from test_runtime_fixtures import e4m3_colmajor_arrays
+from test_runtime_fixtures import built_records, e4m3_colmajor_arrays
 
 from cubinforge.generator import spec
 from cubinforge.runtime import InputError, flash_attn_func
@@ -180,18 +180,13 @@ def test_block_descales_are_checked_before_any_launch():
 @pytest.mark.slow
 @pytest.mark.skipif(not DSL, reason="needs the CuTe DSL")
 def test_block_variants_compile_to_qgmma_without_spills(home):
-    from cubinforge.generator import build  # the registry needs the server extra: not at module level
-    from cubinforge.registry import Registry
-    reg = Registry()
     chosen = [v for v in spec.expand_set("fp8") if v.name in BLOCK_NAMES]
-    outcomes = build.build(chosen, reg, jobs=1, progress=False)
-    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
-    for o in outcomes:
-        rec = reg.get(o.variant)
+    _, recs = built_records(chosen)
+    for rec in recs:
         m, c = rec["metadata"], rec["contract"]
         assert [p["size"] for p in c["params"]] == [p["size"] for p in m["param_table"]]
         assert m["spill_store_bytes"] == 0 == m["spill_load_bytes"] and m["stack_frame_bytes"] == 0
-        assert m["kernel"]["descale_block"] == o.variant.split("-")[7]
+        assert m["kernel"]["descale_block"] == rec["name"].split("-")[7]
         if "sass" in m:
             assert m["sass"]["qgmma"] >= 8 and m["sass"]["hgmma"] == 0
             assert m["sass"]["ldl"] == 0 and m["sass"]["stl"] == 0

@@ -16,7 +16,7 @@ from cubinforge.generator import spec
 from cubinforge.runtime import InputError, kvcache, launcher
 from cubinforge.runtime.arrays import DeviceArray, OwnedDeviceArray
 from cubinforge.runtime.registry_source import LocalSource, manifests
-from test_runtime_fixtures import checked_plan
+from test_runtime_fixtures import built_records, checked_plan
 
 DSL = module_available("cutlass")
 DECODE_DEFAULT = {"fa3-fwd-sm_90a-e4m3-hd128-causal-paged-packgqa-m64n128",
@@ -218,14 +218,9 @@ def test_e4m3_descale_shape_and_out_dtype_are_checked(fake_driver):
 def test_e4m3_paged_decode_compiles_to_qgmma_without_spills(home):
     """The default set's e4m3 paged split decode: the pipeline's parameter check against the
     cubin, no local memory, QGMMA E4M3 and the transposer's LDSM.T / STSM, no P shuffles."""
-    from cubinforge.generator import build
     from cubinforge.generator.sass import cuobjdump
-    from cubinforge.registry import Registry
-    reg = Registry()
     chosen = [spec.parse_name("fa3-fwd-sm_90a-e4m3-hd128-causal-paged-packgqa-splitkv-m64n128")]
-    outcomes = build.build(chosen, reg, jobs=1, progress=False)
-    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
-    rec = reg.get(outcomes[0].variant)
+    reg, (rec,) = built_records(chosen)
     m, c = rec["metadata"], rec["contract"]
     assert [p["size"] for p in c["params"]] == [p["size"] for p in m["param_table"]]
     assert m["spill_store_bytes"] == 0 == m["spill_load_bytes"] and m["stack_frame_bytes"] == 0

@@ -5,10 +5,10 @@ import importlib.util
 
 import pytest
 from conftest import module_available
+from test_runtime_fixtures import built_records
 
-from cubinforge.generator import build, spec
+from cubinforge.generator import spec
 from cubinforge.generator.kernels.fp8_quant_sm90.signs import hadamard_sign, mix32
-from cubinforge.registry import Registry
 from cubinforge.runtime import InputError, quantize_fp8
 from cubinforge.runtime.arrays import DeviceArray
 
@@ -38,12 +38,9 @@ def test_signs_are_balanced_and_depend_on_the_seed():
 @pytest.mark.slow
 @pytest.mark.skipif(not DSL, reason="needs the CuTe DSL")
 def test_quantise_variants_compile_with_matching_contracts(home):
-    reg = Registry()
     chosen = spec.select("default", {"dtype": ["bf16"]}, families=["fp8_quant"])
-    outcomes = build.build(chosen, reg, jobs=1, progress=False)
-    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
-    for o in outcomes:
-        rec = reg.get(o.variant)
+    _, recs = built_records(chosen)
+    for rec in recs:
         m, c = rec["metadata"], rec["contract"]
         # The pipeline verified offsets and sizes against the cubin; check the count too.
         assert [p["size"] for p in c["params"]] == [p["size"] for p in m["param_table"]]

@@ -1,5 +1,6 @@
 """Shared builders for the runtime's CPU tests: a small hand-written FA-like contract,
-raw-pointer arrays, and a temporary registry. (No tests here.)"""
+raw-pointer arrays, a temporary registry, and the build-and-read-back step of the slow
+compile tests. (No tests here.)"""
 
 from __future__ import annotations
 
@@ -189,3 +190,16 @@ def checked_plan(self, arrays, scalars, stream=0):
     plan = launcher._Plan(b.grid, 0, [], None)
     plan.scalars = dict(scalars)
     return plan
+
+
+def built_records(chosen) -> tuple:
+    """Build `chosen` (spec Variants) into the test's registry (CUBINFORGE_HOME), assert every
+    one built (the build's summary says why not); return (the Registry, each variant's record).
+    The registry needs the server extra: imported here, not at module level."""
+    from cubinforge.generator import build
+    from cubinforge.registry import Registry
+
+    reg = Registry()
+    outcomes = build.build(chosen, reg, jobs=1, progress=False)
+    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
+    return reg, [reg.get(o.variant) for o in outcomes]

@@ -18,7 +18,7 @@ from cubinforge.runtime import InputError, kvcache, launcher, tensormap, varlen
 from cubinforge.runtime.arrays import DeviceArray, OwnedDeviceArray
 from cubinforge.runtime.contract import bind
 from cubinforge.runtime.registry_source import LocalSource, manifests
-from test_runtime_fixtures import checked_plan, varlen_contract_of
+from test_runtime_fixtures import built_records, checked_plan, varlen_contract_of
 
 HAS_DSL = module_available("cutlass")
 
@@ -302,15 +302,9 @@ def test_empty_batch_launches_nothing(fake_driver):
 @pytest.mark.skipif(not HAS_DSL, reason="needs the CuTe DSL")
 def test_varlen_variants_cross_compile_and_match_the_cubin(home):
     """Through the pipeline: the contract's params are checked against the cubin's table."""
-    from cubinforge.generator import build
-    from cubinforge.registry import Registry
-
-    reg = Registry()
     chosen = [spec.make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True,
                                 paged_kv=True)]
-    outcomes = build.build(chosen, reg, jobs=1, progress=False)
-    assert all(o.status == "built" for o in outcomes), build.summary(outcomes)
-    rec = reg.get(chosen[0].name)
+    _, (rec,) = built_records(chosen)
     names = [p["name"] for p in rec["contract"]["params"]]
     assert names[-7:-2] == ["cu_seqlens_q", "cu_seqlens_k", "seqused_q", "has_seqused_q", "has_seqused_k"]
     assert "flash_attn_varlen_func" in str(rec["metadata"]) and "paged chunked prefill" in str(rec["metadata"])
