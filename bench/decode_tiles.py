@@ -1,6 +1,7 @@
 """hd256 decode forms side by side, one registry home per form: the same flash_attn_with_kvcache
-call against each home (whose only decode forms are one tile's), checked against torch's float32
-attention, then timed in alternating rounds.
+call against each home (whose only decode forms are one tile's), run once on NaN-poisoned O and
+LSE and checked against torch's float32 attention (bench.reference.attention_torch,
+bench.correctness.judge), then timed in alternating rounds.
 
     PYTHONPATH=. python3 -m bench.decode_tiles --homes .cubinforge-ab-d80,.cubinforge-ab-d64
 
@@ -12,7 +13,6 @@ combine. Figures: ms and TB/s of K+V read, per cell and home, and each home's ra
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -39,6 +39,8 @@ def run(homes: list[Path], causal: bool = True) -> int:
     from cubinforge.runtime import prepare_kvcache
     from cubinforge.runtime.registry_source import LocalSource
 
+    from .correctness import errors_torch, judge
+    from .reference import attention_torch
     from .timing import alternating, median, time_cuda
 
     failed = 0
@@ -48,28 +50,22 @@ def run(homes: list[Path], causal: bool = True) -> int:
         k = torch.randn(b, sk, hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
         v = torch.randn_like(k)
         seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
-        # float32 reference on batch row 0 (bottom-right causal: sq queries end at the last key)
-        qf, kf, vf = (x[0].float().transpose(0, 1) for x in (q, k, v))
-        kf, vf = (x.repeat_interleave(hq // hkv, dim=0) for x in (kf, vf))
-        s = qf @ kf.transpose(1, 2) / math.sqrt(D)
-        if causal:
-            i = torch.arange(sq, device="cuda")[:, None]
-            j = torch.arange(sk, device="cuda")[None, :]
-            s = s.masked_fill(j > i + sk - sq, float("-inf"))
-        ref = (torch.softmax(s, -1) @ vf).transpose(0, 1)
+        ref_o, ref_lse = attention_torch(q, k, v, causal)
         stream = torch.cuda.current_stream().cuda_stream
         fns, names = {}, {}
         for home in homes:
             out = torch.full_like(q, float("nan"))
-            lse = torch.empty(b, hq, sq, dtype=torch.float32, device="cuda")
+            lse = torch.full((b, hq, sq), float("nan"), dtype=torch.float32, device="cuda")
             p = prepare_kvcache(q, k, v, cache_seqlens=seqlens, causal=causal, out=out, lse=lse, stream=stream,
                                 source=LocalSource(home))
             p.run(stream)
             torch.cuda.synchronize()
-            rel = ((out[0].float() - ref).norm() / ref.norm()).item()
-            ok = bool(torch.isfinite(out).all()) and rel <= 2.5e-3
+            errs = errors_torch(out, ref_o, lse, ref_lse)
+            why = judge(errs["rel_err"], errs["lse_err"], errs["unwritten"])
+            ok = not why
             failed += not ok
-            names[home.name] = f"{','.join(p.kernels)} splits {p.plan.num_splits} rel {rel:.2e} {'ok' if ok else 'FAIL'}"
+            names[home.name] = (f"{','.join(p.kernels)} splits {p.plan.num_splits} rel {errs['rel_err']:.2e} "
+                                f"lse {errs['lse_err']:.1e} {'ok' if ok else 'FAIL ' + '; '.join(why)}")
             if ok:
                 fns[home.name] = (lambda p=p: p.run(stream))
         ms = {n: [] for n in fns}
