@@ -836,7 +836,7 @@ def experiment_config(overrides: dict):
     from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES, VALUE_SWITCHES
 
     return FwdConfig(**{"arch": "sm_90a", "dtype": "bf16", **{s: False for s in SWITCHES}, **VALUE_SWITCHES,
-                        "stages": 0, "lpt_section_mib": 0, **overrides})
+                        "stages": 0, "lpt_section_mib": 0, "ctas_per_sm": 1, **overrides})
 
 
 def ab_name(cfg, label: str) -> str:

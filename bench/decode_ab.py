@@ -33,7 +33,7 @@ import traceback
 from .grid import Cell, build_grid
 
 SPLITS = (0, 1, 2, 3, 4)
-AB_SPLITS = (0, 1, 2)  # 0: a two-CTA form's auto takes 4 at 32k keys (cta_slots)
+AB_SPLITS = (0, 1, 2)
 # inference.py's spec / GQA decode cells, as grid cells (bf16, hd128, causal).
 EXTRA_CELLS = (
     Cell(dtype="bf16", head_dim=128, causal=True, batch=32, heads=32, heads_kv=8, seqlen_q=4, seqlen_k=8192),
@@ -62,8 +62,10 @@ def geometry(cell: Cell, splits: int, sm_count: int = H200_SMS, tile_m: int = 64
     (written and read back) as a fraction of the K/V bytes. ``splits`` 0: the heuristic."""
     from cubinforge.runtime.decode_plan import plan_decode
 
-    slots = sm_count * ctas_per_sm  # what kvcache._pick plans over (decode_plan.cta_slots)
-    plan = plan_decode(cell.batch, cell.seqlen_q, cell.heads, cell.heads_kv, cell.seqlen_k, slots, tile_m, tile_n,
+    # kvcache._pick plans splits over the SMs whatever a form's CTAs an SM (check7: a two-CTA
+    # form split over its 264 slots took 4 splits at 32k keys and lost to 2); waves count slots.
+    slots = sm_count * ctas_per_sm
+    plan = plan_decode(cell.batch, cell.seqlen_q, cell.heads, cell.heads_kv, cell.seqlen_k, sm_count, tile_m, tile_n,
                        num_splits=splits)
     s = plan.num_splits
     ctas = plan.tiles * s

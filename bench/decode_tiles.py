@@ -1,13 +1,15 @@
-"""hd256 decode forms side by side, one registry home per form: the same flash_attn_with_kvcache
-call against each home (whose only decode forms are one tile's), run once on NaN-poisoned O and
-LSE and checked against torch's float32 attention (bench.reference.attention_torch,
+"""Decode forms side by side, one registry home per form: the same flash_attn_with_kvcache call
+against each home (whose only decode forms are one tile's), run once on NaN-poisoned O and LSE
+and checked against torch's float32 attention (bench.reference.attention_torch,
 bench.correctness.judge), then timed in alternating rounds.
 
     PYTHONPATH=. python3 -m bench.decode_tiles --homes .cubinforge-ab-d80,.cubinforge-ab-d64
+    PYTHONPATH=. python3 -m bench.decode_tiles --head-dim 128 --dtype fp16 --homes A,B --cells 32,4,8192,32,8
 
-Build a home with `python -m cubinforge.bench.decode_tiles build --home H --tile-n N`: the bf16
-hd256 pack-GQA forms (split and unsplit, causal and not, dense cache) at 64 x N, and the hd256
-combine. Figures: ms and TB/s of K+V read, per cell and home, and each home's ratio to the first.
+Build a home with `python -m cubinforge.bench.decode_tiles build --home H --tile-n N [--head-dim D]
+[--dtypes bf16,fp16]`: the pack-GQA forms (split and unsplit, causal and not, dense cache) at
+64 x N (config.TUNED_DECODE's switches where it names that tile), and the combine.
+Figures: ms, TB/s of K+V read and TFLOPS, per cell and home, and each home's ratio to the first.
 """
 
 from __future__ import annotations
@@ -16,38 +18,47 @@ import argparse
 import sys
 from pathlib import Path
 
-D = 256
-# (batch, seqlen_q, seqlen_k, heads_q, heads_kv): Gemma-2-like 16/8 heads at hd256.
-CELLS = ((8, 1, 32768, 16, 8), (64, 1, 4096, 16, 8), (32, 4, 8192, 16, 8))
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv) per head dim: Gemma-2-like 16/8 heads at hd256;
+# at hd128 the inference bench's decode cells (32/8 and 64/8 heads), MHA 16/16 ones, and query
+# chunks of 16-2048 tokens against a dense cache (where a 64-row form stops being decode).
+CELLS = {
+    256: ((8, 1, 32768, 16, 8), (64, 1, 4096, 16, 8), (32, 4, 8192, 16, 8)),
+    128: ((8, 1, 32768, 32, 8), (64, 1, 4096, 32, 8), (32, 4, 8192, 32, 8), (32, 1, 8192, 64, 8),
+          (16, 1, 8192, 16, 16), (4, 1, 32768, 16, 16), (16, 16, 8192, 16, 16), (8, 16, 8192, 32, 8),
+          (8, 64, 8192, 32, 8), (4, 128, 8192, 32, 8), (4, 512, 8192, 32, 8), (2, 2048, 8192, 32, 8)),
+}
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
-def build_home(home: Path, tile_n: int) -> int:
+def build_home(home: Path, tile_n: int, head_dim: int = 256, dtypes=("bf16",)) -> int:
     from cubinforge.generator import build as gbuild
     from cubinforge.generator.spec import make_variant
     from cubinforge.registry import Registry
 
-    variants = [make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=D, causal=c, split_kv=s,
+    variants = [make_variant("fa3_fwd", arch="sm_90a", dtype=dt, head_dim=head_dim, causal=c, split_kv=s,
                              pack_gqa=True, tile_m=64, tile_n=tile_n)
-                for c in (False, True) for s in (False, True)]
-    variants.append(make_variant("attn_combine", arch="sm_90a", dtype="bf16", head_dim=D))
+                for dt in dtypes for c in (False, True) for s in (False, True)]
+    variants += [make_variant("attn_combine", arch="sm_90a", dtype=dt, head_dim=head_dim) for dt in dtypes]
     return gbuild.run(variants, Registry(home=home), jobs=2)
 
 
-def run(homes: list[Path], causal: bool = True) -> int:
+def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str = "bf16", cells=None) -> int:
     import torch
 
     from cubinforge.runtime import prepare_kvcache
     from cubinforge.runtime.registry_source import LocalSource
 
     from .correctness import errors_torch, judge
+    from .decode_ab import occupancy
     from .reference import attention_torch
     from .timing import alternating, median, time_cuda
 
+    D, tdt = head_dim, getattr(torch, TORCH_DTYPES[dtype])
     failed = 0
-    for b, sq, sk, hq, hkv in CELLS:
+    for b, sq, sk, hq, hkv in cells or CELLS[head_dim]:
         g = torch.Generator(device="cuda").manual_seed(sk + b)
-        q = torch.randn(b, sq, hq, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        k = torch.randn(b, sk, hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        q = torch.randn(b, sq, hq, D, device="cuda", dtype=tdt, generator=g)
+        k = torch.randn(b, sk, hkv, D, device="cuda", dtype=tdt, generator=g)
         v = torch.randn_like(k)
         seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
         ref_o, ref_lse = attention_torch(q, k, v, causal)
@@ -64,7 +75,8 @@ def run(homes: list[Path], causal: bool = True) -> int:
             why = judge(errs["rel_err"], errs["lse_err"], errs["unwritten"])
             ok = not why
             failed += not ok
-            names[home.name] = (f"{','.join(p.kernels)} splits {p.plan.num_splits} rel {errs['rel_err']:.2e} "
+            names[home.name] = (f"{','.join(p.kernels)} splits {p.plan.num_splits} CTAs/SM "
+                                f"{','.join(map(str, occupancy(p)))} rel {errs['rel_err']:.2e} "
                                 f"lse {errs['lse_err']:.1e} {'ok' if ok else 'FAIL ' + '; '.join(why)}")
             if ok:
                 fns[home.name] = (lambda p=p: p.run(stream))
@@ -72,6 +84,9 @@ def run(homes: list[Path], causal: bool = True) -> int:
         for n in alternating(fns):
             ms[n].append(time_cuda(fns[n], budget_s=0.2).median_ms)
         nbytes = 2 * b * sk * hkv * D * 2
+        # Causal bottom-right: query i of sq sees sk - sq + i + 1 keys.
+        keys_seen = sq * sk - (sq * (sq - 1) // 2 if causal else 0)
+        flops = 4 * b * hq * keys_seen * D
         first = None
         for home in homes:
             n = home.name
@@ -80,8 +95,8 @@ def run(homes: list[Path], causal: bool = True) -> int:
                 continue
             t = median(ms[n])
             first = first or t
-            print(f"b{b} q{sq} k{sk} {hq}/{hkv}  {n:24s} {t:.4f} ms {nbytes / t / 1e9:.2f} TB/s  "
-                  f"x{first / t:.3f}  {names[n]}", flush=True)
+            print(f"{dtype} b{b} q{sq} k{sk} {hq}/{hkv}  {n:24s} {t:.4f} ms {nbytes / t / 1e9:.2f} TB/s "
+                  f"{flops / t / 1e9:6.1f} TFLOPS  x{first / t:.3f}  {names[n]}", flush=True)
     return 1 if failed else 0
 
 
@@ -91,13 +106,20 @@ def main(argv=None) -> int:
         ap = argparse.ArgumentParser(prog="decode_tiles build")
         ap.add_argument("--home", type=Path, required=True)
         ap.add_argument("--tile-n", type=int, required=True)
+        ap.add_argument("--head-dim", type=int, default=256)
+        ap.add_argument("--dtypes", default="bf16")
         a = ap.parse_args(argv[1:])
-        return build_home(a.home, a.tile_n)
+        return build_home(a.home, a.tile_n, a.head_dim, tuple(a.dtypes.split(",")))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--homes", required=True, help="comma list of registry homes, the first the baseline")
     ap.add_argument("--causal", type=int, default=1)
+    ap.add_argument("--head-dim", type=int, default=256, choices=sorted(CELLS))
+    ap.add_argument("--dtype", default="bf16", choices=sorted(TORCH_DTYPES))
+    ap.add_argument("--cells", default="", help="';'-separated batch,seqlen_q,seqlen_k,heads_q,heads_kv (default: "
+                    "the head dim's CELLS)")
     a = ap.parse_args(argv)
-    return run([Path(h) for h in a.homes.split(",")], bool(a.causal))
+    cells = [tuple(int(x) for x in c.split(",")) for c in a.cells.split(";") if c.strip()] or None
+    return run([Path(h) for h in a.homes.split(",")], bool(a.causal), a.head_dim, a.dtype, cells)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ def assemble(variant: str, arch: str, build: KernelBuild, kernel: KernelInfo) ->
         "cluster": list(build.cluster),
         "dynamic_smem_bytes": int(build.dynamic_smem_bytes),
         "static_smem_bytes": kernel.static_smem_bytes,
+        **({"smem_carveout_percent": int(build.smem_carveout_percent)}
+           if getattr(build, "smem_carveout_percent", None) is not None else {}),
         **{s: build.contract[s] for s in KERNEL_SECTIONS},
     }
 

@@ -146,6 +146,7 @@ class _Variant:
         self.cluster = self._triple(c.get("cluster", [1, 1, 1]), "cluster")
         self.dynamic_smem = int(c["dynamic_smem_bytes"])
         self.static_smem = int(c.get("static_smem_bytes", 0))
+        self.smem_carveout = int(c.get("smem_carveout_percent", -1))
 
         self.tensor_names = list(c["tensors"])
         self.symbol_names = list(c.get("symbols", {}))

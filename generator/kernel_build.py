@@ -22,3 +22,7 @@ class KernelBuild:
     contract: dict
     compile_options: str
     extra: dict = field(default_factory=dict)  # free-form facts worth keeping (e.g. tile sizes)
+    # The shared-memory carveout (percent of the SM's unified L1/shared memory) the launcher
+    # asks for before launching, where the kernel's occupancy needs more than the driver's
+    # default split gives (two CTAs an SM); None: the driver's default.
+    smem_carveout_percent: int | None = None

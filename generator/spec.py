@@ -245,6 +245,11 @@ DECODE_DEFAULT = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128, 256], "causal": [False, True],
                  "split_kv": [False, True], "pack_gqa": [True], "tile_m": [64]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 256]}),
+    # hd128 decode on a dense cache at 64 x 64, two CTAs an SM (config.TUNED_DECODE): the
+    # dispatcher's `decode-two-ctas` rule takes these for a few query tokens, the 64 x 128
+    # forms above keep longer query chunks.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [False, True],
+                 "split_kv": [False, True], "pack_gqa": [True], "tile_m": [64], "tile_n": [64]}),
     ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),
     ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128]}),
     # e4m3 paged decode (an FP8 KV cache, V row-major, transposed in smem; O bf16 through

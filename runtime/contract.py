@@ -94,6 +94,9 @@ class Contract:
     checks: tuple
     params: tuple
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    # Percent of the SM's L1/shared memory to prefer as shared memory before launching (set
+    # once per loaded function); None: the driver's default.
+    smem_carveout_percent: int | None = None
 
 
 # --------------------------------------------------------------------------- loading
@@ -206,8 +209,12 @@ def load_contract(raw: Mapping[str, Any]) -> Contract:
         params.append(ParamSpec(ordinal, offset, size, align, str(p.get("name", f"param{i}")), kind, spec))
         _check_param(params[-1], tensors, pw)
 
+    carveout = raw.get("smem_carveout_percent")
+    if carveout is not None and (isinstance(carveout, bool) or not isinstance(carveout, int)
+                                 or not 0 <= carveout <= 100):
+        raise ContractError(f"{where}: 'smem_carveout_percent' must be an int in [0, 100], got {carveout!r}")
     c = Contract(variant, arch, entry, block, cluster, dyn, static, tuple(grid),
-                 symbols, tensors, scalars, tuple(checks), tuple(params), raw)
+                 symbols, tensors, scalars, tuple(checks), tuple(params), raw, carveout)
     # Parse every expression now: an unknown token is a generator bug, caught at load.
     for i, e in enumerate(grid):
         validate_expr(e, c, f"{where}: grid[{i}]")

@@ -69,14 +69,6 @@ def plan_decode(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, max_seql
     return DecodePlan(pack, splits, tiles, n_blocks)
 
 
-def cta_slots(sm_count: int, metadata) -> int:
-    """The CTAs a form runs at once: ``sm_count`` times the CTAs an SM holds, which a form
-    built for more than one (FwdConfig.ctas_per_sm, an A/B candidate: bench/decode_ab.py)
-    records in its manifest's kernel metadata. The split heuristic fills these slots."""
-    per = (metadata or {}).get("kernel", {}).get("ctas_per_sm", 1)
-    return sm_count * max(1, int(per))
-
-
 # The tiles of the decode forms in the default set (fa3_fwd with pack_gqa / split_kv, built by
 # generator/families.py as m64n128): what ``decode_splits`` plans with before a variant is
 # chosen. A form built with other tiles gets its own plan from its own tiles in kvcache._pick.

@@ -63,6 +63,8 @@ def same_value(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
 
 
+# The most query tokens the 64 x 64 two-CTA decode forms take (decode-two-ctas).
+DECODE_TWO_CTA_MAX_Q = 64
 _AB = "H200 A/B 2026-12-01 (../shared/measurements/2026-12-01-h200/ab-summary.txt)"
 # Earlier rules weigh more: a variant is ranked by the rules it satisfies, first rule first.
 PREFERENCES: tuple[Preference, ...] = (
@@ -91,6 +93,23 @@ PREFERENCES: tuple[Preference, ...] = (
         "H200 2026-12-01 (bench/results/2026-12-01-h200/check7/j2/decode-ab.log): b32 x 8192 keys, 32/8 heads "
         "x 4 query tokens and 64/8 x 1, the plain kernel 0.340 / 0.169 of FA4, the unsplit pack-GQA form "
         "0.975 / 0.985"),
+    Preference(
+        # MHA too: at hd128 the 64-row form with two CTAs an SM (the next rule) streams the
+        # cache faster than the plain kernel's 128-row persistent walk where one split fills
+        # the SMs. 64 query tokens is where the plain kernel leads again.
+        "decode-pack-hd128", {"family": "fa3_fwd", "head_dim": 128, "seqlen_q": (1, 16), "decode_splits": (1, 1)},
+        {"pack_gqa": True, "split_kv": False},
+        "H200 2026-12-01 (bench/results/2026-12-01-h200/check7/j2/decode-ab.log): bf16 16/16 heads x 8192 keys, "
+        "1 / 16 query tokens, 4.51 / 4.46 TB/s non-causal and 4.51 / 4.47 causal through the 64 x 64 two-CTA "
+        "form against the plain kernel's 4.44 / 4.42 and 4.42 / 4.39 (at 64 tokens 4.36 against 4.38)"),
+    Preference(
+        # The 64 x 64 decode forms run two CTAs an SM (generator config.TUNED_DECODE); the
+        # 64 x 128 ones keep longer query chunks against the cache.
+        "decode-two-ctas", {"family": "fa3_fwd", "head_dim": 128, "seqlen_q": (1, DECODE_TWO_CTA_MAX_Q)},
+        {"tile_n": 64},
+        "H200 2026-12-01 (check7/j2/decode-ab.log, bf16 hd128, flash_attn_with_kvcache on a dense cache): 64 x 64 "
+        "with two CTAs an SM 4.36-4.52 TB/s unsplit at 8192 keys against 64 x 128's 4.18-4.41, and 4.32-4.47 "
+        "split two ways at 32768 keys against 4.26-4.45"),
     Preference(
         "hd128-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (None, 768)},
         {"scheduler": "persistent"},

@@ -342,6 +342,14 @@ class Function:
                  detail=f"{self.entry}: {nbytes} B dynamic shared memory")
             self._max_dynamic_smem = nbytes
 
+    def prefer_smem_carveout(self, percent: int) -> None:
+        # A hint the driver may round; a kernel built for two CTAs an SM gets them only where
+        # the split leaves room for both.
+        d = drv()
+        call("cuFuncSetAttribute", self.handle,
+             d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, int(percent),
+             detail=f"{self.entry}: a {percent}% shared-memory carveout")
+
 
 _modules: dict[tuple[int, str], Module] = {}
 

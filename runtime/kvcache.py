@@ -56,10 +56,10 @@ from .errors import InputError
 from .fp8 import OUT_DTYPE, _stack_descales
 from .launcher import Kernel, resolve_devices
 from .registry_source import Manifest, Source, VariantNotFound, choose, default_source, manifests
-from .dispatch import Problem
+from .dispatch import Problem, rank
 from .variants import VariantArgs, refuse_e4m3, resolve as resolve_variant
 from .decode_plan import (  # noqa: F401  (re-exported: kvcache's public names)
-    EFFICIENCY_SLACK, FILL_FRACTION, MAX_SPLITS, MIN_BLOCKS_PER_SPLIT, DecodePlan, cta_slots, num_splits_heuristic,
+    EFFICIENCY_SLACK, FILL_FRACTION, MAX_SPLITS, MIN_BLOCKS_PER_SPLIT, DecodePlan, num_splits_heuristic,
     pack_gqa_heuristic, plan_decode)
 
 FAMILY = "fa3_fwd"
@@ -492,11 +492,13 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v
 
 def _pick(arch, dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, hkv, capacity, source,
           variant: VariantArgs | None = None):
-    """(plan, forward Kernel). The plan takes its tiles from the variant it would run; the
-    unsplit form serves num_splits == 1 where it is built, the split form (with the
-    combine) everything else. Auto pack_gqa falls back to the other form when one is not
-    built; causal is moot for a single query token, so either form serves it. The model
-    axes (``variant``) must match exactly."""
+    """(plan, forward Kernel). The unsplit form serves num_splits == 1 where it is built, the
+    split form (with the combine) everything else; among the tiles of a form the dispatcher's
+    rules rank (runtime/dispatch.py, `decode-two-ctas`), then the name, as the C++ loader's
+    choose_kvcache does. The plan takes its tiles from the unsplit choice (the split one where
+    only it is built or its tile_m is smaller). Auto pack_gqa falls back to the other form
+    when one is not built; causal is moot for a single query token, so either form serves
+    it. The model axes (``variant``) must match exactly."""
     forms = [m for m in _forms(source) if m.axes.get("arch") == arch and m.axes.get("dtype") == dtype
              and m.axes.get("head_dim") == d and bool(m.axes.get("paged_kv")) == paged
              and model_axes_match(m, variant)]
@@ -504,20 +506,31 @@ def _pick(arch, dtype, d, causal, sq, pack_gqa, paged, num_splits, sms, b, hq, h
     packs = [bool(pack_gqa)] if pack_gqa is not None else [auto_pack, not auto_pack]
     if hq == hkv and pack_gqa is None:
         packs = [False, True]  # nothing to pack: the plain rows are the same rows
+    sizes = dict(batch=b, seqlen_q=sq, seqlen_k=capacity, heads_q=hq, heads_kv=hkv, sm_count=sms)
+    model = variant.axes if variant is not None else {}
+
+    def best(c, pack, split):
+        fit = [m for m in forms if m.axes.get("causal") == c and bool(m.axes.get("pack_gqa")) == pack
+               and bool(m.axes.get("split_kv")) == split]
+        axes = {"arch": arch, "dtype": dtype, "head_dim": d, "causal": c, "paged_kv": paged, "pack_gqa": pack,
+                "split_kv": split, **{a: bool(model.get(a, False)) for a in MODEL_AXES}}
+        ranked = rank(Problem(FAMILY, axes, **sizes), fit)
+        return ranked.best if ranked else None
+
     for c in ([bool(causal), not causal] if sq == 1 else [bool(causal)]):
         for pack in packs:
-            mine = sorted((m for m in forms if m.axes.get("causal") == c and bool(m.axes.get("pack_gqa")) == pack),
-                          key=lambda m: (m.axes.get("tile_m", 0), m.variant))
-            if not mine:
+            unsplit, split = best(c, pack, False), best(c, pack, True)
+            if unsplit is None and split is None:
                 continue
-            tm, tn = mine[0].axes["tile_m"], mine[0].axes["tile_n"]
-            plan = plan_decode(b, sq, hq, hkv, capacity, cta_slots(sms, mine[0].metadata), tm, tn, pack, num_splits)
-            unsplit = [m for m in mine if not m.axes.get("split_kv")]
-            split = [m for m in mine if m.axes.get("split_kv")]
+            tiles = unsplit or split
+            if unsplit and split and split.axes["tile_m"] < unsplit.axes["tile_m"]:
+                tiles = split
+            plan = plan_decode(b, sq, hq, hkv, capacity, sms, tiles.axes["tile_m"], tiles.axes["tile_n"], pack,
+                               num_splits)
             if plan.num_splits == 1 and unsplit:
-                return plan, _kernel(unsplit[0], source)
+                return plan, _kernel(unsplit, source)
             if split:
-                return plan, _kernel(split[0], source)
+                return plan, _kernel(split, source)
     have = ", ".join(sorted(m.variant for m in forms)[:12]) or "none"
     want = {"arch": arch, "dtype": dtype, "head_dim": d, "causal": bool(causal), "paged_kv": paged,
             "split_kv": num_splits != 1, "pack_gqa": bool(pack_gqa if pack_gqa is not None else auto_pack),

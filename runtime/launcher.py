@@ -351,6 +351,8 @@ class Kernel:
             if fn is None:
                 fn = driver.load_module(self.cubin, self.manifest.cubin_sha256).function(c.entry)
                 fn.require_dynamic_smem(c.dynamic_smem_bytes)
+                if c.smem_carveout_percent is not None:
+                    fn.prefer_smem_carveout(c.smem_carveout_percent)
                 self._functions[fkey] = fn
             try:
                 driver.launch(fn, plan.grid, c.block, c.cluster, c.dynamic_smem_bytes, stream, plan.pointers)

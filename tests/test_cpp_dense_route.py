@@ -201,10 +201,13 @@ def test_the_grid_reaches_every_route(cpp_lines):
     packed = [(p, c) for p, c in chosen if c[3] == "1" and c[2] == "1"]
     plain = [(p, c) for p, c in chosen if c[3] == "0"]
     assert len({c[2] for _, c in split}) >= 4 and {p[5] for p, _ in split} == {64, 128, 256}
-    assert packed and all(p[5] == 64 or p[3] > p[4] for p, _ in packed)
+    # decode-pack-hd128: MHA with 1-16 query tokens at hd128 takes the form too.
+    assert packed and all(p[5] == 64 or p[3] > p[4] or (p[5] == 128 and p[1] <= 16) for p, _ in packed)
     assert {p[5] for p, _ in packed if p[3] > p[4]} == {64, 128, 256}
-    # MHA decode at hd128/256 that fills the SMs keeps the plain kernel.
-    assert any(p[1] <= 64 and p[3] == p[4] and p[5] > 64 for p, _ in plain)
+    assert any(p[5] == 128 and p[3] == p[4] for p, _ in packed)
+    # MHA decode that fills the SMs keeps the plain kernel at hd256, and at hd128 from 64 tokens.
+    assert any(p[1] <= 64 and p[3] == p[4] and p[5] == 256 for p, _ in plain)
+    assert any(p[1] == 64 and p[3] == p[4] and p[5] == 128 for p, _ in plain)
     assert any(p[1] == 512 for p, _ in plain) and any(p[1] <= 64 for p, _ in plain)
     for p, block in zip(PROBLEMS, cpp_lines):
         launches = [line for line in block if line.startswith("launch ")]

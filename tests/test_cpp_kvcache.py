@@ -47,6 +47,10 @@ PROBLEMS = [
     (2, 1, 5000, 8, 2, 128, 1, 0, 78, 0, -1, "bf16"),        # another SM count
     (4, 1, 32768, 16, 16, 128, 1, 0, 132, 0, -1, "fp16"),    # no fp16 decode forms: plain / error
     (4, 1, 32768, 16, 16, 64, 1, 0, 132, 0, -1, "bf16"),     # no hd64 forms
+    (8, 64, 8192, 32, 8, 128, 1, 0, 132, 0, -1, "bf16"),     # the two-CTA 64 x 64 forms' last query count
+    (8, 65, 8192, 32, 8, 128, 1, 0, 132, 0, -1, "bf16"),     # past it: 64 x 128
+    (2, 2048, 8192, 32, 8, 128, 1, 0, 132, 0, -1, "fp16"),   # a chunk against a dense cache
+    (16, 16, 8192, 16, 16, 128, 0, 0, 132, 0, -1, "fp16"),   # MHA decode: flash_attn routes to the form
     (1, 512, 512, 16, 16, 128, 1, 0, 132, 0, -1, "bf16"),    # prefill
     (1, 4096, 4096, 16, 16, 192, 1, 0, 132, 0, -1, "bf16"),  # head_dim_v left out: V as wide as Q, not dv128
 ]

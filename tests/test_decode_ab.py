@@ -143,27 +143,23 @@ def test_with_combine_serves_a_label_and_the_combine():
     assert _WithCombine(base, "a+x", shipped).list()[0] == "a+x"  # one name, as run_fp8_decode_ab passes it
 
 
-def test_a_two_cta_form_plans_its_splits_over_its_slots():
-    from cubinforge.runtime.decode_plan import cta_slots, plan_decode
+def test_a_two_cta_form_plans_its_splits_over_the_sms():
+    from cubinforge.runtime.decode_plan import plan_decode
 
-    assert cta_slots(132, {}) == cta_slots(132, None) == 132  # every shipped manifest
-    assert cta_slots(132, {"kernel": {"tile_n": 128}}) == 132
-    slots = cta_slots(132, {"kernel": {"ctas_per_sm": 2}})
-    assert slots == 264
-    # 32k keys, batch 4, 16/16 heads: 64 tiles. One CTA an SM: 2 splits (128 CTAs of 132 slots);
-    # two an SM, 64-key blocks: 4 splits (256 CTAs of 264 slots), each 128 blocks.
+    # 32k keys, batch 4, 16/16 heads: 64 tiles, 2 splits (128 CTAs) at 64 x 128 and at the
+    # two-CTA 64 x 64 alike (check7: split over 264 slots, 4 ways, it lost to 2 ways).
     assert plan_decode(4, 1, 16, 16, 32768, 132, 64, 128).num_splits == 2
-    assert plan_decode(4, 1, 16, 16, 32768, slots, 64, 64).num_splits == 4
-    # 256 tiles (8k keys, batch 16; spec / GQA decode) fill either: one split.
-    assert plan_decode(32, 4, 32, 8, 8192, slots, 64, 64).num_splits == 1
+    assert plan_decode(4, 1, 16, 16, 32768, 132, 64, 64).num_splits == 2
+    # 256 tiles (8k keys, batch 32; spec / GQA decode) fill the SMs: one split.
+    assert plan_decode(32, 4, 32, 8, 8192, 132, 64, 64).num_splits == 1
 
 
-def test_geometry_plans_a_two_cta_form_over_its_slots():
+def test_geometry_counts_a_two_cta_form_waves_over_its_slots():
     from cubinforge.bench.decode_ab import decode_cells, geometry
 
     cell = next(c for c in decode_cells() if c.id == "bf16-hd128-q1-k32768-full")
     g = geometry(cell, 0, tile_n=64, ctas_per_sm=2)
-    assert (g["splits"], g["ctas"], g["slots"], g["last_wave_ctas"]) == (4, 256, 264, 256)
+    assert (g["splits"], g["ctas"], g["slots"], g["last_wave_ctas"]) == (2, 128, 264, 128)
 
 
 def test_summary_names_the_promotion_figures():

@@ -174,8 +174,16 @@ def test_decode_shapes_that_underfill_the_sms_route_to_the_split_forms(sq):
     assert any("pack_gqa, split_kv not asked for" in r for r in choice.reasons)
 
 
+@pytest.mark.parametrize("sq", [1, 16])
+def test_mha_decode_that_fills_the_sms_takes_the_unsplit_decode_form(sq):
+    # 256 tiles fill the SMs: no split, but the 64-row form (decode-pack-hd128), not the plain kernel.
+    choice = rank(_problem(batch=16, seqlen_q=sq, seqlen_k=8192, **DECODE_SIZES), DECODE)
+    assert choice.best.variant == "hd128-causal-packgqa-m64n128" and choice.params == {}
+    assert any(r.startswith("decode-pack-hd128") for r in choice.reasons)
+
+
 @pytest.mark.parametrize("sizes", [
-    dict(batch=16, seqlen_q=1, seqlen_k=8192, **DECODE_SIZES),       # 256 tiles fill the SMs: no split
+    dict(batch=16, seqlen_q=64, seqlen_k=8192, **DECODE_SIZES),      # 64 query tokens: the plain kernel leads
     dict(batch=4, seqlen_q=128, seqlen_k=32768, **DECODE_SIZES),     # not decode-shaped
     dict(batch=4, seqlen_q=1, seqlen_k=32768, heads_q=16, heads_kv=16),  # SM count unknown
 ])
@@ -240,16 +248,11 @@ def test_gqa_decode_that_fills_the_sms_takes_the_unsplit_pack_form(sq, hq):
     choice = rank(_problem(batch=32, seqlen_q=sq, seqlen_k=8192, heads_q=hq, heads_kv=8, sm_count=132), DECODE)
     assert choice.best.variant == "hd128-causal-packgqa-m64n128" and choice.params == {}
     assert any(r.startswith("decode-pack-gqa: prefer") and "decode-ab.log" in r for r in choice.reasons)
-    # MHA at the same sizes, and GQA prefill, keep the plain kernel.
-    for sizes in (dict(seqlen_q=sq, heads_q=8), dict(seqlen_q=1024, heads_q=hq)):
+    # MHA with 64 query tokens, and GQA prefill, keep the plain kernel (MHA with 1-16 tokens:
+    # test_mha_decode_that_fills_the_sms_takes_the_unsplit_decode_form).
+    for sizes in (dict(seqlen_q=64, heads_q=8), dict(seqlen_q=1024, heads_q=hq)):
         p = _problem(batch=32, seqlen_k=8192, heads_kv=8, sm_count=132, **sizes)
         assert not rank(p, DECODE).best.axes["pack_gqa"], sizes
     # Heads that do not divide: no group, no rule (the runtime refuses such a call anyway).
     p = _problem(batch=32, seqlen_q=sq, seqlen_k=8192, heads_q=hq + 1, heads_kv=8, sm_count=132)
     assert not any(r.startswith("decode-pack-gqa: prefer") for r in rank(p, DECODE).reasons)
-
-
-def test_hd128_decode_that_fills_the_sms_keeps_the_plain_kernel():
-    # hd128's 128-row plain kernel measured 0.99-1.00 of the best anchor at 8k keys: no rule moves it.
-    choice = rank(_problem(batch=16, seqlen_q=1, seqlen_k=8192, **DECODE_SIZES), DECODE)
-    assert not choice.best.axes["split_kv"] and not choice.best.axes["pack_gqa"]

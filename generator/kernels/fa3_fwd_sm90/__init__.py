@@ -38,6 +38,9 @@ def compile_variant(cfg: FwdConfig):
         contract=(varlen_contract if cfg.varlen else inference_contract if cfg.inference else family_contract)(
             cfg, kernel.tma_boxes, swizzle),
         compile_options=f"--gpu-arch {cfg.arch} --keep-cubin",
+        # Two CTAs an SM need 2 x ~84 KiB of shared memory: the driver's default carveout for
+        # one CTA's request can leave room for one (bench/decode_ab.py's occupancy column).
+        smem_carveout_percent=100 if cfg.ctas_per_sm > 1 else None,
         extra={
             "tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "stages": cfg.stages,
             "consumer_warpgroups": cfg.consumer_warpgroups, "register_split": list(cfg.register_split),

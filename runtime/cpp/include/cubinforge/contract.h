@@ -158,6 +158,9 @@ struct Contract {
   const ParamSpec* params;
   int num_params;
   int param_bytes;  // end of the last parameter: the size of the packed argument buffer
+  // Percent of the SM's L1/shared memory to prefer as shared memory, set at load (a kernel
+  // built for two CTAs an SM); -1: the driver's default.
+  int smem_carveout_percent;
 };
 
 // A selection axis of a variant, as a canonical string: "sm_90a", "bf16", "128", "true".

@@ -103,6 +103,14 @@ class Kernel {
     if (rc != CUDA_SUCCESS)
       return Status(rc, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " +
                             std::to_string(c.dynamic_smem_bytes) + ") failed for " + v.name);
+    if (c.smem_carveout_percent >= 0) {
+      // Two CTAs an SM fit only where the driver's L1/shared split leaves room for both.
+      rc = cuFuncSetAttribute(k.function_, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                              c.smem_carveout_percent);
+      if (rc != CUDA_SUCCESS)
+        return Status(rc, "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT, " +
+                              std::to_string(c.smem_carveout_percent) + ") failed for " + v.name);
+    }
     *out = std::move(k);
     return Status::Ok();
   }
