@@ -218,12 +218,13 @@ _INFERENCE_FORMS = (  # (split_kv, pack_gqa, paged_kv): every form with at least
     (True, False, False), (False, True, False), (True, True, False), (False, False, True),
     (True, False, True), (False, True, True), (True, True, True),
 )
-# Pack-GQA forms take 64-row tiles (decode rows are tokens x group: few), the others the
-# family's default tile.
+# Pack-GQA forms take 64-row tiles (decode rows are tokens x group: few), hd128's on a dense
+# cache 64 x 64 with two CTAs an SM (config.TUNED_DECODE), the others the family's default tile.
 INFERENCE_SET = [
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
-                 "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **({"tile_m": [64]} if p else {})})
-    for s, p, g in _INFERENCE_FORMS
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [d], "causal": [False, True],
+                 "split_kv": [s], "pack_gqa": [p], "paged_kv": [g],
+                 **({"tile_m": [64]} if p else {}), **({"tile_n": [64]} if p and d == 128 and not g else {})})
+    for s, p, g in _INFERENCE_FORMS for d in (64, 128)
 ] + [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
                  "varlen": [True], "paged_kv": [True]}),
       ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [False, True],
@@ -236,18 +237,18 @@ INFERENCE_SET = [
       ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
 DECODE_DEFAULT = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
-                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [False, True], "tile_m": [64]}),
+                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
     # flash_attn_func's decode-shaped calls at the other head dims and fp16 (the dispatcher's
     # decode rules route them here): the dense kernel's 128-192-row tiles spend 2-3x the
     # tensor work per key byte of these 64-row forms, and one split leaves the SMs idle at
     # long keys (bench --decode cells 0.42-0.79 of the best anchor, final/results.md).
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128, 256], "causal": [False, True],
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 256], "causal": [False, True],
                  "split_kv": [False, True], "pack_gqa": [True], "tile_m": [64]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 256]}),
-    # hd128 decode on a dense cache at 64 x 64, two CTAs an SM (config.TUNED_DECODE): the
-    # dispatcher's `decode-two-ctas` rule takes these for a few query tokens, the 64 x 128
-    # forms above keep longer query chunks.
+    # hd128 on a dense cache at 64 x 64 with two CTAs an SM (config.TUNED_DECODE): 1.01-1.05x
+    # the 64 x 128 forms on every decode cell and 1.13-1.24x on 64-2048-token chunks (H200
+    # 2026-12-03, bench/results/2026-12-03-h200/NOTES.md, c1).
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [False, True],
                  "split_kv": [False, True], "pack_gqa": [True], "tile_m": [64], "tile_n": [64]}),
     ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),

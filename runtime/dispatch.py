@@ -63,8 +63,6 @@ def same_value(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
 
 
-# The most query tokens the 64 x 64 two-CTA decode forms take (decode-two-ctas).
-DECODE_TWO_CTA_MAX_Q = 64
 _AB = "H200 A/B 2026-12-01 (../shared/measurements/2026-12-01-h200/ab-summary.txt)"
 # Earlier rules weigh more: a variant is ranked by the rules it satisfies, first rule first.
 PREFERENCES: tuple[Preference, ...] = (
@@ -103,13 +101,17 @@ PREFERENCES: tuple[Preference, ...] = (
         "1 / 16 query tokens, 4.51 / 4.46 TB/s non-causal and 4.51 / 4.47 causal through the 64 x 64 two-CTA "
         "form against the plain kernel's 4.44 / 4.42 and 4.42 / 4.39 (at 64 tokens 4.36 against 4.38)"),
     Preference(
-        # The 64 x 64 decode forms run two CTAs an SM (generator config.TUNED_DECODE); the
-        # 64 x 128 ones keep longer query chunks against the cache.
-        "decode-two-ctas", {"family": "fa3_fwd", "head_dim": 128, "seqlen_q": (1, DECODE_TWO_CTA_MAX_Q)},
+        # The hd128 dense-cache forms at 64 x 64 run two CTAs an SM (generator
+        # config.TUNED_DECODE) and beat the 64 x 128 ones at every query count measured; a
+        # registry built before 2026-12-03 may hold both. tile_n 64 is the mark: no other hd128
+        # variant has it (tests/test_decode_two_ctas.py). It ranks the kvcache calls' forms
+        # (pack_gqa asked for); flash_attn_func's decode route, where an earlier rule chooses
+        # pack_gqa, takes the first name among both tiles.
+        "decode-two-ctas", {"family": "fa3_fwd", "head_dim": 128, "paged_kv": False, "pack_gqa": True},
         {"tile_n": 64},
-        "H200 2026-12-01 (check7/j2/decode-ab.log, bf16 hd128, flash_attn_with_kvcache on a dense cache): 64 x 64 "
-        "with two CTAs an SM 4.36-4.52 TB/s unsplit at 8192 keys against 64 x 128's 4.18-4.41, and 4.32-4.47 "
-        "split two ways at 32768 keys against 4.26-4.45"),
+        "H200 2026-12-03 (bench/results/2026-12-03-h200/NOTES.md, c1; bf16 and fp16, flash_attn_with_kvcache on a "
+        "dense cache): 64 x 64 with two CTAs an SM 4.32-4.38 TB/s on the decode cells against 64 x 128's "
+        "4.24-4.32 (1.01-1.05x), and 1.13-1.24x on 64-2048-token chunks (550-580 against 460-470 TFLOPS)"),
     Preference(
         "hd128-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (None, 768)},
         {"scheduler": "persistent"},

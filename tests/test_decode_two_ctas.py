@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cubinforge.generator.kernels.fa3_fwd_sm90.config import TUNED_DECODE, FwdConfig
-from cubinforge.runtime.dispatch import DECODE_TWO_CTA_MAX_Q, Problem, rank
+from cubinforge.runtime.dispatch import Problem, rank
 
 _DENSE = dict(arch="sm_90a", head_dim=128, tile_m=64, pack_gqa=True)
 
@@ -34,15 +34,33 @@ def test_other_decode_forms_keep_one_cta_an_sm():
         FwdConfig(dtype="bf16", causal=True, tile_n=64, stages=3, ctas_per_sm=2, **_DENSE)
 
 
-def test_the_default_set_builds_both_tiles_of_the_dense_hd128_decode_forms():
+@pytest.mark.parametrize("set_name", ["default", "inference"])
+def test_the_sets_build_the_dense_hd128_decode_forms_at_64x64_only(set_name):
     from cubinforge.generator.spec import expand_set
 
-    names = {v.name for v in expand_set("default")}
+    names = {v.name for v in expand_set(set_name)}
     for dtype in ("bf16", "fp16"):
         for mask in ("causal", "noncausal"):
             for split in ("-splitkv", ""):
                 assert f"fa3-fwd-sm_90a-{dtype}-hd128-{mask}-packgqa{split}-m64n64" in names
-                assert f"fa3-fwd-sm_90a-{dtype}-hd128-{mask}-packgqa{split}-m64n128" in names
+                assert f"fa3-fwd-sm_90a-{dtype}-hd128-{mask}-packgqa{split}-m64n128" not in names
+    # The paged forms keep 64 x 128 (not timed with two CTAs).
+    assert "fa3-fwd-sm_90a-bf16-hd128-causal-paged-packgqa-splitkv-m64n128" in names
+
+
+def test_tile_n_64_marks_only_the_two_cta_forms_at_hd128():
+    # The decode-two-ctas rule prefers tile_n=64 among hd128 dense variants: that stays a mark
+    # of the two-CTA forms only while no other hd128 variant of any set has it.
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import FwdConfig
+    from cubinforge.generator.spec import SETS, expand_set
+
+    for name in SETS:
+        for v in expand_set(name):
+            ax = v.axes
+            if v.family == "fa3_fwd" and ax["head_dim"] == 128 and ax["tile_n"] == 64 and not ax["paged_kv"]:
+                cfg = FwdConfig(**{k: ax[k] for k in ("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n",
+                                                       "split_kv", "pack_gqa", "varlen")})
+                assert cfg.ctas_per_sm == 2, (name, v.name)
 
 
 class _Form:
@@ -59,20 +77,20 @@ def _best(seqlen_q, forms, **axes):
     return rank(problem, forms).best.axes["tile_n"]
 
 
-def test_decode_takes_the_two_cta_tile_and_longer_chunks_the_wide_one():
+def test_a_dense_cache_takes_the_two_cta_tile_where_both_are_built():
     forms = [_Form(128), _Form(64)]
-    assert _best(1, forms) == 64
-    assert _best(DECODE_TWO_CTA_MAX_Q, forms) == 64
-    assert _best(DECODE_TWO_CTA_MAX_Q + 1, forms) == 128
-    assert _best(2048, forms) == 128
+    for sq in (1, 4, 64, 65, 2048):
+        assert _best(sq, forms) == 64, sq
     assert _best(1, [_Form(128)]) == 128  # the rule ranks; it never refuses
+    paged = [_Form(128, paged_kv=True), _Form(64, paged_kv=True)]
+    assert _best(1, paged, paged_kv=True) == 128  # paged: no rule, the first by name
 
 
 def test_mha_decode_where_one_split_fills_the_sms_goes_to_the_decode_form():
     plain = _Form(128, pack_gqa=False, tile_m=128)
     plain.variant = "fa3-fwd-sm_90a-bf16-hd128-causal-persistent"
     plain.axes["scheduler"] = "persistent"
-    forms = [plain, _Form(128), _Form(64)]
+    forms = [plain, _Form(64)]  # the sets' hd128 dense forms
 
     def best(seqlen_q):
         p = Problem("fa3_fwd", {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": True},
