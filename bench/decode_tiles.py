@@ -27,22 +27,26 @@ CELLS = {
           (16, 1, 8192, 16, 16), (4, 1, 32768, 16, 16), (16, 16, 8192, 16, 16), (8, 16, 8192, 32, 8),
           (8, 64, 8192, 32, 8), (4, 128, 8192, 32, 8), (4, 512, 8192, 32, 8), (2, 2048, 8192, 32, 8)),
 }
+CELLS[64] = CELLS[128]  # gpt-oss-like hd64 decode takes the same shapes
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
-def build_home(home: Path, tile_n: int, head_dim: int = 256, dtypes=("bf16",)) -> int:
+def build_home(home: Path, tile_n: int, head_dim: int = 256, dtypes=("bf16",), paged: bool = False) -> int:
     from cubinforge.generator import build as gbuild
     from cubinforge.generator.spec import make_variant
     from cubinforge.registry import Registry
 
     variants = [make_variant("fa3_fwd", arch="sm_90a", dtype=dt, head_dim=head_dim, causal=c, split_kv=s,
-                             pack_gqa=True, tile_m=64, tile_n=tile_n)
+                             pack_gqa=True, paged_kv=paged, tile_m=64, tile_n=tile_n)
                 for dt in dtypes for c in (False, True) for s in (False, True)]
     variants += [make_variant("attn_combine", arch="sm_90a", dtype=dt, head_dim=head_dim) for dt in dtypes]
     return gbuild.run(variants, Registry(home=home), jobs=2)
 
 
-def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str = "bf16", cells=None) -> int:
+def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str = "bf16", cells=None,
+        page: int = 0) -> int:
+    """``page`` > 0: the cache is paged (page_size ``page``, a shuffled page table), and the
+    reference reads the same keys through the table."""
     import torch
 
     from cubinforge.runtime import prepare_kvcache
@@ -62,13 +66,22 @@ def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str 
         v = torch.randn_like(k)
         seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
         ref_o, ref_lse = attention_torch(q, k, v, causal)
+        table = None
+        if page:
+            # Page j of sequence i holds its keys j * page ...; pages stored in a shuffled order.
+            pages = sk // page
+            table = torch.randperm(b * pages, device="cuda", generator=g).to(torch.int32).reshape(b, pages)
+            kc, vc = (torch.empty(b * pages, page, hkv, D, device="cuda", dtype=tdt) for _ in range(2))
+            kc[table.flatten().long()] = k.reshape(b * pages, page, hkv, D)
+            vc[table.flatten().long()] = v.reshape(b * pages, page, hkv, D)
+            k, v = kc, vc
         stream = torch.cuda.current_stream().cuda_stream
         fns, names = {}, {}
         for home in homes:
             out = torch.full_like(q, float("nan"))
             lse = torch.full((b, hq, sq), float("nan"), dtype=torch.float32, device="cuda")
-            p = prepare_kvcache(q, k, v, cache_seqlens=seqlens, causal=causal, out=out, lse=lse, stream=stream,
-                                source=LocalSource(home))
+            p = prepare_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table, causal=causal, out=out, lse=lse,
+                                stream=stream, source=LocalSource(home))
             p.run(stream)
             torch.cuda.synchronize()
             errs = errors_torch(out, ref_o, lse, ref_lse)
@@ -95,7 +108,7 @@ def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str 
                 continue
             t = median(ms[n])
             first = first or t
-            print(f"{dtype} b{b} q{sq} k{sk} {hq}/{hkv}  {n:24s} {t:.4f} ms {nbytes / t / 1e9:.2f} TB/s "
+            print(f"{dtype} b{b} q{sq} k{sk} {hq}/{hkv}{f' p{page}' if page else ''}  {n:24s} {t:.4f} ms {nbytes / t / 1e9:.2f} TB/s "
                   f"{flops / t / 1e9:6.1f} TFLOPS  x{first / t:.3f}  {names[n]}", flush=True)
     return 1 if failed else 0
 
@@ -108,8 +121,9 @@ def main(argv=None) -> int:
         ap.add_argument("--tile-n", type=int, required=True)
         ap.add_argument("--head-dim", type=int, default=256)
         ap.add_argument("--dtypes", default="bf16")
+        ap.add_argument("--paged", action="store_true", help="the paged forms instead of the dense-cache ones")
         a = ap.parse_args(argv[1:])
-        return build_home(a.home, a.tile_n, a.head_dim, tuple(a.dtypes.split(",")))
+        return build_home(a.home, a.tile_n, a.head_dim, tuple(a.dtypes.split(",")), a.paged)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--homes", required=True, help="comma list of registry homes, the first the baseline")
     ap.add_argument("--causal", type=int, default=1)
@@ -117,9 +131,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bf16", choices=sorted(TORCH_DTYPES))
     ap.add_argument("--cells", default="", help="';'-separated batch,seqlen_q,seqlen_k,heads_q,heads_kv (default: "
                     "the head dim's CELLS)")
+    ap.add_argument("--page", type=int, default=0, help="page size of a paged cache (0: dense)")
     a = ap.parse_args(argv)
     cells = [tuple(int(x) for x in c.split(",")) for c in a.cells.split(";") if c.strip()] or None
-    return run([Path(h) for h in a.homes.split(",")], bool(a.causal), a.head_dim, a.dtype, cells)
+    return run([Path(h) for h in a.homes.split(",")], bool(a.causal), a.head_dim, a.dtype, cells, a.page)
 
 
 if __name__ == "__main__":

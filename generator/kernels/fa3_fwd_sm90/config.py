@@ -179,15 +179,18 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
     ("bf16", 128, True, "persistent", None): {"o_smem_store": False, "separate_o_smem": True, "o_tma_ragged": True,
                                               "mask_bits": True, "in_order_row_sum": True, "stages": 2},
 }
-# The dense-cache decode forms (split_kv / pack_gqa, not paged, varlen, e4m3 or a model
-# variant), keyed (head_dim, tile): FwdConfig fields a tile is built with. H200 session 7
+# The decode forms (split_kv / pack_gqa / paged_kv, not varlen, e4m3 or a model variant),
+# keyed (head_dim, tile, paged_kv): FwdConfig fields a tile is built with. H200 session 7
 # (bench/results/2026-12-01-h200/check7/j2/decode-ab.log, bf16 hd128 beside cuDNN / FA2 /
 # FA4): 64 x 64 with 2 stages and two CTAs an SM (80 KiB each, registers halved) gave 4.46-4.52
 # TB/s unsplit at 8k keys against the 64 x 128 3-stage form's 4.34-4.41 (+1.5-4%; 4.36 against
 # 4.18 at 64 query rows), and split in two at 32k keys 4.32-4.47 against 4.26-4.45. The
 # dispatcher takes it for decode-shaped calls (runtime/dispatch.py `decode-two-ctas`).
-TUNED_DECODE: dict[tuple[int, tuple[int, int]], dict] = {
-    (128, (64, 64)): {"stages": 2, "ctas_per_sm": 2},
+TUNED_DECODE: dict[tuple[int, tuple[int, int], bool], dict] = {
+    (128, (64, 64), False): {"stages": 2, "ctas_per_sm": 2},
+    # The paged producer computes page addresses with the 40 registers the split leaves it.
+    # A candidate: no set builds a paged 64 x 64 hd128 form (bench.decode_tiles --page).
+    (128, (64, 64), True): {"stages": 2, "ctas_per_sm": 2},
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
@@ -493,8 +496,8 @@ class FwdConfig:
             tuned = TUNED_VARLEN.get(key, {}) if plain_varlen else {}
             if plain_varlen and not self.o_smem_store:
                 tuned = TUNED_VARLEN_DTYPE.get((self.dtype, *key), tuned)
-            if not (self.varlen or self.paged_kv or self.fp8 or self.model_variant):
-                tuned = TUNED_DECODE.get((self.head_dim, (self.tile_m, self.tile_n)), tuned)
+            if not (self.varlen or self.fp8 or self.model_variant):
+                tuned = TUNED_DECODE.get((self.head_dim, (self.tile_m, self.tile_n), self.paged_kv), tuned)
         elif self.model_variant:
             tuned = TUNED_VARIANTS.get((self.variant_token, *key), {}) if self.variant_token else {}
         elif self.dtype == "fp16" and key in TUNED_FP16:
