@@ -218,12 +218,13 @@ _INFERENCE_FORMS = (  # (split_kv, pack_gqa, paged_kv): every form with at least
     (True, False, False), (False, True, False), (True, True, False), (False, False, True),
     (True, False, True), (False, True, True), (True, True, True),
 )
-# Pack-GQA forms take 64-row tiles (decode rows are tokens x group: few), hd128's on a dense
-# cache 64 x 64 with two CTAs an SM (config.TUNED_DECODE), the others the family's default tile.
+# Pack-GQA forms take 64-row tiles (decode rows are tokens x group: few), hd128's 64 x 64 with
+# two CTAs an SM (config.TUNED_DECODE) but for a paged cache split (64 x 128), the others the
+# family's default tile.
 INFERENCE_SET = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [d], "causal": [False, True],
                  "split_kv": [s], "pack_gqa": [p], "paged_kv": [g],
-                 **({"tile_m": [64]} if p else {}), **({"tile_n": [64]} if p and d == 128 and not g else {})})
+                 **({"tile_m": [64]} if p else {}), **({"tile_n": [64]} if p and d == 128 and not (s and g) else {})})
     for s, p, g in _INFERENCE_FORMS for d in (64, 128)
 ] + [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
                  "varlen": [True], "paged_kv": [True]}),
@@ -236,8 +237,14 @@ INFERENCE_SET = [
       ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]}),
       ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
 DECODE_DEFAULT = [
+    # bf16 hd128 paged: unsplit at 64 x 64 with two CTAs an SM (config.TUNED_DECODE), split at
+    # 64 x 128 with 3 stages. H200 2026-12-03 (bench/results/2026-12-03-h200/NOTES.md, c4): the
+    # two-CTA form 1.02-1.38x on unsplit cells at pages 256 and 16, but split two ways at b8 x
+    # 32k keys 0.99x / 0.91x (64 KiB in flight an SM against 192 KiB: one CTA an SM there).
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
-                 "split_kv": [False, True], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64]}),
+                 "split_kv": [True], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
+                 "split_kv": [False], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64], "tile_n": [64]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
     # flash_attn_func's decode-shaped calls at the other head dims and fp16 (the dispatcher's
     # decode rules route them here): the dense kernel's 128-192-row tiles spend 2-3x the

@@ -44,8 +44,12 @@ def test_the_sets_build_the_dense_hd128_decode_forms_at_64x64_only(set_name):
             for split in ("-splitkv", ""):
                 assert f"fa3-fwd-sm_90a-{dtype}-hd128-{mask}-packgqa{split}-m64n64" in names
                 assert f"fa3-fwd-sm_90a-{dtype}-hd128-{mask}-packgqa{split}-m64n128" not in names
-    # The paged forms keep 64 x 128 (not timed with two CTAs).
-    assert "fa3-fwd-sm_90a-bf16-hd128-causal-paged-packgqa-splitkv-m64n128" in names
+    # Paged: unsplit at 64 x 64 (two CTAs), split at 64 x 128 (it lost split two ways, c4).
+    for mask in ("causal", "noncausal"):
+        assert f"fa3-fwd-sm_90a-bf16-hd128-{mask}-paged-packgqa-m64n64" in names
+        assert f"fa3-fwd-sm_90a-bf16-hd128-{mask}-paged-packgqa-m64n128" not in names
+        assert f"fa3-fwd-sm_90a-bf16-hd128-{mask}-paged-packgqa-splitkv-m64n128" in names
+        assert f"fa3-fwd-sm_90a-bf16-hd128-{mask}-paged-packgqa-splitkv-m64n64" not in names
 
 
 def test_tile_n_64_marks_only_the_two_cta_forms_at_hd128():
@@ -57,9 +61,9 @@ def test_tile_n_64_marks_only_the_two_cta_forms_at_hd128():
     for name in SETS:
         for v in expand_set(name):
             ax = v.axes
-            if v.family == "fa3_fwd" and ax["head_dim"] == 128 and ax["tile_n"] == 64 and not ax["paged_kv"]:
+            if v.family == "fa3_fwd" and ax["head_dim"] == 128 and ax["tile_n"] == 64:
                 cfg = FwdConfig(**{k: ax[k] for k in ("arch", "dtype", "head_dim", "causal", "tile_m", "tile_n",
-                                                       "split_kv", "pack_gqa", "varlen")})
+                                                       "split_kv", "pack_gqa", "paged_kv", "varlen")})
                 assert cfg.ctas_per_sm == 2, (name, v.name)
 
 

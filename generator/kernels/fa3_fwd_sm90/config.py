@@ -188,8 +188,11 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
 # dispatcher takes it for decode-shaped calls (runtime/dispatch.py `decode-two-ctas`).
 TUNED_DECODE: dict[tuple[int, tuple[int, int], bool], dict] = {
     (128, (64, 64), False): {"stages": 2, "ctas_per_sm": 2},
-    # The paged producer computes page addresses with the 40 registers the split leaves it.
-    # A candidate: no set builds a paged 64 x 64 hd128 form (bench.decode_tiles --page).
+    # Paged (the producer computes page addresses with the 40 registers the split leaves it):
+    # H200 2026-12-03 (c4, bench.decode_tiles --page 256 / 16, bf16 causal 32/8 heads) against
+    # 64 x 128: b64 x 4k 1.020 / 1.034, b128 x 1k 1.037 / 1.105, speculative b32 x q4 x 8k
+    # 1.009 / 1.033, 64- and 2048-token chunks 1.21-1.38; split two ways at b8 x 32k 0.987 /
+    # 0.913, so the sets build it unsplit only (spec.DECODE_DEFAULT).
     (128, (64, 64), True): {"stages": 2, "ctas_per_sm": 2},
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
