@@ -131,24 +131,6 @@ def occupancy(prepared) -> list[int]:
     return per
 
 
-def prefer_smem(prepared) -> None:
-    """Ask the driver for the largest shared-memory carveout for each forward kernel, so a
-    two-CTA form gets its two CTAs whatever the driver's default split (a no-op for the
-    one-CTA forms, whose 208 KiB only fit that carveout anyway)."""
-    from cuda.bindings import driver as d
-
-    for kernel, _ in prepared.launches:
-        for fn in getattr(kernel, "_functions", {}).values():
-            try:
-                res = d.cuFuncSetAttribute(
-                    fn.handle, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
-            except Exception as e:  # noqa: BLE001 - the occupancy column then says what it got
-                res = (repr(e),)
-            code = res[0] if isinstance(res, tuple) else res
-            if isinstance(code, str) or int(code) != 0:
-                print(f"  {kernel.variant}: the carveout preference was refused ({res})", flush=True)
-
-
 def run(cells, splits, home, ab_splits, iters: int, log=print, on_cell=None) -> list[dict]:
     """One record per cell (see the module's docstring); ``on_cell(records)`` after each."""
     import torch
@@ -232,8 +214,6 @@ def run(cells, splits, home, ab_splits, iters: int, log=print, on_cell=None) -> 
                                     source=src)
                 p.run(stream)
                 torch.cuda.synchronize()
-                if src is not None:
-                    prefer_smem(p)
                 extra = {"splits": p.plan.num_splits, "pack_gqa": p.plan.pack_gqa, "kernels": p.kernels,
                          "ctas_per_sm": occupancy(p)}
                 if gate(key, o, lse, extra):

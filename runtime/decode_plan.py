@@ -69,9 +69,10 @@ def plan_decode(batch: int, seqlen_q: int, heads_q: int, heads_kv: int, max_seql
     return DecodePlan(pack, splits, tiles, n_blocks)
 
 
-# The tiles of the decode forms in the default set (fa3_fwd with pack_gqa / split_kv, built by
-# generator/families.py as m64n128): what ``decode_splits`` plans with before a variant is
-# chosen. A form built with other tiles gets its own plan from its own tiles in kvcache._pick.
+# The tiles ``decode_splits`` plans with before a variant is chosen (the dispatcher's count for
+# flash_attn_func's decode route, whatever form then runs): 64 x 128, the hd64 decode forms' and
+# the hd128 paged split ones' (hd128's other decode forms are 64 x 64, hd256's 64 x 80: generator
+# spec.DECODE_DEFAULT). flash_attn_with_kvcache's auto count plans from the chosen form's tiles.
 DECODE_TILE_M, DECODE_TILE_N = 64, 128
 
 
