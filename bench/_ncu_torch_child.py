@@ -1,7 +1,9 @@
 """Nsight Compute target for the torch-side anchors: one cell, launched 1 + --repeat times.
 
 Run by ncu.py under `ncu`, as `python3 bench/_ncu_torch_child.py --backend fa4|cudnn ...`;
-ncu's kernel-name filter picks the attention kernel out of torch's own launches.
+ncu's kernel-name filter picks the attention kernel out of torch's own launches. `--backend
+ours --variant NAME` launches one variant of the registry at $CUBINFORGE_HOME (a bench.ab
+home), pinned, on torch tensors (bench/ncu_memory.py).
 """
 
 import argparse
@@ -13,7 +15,7 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
 
 # The kernel each backend launches, as ncu --kernel-name regexes (FA4's CuTe DSL kernel is
 # named after its class; cuDNN's SDPA kernels carry "sdpa"/"fprop").
-KERNEL_REGEX = {"fa4": "regex:flash_fwd", "cudnn": "regex:(?i)sdpa|fprop|fmha"}
+KERNEL_REGEX = {"fa4": "regex:flash_fwd", "cudnn": "regex:(?i)sdpa|fprop|fmha", "ours": "regex:kernel_cutlass"}
 
 
 def main() -> int:
@@ -27,6 +29,7 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--head-dim-v", type=int, default=0, help="V's head dim (0: --head-dim)")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--variant", default=None, help="ours: the variant to pin")
     a = ap.parse_args()
 
     import torch
@@ -34,7 +37,17 @@ def main() -> int:
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
     q, k, v = (torch.randn((a.batch, a.seqlen, a.heads, n), device="cuda", dtype=dt)
                for n in (a.head_dim, a.head_dim, a.head_dim_v or a.head_dim))
-    if a.backend == "fa4":
+    if a.backend == "ours":
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from bench.anchors import Ours
+
+        ours = Ours()
+        out = torch.empty_like(q)
+        lse = torch.empty(a.batch, a.heads, a.seqlen, device="cuda", dtype=torch.float32)
+
+        def call():
+            ours.launch(q, k, v, bool(a.causal), out, lse, variant=a.variant)
+    elif a.backend == "fa4":
         from flash_attn.cute import flash_attn_func
 
         def call():

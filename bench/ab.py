@@ -805,6 +805,42 @@ SHORT_KEYS = [
     ("persistent-lpt+separate-o+warp-o-store+mask-bits+tile-128x96+stages-3",
      dict(_WO, tile_m=128, tile_n=96, stages=3, mask_bits=True)),
 ]
+# Short causal (issue 10: 0.86-0.89 of cuDNN at 512 for hd128-256). The persistent causal walk
+# takes every (head, batch) pair's last m block before any pair's next (causal_lpt_order, no
+# sections), so a pair's K and V come back a pass over all pairs later: at 512 keys hd128 that
+# reads 128 MiB of K and V ~2.5 times from HBM (with Q and O, ~450 MB in the shipped 115 us:
+# 3.9 TB/s, the HBM's rate; tests/test_pair_major.py's L2 model). pair_major walks each pair's
+# blocks in a row. Each shipped causal form (config.TUNED's switches, by _shipped) against the
+# same with pair_major, and persistent pair-major forms for the head dims that ship lpt.
+def _shipped(head_dim: int, scheduler: str, tile=None) -> tuple[str, dict]:
+    """(label, overrides) of the shipped causal form config.TUNED keys (head_dim, True,
+    scheduler, tile): its switches by name, so the row means what it says."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import TUNED
+
+    over = dict(TUNED.get((head_dim, True, scheduler, tile), {}))
+    label = scheduler + "".join(f"+{k.replace('_', '-')}" for k in sorted(over) if over[k] is True)
+    label += f"+stages-{over['stages']}" if "stages" in over else ""
+    label += f"+tile-{tile[0]}x{tile[1]}" if tile else ""
+    return label, dict(head_dim=head_dim, causal=True, scheduler=scheduler, **over,
+                       **(dict(tile_m=tile[0], tile_n=tile[1]) if tile else {}))
+
+
+def _with_pair_major(rows):
+    return [r for label, over in rows for r in ((label, over), (label + "+pair-major", dict(over, pair_major=True)))]
+
+
+SHORT_PAIRS = [
+    *_with_pair_major([_shipped(128, "persistent"), _shipped(128, "lpt"), _shipped(64, "persistent", (128, 128)),
+                       _shipped(64, "persistent"), _shipped(96, "persistent")]),
+    _shipped(192, "lpt"), _shipped(256, "lpt"),
+    # hd192 / hd256 have no O buffer of their own (shared memory): O goes out through Q's.
+    ("persistent+pair-major", dict(head_dim=256, causal=True, scheduler="persistent", pair_major=True)),
+    ("persistent+pin-loop-invariants+pair-major", dict(head_dim=256, causal=True, scheduler="persistent",
+                                                       pin_loop_invariants=True, pair_major=True)),
+    ("persistent+chunked-p-convert+mask-bits+pair-major", dict(head_dim=192, causal=True, scheduler="persistent",
+                                                              mask_bits=True, chunked_p_convert=True,
+                                                              pair_major=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -820,7 +856,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
-               "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-keys": SHORT_KEYS}
+               "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-keys": SHORT_KEYS,
+               "short-pairs": SHORT_PAIRS}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

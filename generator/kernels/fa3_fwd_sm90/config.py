@@ -197,7 +197,7 @@ TUNED_DECODE: dict[tuple[int, tuple[int, int], bool], dict] = {
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem")
+            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem", "pair_major")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -319,6 +319,11 @@ class FwdConfig:
     # unchanged). Persistent only: an lpt or single CTA decodes one tile, so the magic
     # numbers would cost what the divisions do. Off: the cubins as before.
     fast_divmod: bool | None = None
+    # The causal (or windowed) walk's tiles pair by pair (schedule.TileScheduler.pair_major):
+    # a (head, batch)'s m blocks in a row, the last first, so CTAs running together read the
+    # same pairs' K and V (L2 hits) instead of every pair's (HBM at short sequences). A 1-D
+    # grid (persistent or lpt) and the dense kernel only. Off: the cubins as before.
+    pair_major: bool | None = None
     # The softmax's exp2 for this many of every 8 columns of a row on the FMA pipe instead of
     # the MUFU (softmax.exp2_fma, a polynomial of exp2_emu_degree: exp2_poly.COEFFS), where
     # the MUFU's 16 ex2/clk/SM is the limit (hd64 16-bit, hd128 e4m3). 0: all on the MUFU.
@@ -542,6 +547,11 @@ class FwdConfig:
             raise ValueError(f"fast_divmod hoists the persistent walk's tile decode (scheduler 'persistent', "
                              f"the dense kernel), got scheduler {self.scheduler!r}"
                              f"{' and an inference form' if self.inference else ''}")
+        if self.pair_major and not ((self.causal or self.local) and self.scheduler in ("persistent", "lpt")
+                                    and not self.inference):
+            raise ValueError("pair_major orders the causal or windowed walk over a 1-D grid: it needs causal or "
+                             "local, scheduler 'persistent' or 'lpt', and the dense kernel (no split_kv, "
+                             "pack_gqa, paged_kv or varlen)")
         if self.local and self.causal:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
         if self.p_smem:

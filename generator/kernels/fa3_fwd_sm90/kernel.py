@@ -76,7 +76,7 @@ class FlashFwdSm90:
         self.overlap = cfg.intra_wg_overlap
         self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
         self.persistent = cfg.scheduler == "persistent"
-        self.sched = TileScheduler(cfg.scheduler, cfg.causal, local=cfg.local)
+        self.sched = TileScheduler(cfg.scheduler, cfg.causal, local=cfg.local, pair_major=cfg.pair_major)
         self.separate_o = cfg.separate_o_smem
         self.wg_epilogue = cfg.wg_epilogue
         # warp_o_store: each consumer warp stores its own 16 rows (no epilogue barrier).

@@ -84,6 +84,14 @@ class TileScheduler:
     # The varlen form's persistent CTAs zigzag whatever the mask: their tile orders put costly
     # tiles first in both (varlen_tile, varlen_tile_by_keys).
     varlen: bool = False
+    # Persistent causal (or windowed) walk pair by pair: each (head, batch) pair's m blocks in a
+    # row, the last first, instead of every pair's last block before any pair's next. A round
+    # of the stride then touches ~ctas / num_m pairs, whose K and V the CTAs running together
+    # share in L2; in the all-pairs order a pair's blocks come back a whole pass over every
+    # pair later, long after L2 dropped them (at 512 keys hd128, 128 MiB of K and V read
+    # ~2.5 times from HBM). The zigzag rounds still even the costs out while there are many
+    # pairs (short sequences); with few, long ones the tail grows (tests/test_fa3_schedule.py).
+    pair_major: bool = False
 
     @property
     def linear(self) -> bool:
@@ -98,6 +106,11 @@ class TileScheduler:
     @property
     def zigzag(self) -> bool:
         return self.kind == "persistent" and (self.longest_last or self.varlen)
+
+    @property
+    def all_pairs_order(self) -> bool:
+        """Whether tiles decode in causal_lpt_order (every pair's last m block first)."""
+        return self.longest_last and self.linear and not self.pair_major
 
     def grid(self, num_m, heads, batch, max_ctas, mn=min):
         """The launch grid (traced for the DSL's own launcher; the contract has the same rule)."""
@@ -116,10 +129,10 @@ class TileScheduler:
         return next_tile(k, tile, cta, ctas, self.zigzag)
 
     def decode(self, tile, num_m, heads, batches, seqlen_k, kv_row_bytes, section_bytes, mn=min, mx=max):
-        """(m_block, head, batch) of a linear tile. Causal on a 1-D grid: causal_lpt_order;
-        otherwise m fastest (CTAs running together share one head's K and V in L2), causal
-        m blocks from the last (the longest tiles first shorten the tail)."""
-        if self.longest_last and self.linear:
+        """(m_block, head, batch) of a linear tile. Causal on a 1-D grid: causal_lpt_order,
+        unless pair_major; otherwise m fastest (CTAs running together share one head's K and V
+        in L2), causal m blocks from the last (the longest tiles first shorten the tail)."""
+        if self.all_pairs_order:
             m_block, hb = causal_lpt_order(tile, num_m, heads * batches, seqlen_k, kv_row_bytes, section_bytes,
                                            mn=mn, mx=mx)
             return m_block, hb % heads, hb // heads
@@ -141,9 +154,10 @@ class TileScheduler:
 
 def decode_divisors(sched: TileScheduler, num_m, heads, batches, heads_kv, make=int):
     """(inner, outer, group): the divisors decode_fast divides by, made once (`make`: the
-    device's divisor maker). Causal (pairs fastest): tile // num_hb is tile // heads //
-    batches (floor division nests), so heads and batches; otherwise num_m and heads."""
-    inner, outer = (heads, batches) if sched.longest_last else (num_m, heads)
+    device's divisor maker). Causal, all pairs' blocks at a time (pairs fastest): tile //
+    num_hb is tile // heads // batches (floor division nests), so heads and batches;
+    otherwise num_m and heads."""
+    inner, outer = (heads, batches) if sched.all_pairs_order else (num_m, heads)
     return make(inner), make(outer), make(heads // heads_kv)
 
 
@@ -153,10 +167,10 @@ def decode_fast(sched: TileScheduler, tile, num_m, divs):
     inner, outer, group = divs
     rest, a = divmod(tile, inner)
     b, c = divmod(rest, outer)
-    if sched.longest_last:
+    if sched.all_pairs_order:
         m_block, head, batch = num_m - 1 - b, a, c
     else:
-        m_block, head, batch = a, c, b
+        m_block, head, batch = (num_m - 1 - a if sched.longest_last else a), c, b
     return m_block, head, batch, head // group
 
 
