@@ -806,12 +806,13 @@ SHORT_KEYS = [
      dict(_WO, tile_m=128, tile_n=96, stages=3, mask_bits=True)),
 ]
 # Short causal (issue 10: 0.86-0.89 of cuDNN at 512 for hd128-256). The persistent causal walk
-# takes every (head, batch) pair's last m block before any pair's next (causal_lpt_order, no
-# sections), so a pair's K and V come back a pass over all pairs later: at 512 keys hd128 that
-# reads 128 MiB of K and V ~2.5 times from HBM (with Q and O, ~450 MB in the shipped 115 us:
-# 3.9 TB/s, the HBM's rate; tests/test_pair_major.py's L2 model). pair_major walks each pair's
-# blocks in a row. Each shipped causal form (config.TUNED's switches, by _shipped) against the
-# same with pair_major, and persistent pair-major forms for the head dims that ship lpt.
+# took every (head, batch) pair's last m block before any pair's next (causal_order "all"), so
+# a pair's K and V come back a pass over all pairs later: at 512 keys hd128 that read 128 MiB of
+# K and V ~2.5 times from HBM (check13/a1's ncu: DRAM reads twice cuDNN's). short-pairs (check13
+# a1, b1) ran each shipped causal form against the same walking one pair's m blocks in a row
+# (its label's "+pair-major", causal_order "pairs": the same order), and persistent forms for
+# the head dims that ship lpt; short-sections adds causal_order "sections", which keeps the
+# static stride's balance where "pairs" loses it (tests/test_causal_order.py).
 def _shipped(head_dim: int, scheduler: str, tile=None) -> tuple[str, dict]:
     """(label, overrides) of the shipped causal form config.TUNED keys (head_dim, True,
     scheduler, tile): its switches by name, so the row means what it says."""
@@ -825,21 +826,35 @@ def _shipped(head_dim: int, scheduler: str, tile=None) -> tuple[str, dict]:
                        **(dict(tile_m=tile[0], tile_n=tile[1]) if tile else {}))
 
 
-def _with_pair_major(rows):
-    return [r for label, over in rows for r in ((label, over), (label + "+pair-major", dict(over, pair_major=True)))]
+def _with_order(rows, *orders, tag=None):
+    """Each row, then the row with each causal_order (labelled `+pair-major` for "pairs" where
+    tag says so, as short-pairs was; else `+<order>`)."""
+    out = []
+    for label, over in rows:
+        out.append((label, over))
+        for order in orders:
+            name = "pair-major" if (order == "pairs" and tag == "pair-major") else f"order-{order}"
+            out.append((f"{label}+{name}", dict(over, causal_order=order)))
+    return out
 
 
+_P256 = dict(head_dim=256, causal=True, scheduler="persistent")
+_P192 = dict(head_dim=192, causal=True, scheduler="persistent", mask_bits=True, chunked_p_convert=True)
 SHORT_PAIRS = [
-    *_with_pair_major([_shipped(128, "persistent"), _shipped(128, "lpt"), _shipped(64, "persistent", (128, 128)),
-                       _shipped(64, "persistent"), _shipped(96, "persistent")]),
-    _shipped(192, "lpt"), _shipped(256, "lpt"),
-    # hd192 / hd256 have no O buffer of their own (shared memory): O goes out through Q's.
-    ("persistent+pair-major", dict(head_dim=256, causal=True, scheduler="persistent", pair_major=True)),
-    ("persistent+pin-loop-invariants+pair-major", dict(head_dim=256, causal=True, scheduler="persistent",
-                                                       pin_loop_invariants=True, pair_major=True)),
-    ("persistent+chunked-p-convert+mask-bits+pair-major", dict(head_dim=192, causal=True, scheduler="persistent",
-                                                              mask_bits=True, chunked_p_convert=True,
-                                                              pair_major=True)),
+    *_with_order([_shipped(128, "persistent"), _shipped(64, "persistent", (128, 128)),
+                  _shipped(64, "persistent"), _shipped(96, "persistent")], "pairs", tag="pair-major"),
+    _shipped(128, "lpt"), _shipped(192, "lpt"), _shipped(256, "lpt"),
+    ("persistent+pair-major", dict(_P256, causal_order="pairs")),
+    ("persistent+pin-loop-invariants+pair-major", dict(_P256, pin_loop_invariants=True, causal_order="pairs")),
+    ("persistent+chunked-p-convert+mask-bits+pair-major", dict(_P192, causal_order="pairs")),
+]
+SHORT_SECTIONS = [
+    *_with_order([_shipped(128, "persistent")], "pairs", "sections"),
+    *_with_order([_shipped(64, "persistent", (128, 128)), _shipped(96, "persistent")], "sections"),
+    _shipped(128, "lpt"), _shipped(192, "lpt"), _shipped(256, "lpt"),
+    *[(f"persistent+pin-loop-invariants+order-{o}", dict(_P256, pin_loop_invariants=True, causal_order=o))
+      for o in ("pairs", "sections")],
+    *[(f"persistent+chunked-p-convert+mask-bits+order-{o}", dict(_P192, causal_order=o)) for o in ("pairs", "sections")],
 ]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
@@ -857,7 +872,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
                "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-keys": SHORT_KEYS,
-               "short-pairs": SHORT_PAIRS}
+               "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
@@ -1060,12 +1075,14 @@ def check_fp8_variant(ours, name: str, hd: int, causal: bool, v_layout: str, sha
     return rel, lse_err, ok
 
 
-def run(home: Path, out: Path, seqlens) -> int:
+def run(home: Path, out: Path, seqlens, shapes=()) -> int:
+    """Gate and time every variant of `home` at the FA3 grid's `seqlens` and at `shapes`
+    ((batch, seqlen, heads) each, square and non-GQA: cells off the grid), beside the anchors."""
     import torch
 
     from .anchors import Fa4, Ours, Sdpa, Unavailable
     from .flops import tflops
-    from .grid import fa3_cell
+    from .grid import Cell, fa3_cell
     from .timing import alternating, median, time_cuda
 
     os.environ["CUBINFORGE_HOME"] = str(home)
@@ -1100,9 +1117,16 @@ def run(home: Path, out: Path, seqlens) -> int:
             print(f"{name}: rising scores rel {rise[0]:.2e} lse {rise[1]:.1e} {'ok' if rise[2] else 'FAIL'}", flush=True)
             rel, lse_err, ok = max(rel, rise[0]), max(lse_err, rise[1]), ok and rise[2]
         failed += not ok
-        for s in seqlens:
+        for spec in [*seqlens, *shapes]:
             # e4m3 rows: the anchors run bf16 on the same cell; fp16 rows run everything in fp16.
-            cell = fa3_cell("bf16" if fp8 else dtype, hd, s, causal)
+            if isinstance(spec, tuple):
+                b_, s, h_ = spec
+                cell = Cell("bf16" if fp8 else dtype, hd, causal, b_, h_, h_, s, s)
+                where = f"b{b_}xh{h_}xs{s}"
+            else:
+                s = spec
+                cell = fa3_cell("bf16" if fp8 else dtype, hd, s, causal)
+                where = f"s{s}"
             q = torch.randn(cell.batch, s, cell.heads, hd, device="cuda", dtype=torch_dtype(cell.dtype))
             k, v = torch.randn_like(q), torch.randn_like(q)
             if fp8:
@@ -1122,8 +1146,9 @@ def run(home: Path, out: Path, seqlens) -> int:
             t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
             best = max(t[b] for b in anchors)
             rows.append({"variant": name, "seqlen": s, "rel_err": rel, "lse_err": lse_err, "ok": ok, **t,
-                         "ratio_cudnn": t["ours"] / t["cudnn"], "ratio_best": t["ours"] / best})
-            print(f"{name:60s} s{s:<6d} " + " ".join(f"{b} {t[b]:6.1f}" for b in t)
+                         "ratio_cudnn": t["ours"] / t["cudnn"], "ratio_best": t["ours"] / best,
+                         **({"shape": where} if isinstance(spec, tuple) else {})})
+            print(f"{name:60s} {where:<7s} " + " ".join(f"{b} {t[b]:6.1f}" for b in t)
                   + f"  x{t['ours'] / best:.2f} of best  rel {rel:.2e} lse {lse_err:.1e} {'ok' if ok else 'FAIL'}",
                   flush=True)
             del q, k, v
@@ -1139,7 +1164,7 @@ def ab_table(rows: list[dict], anchors: list[str]) -> str:
             "LSE err", "correct"]
     lines = ["| " + " | ".join(head) + " |", "| --- | ---: |" + " ---: |" * (len(head) - 3) + " --- |"]
     for r in rows:
-        cells = [r["variant"], str(r["seqlen"]), f"{r['ours']:.1f}", *[f"{r[a]:.1f}" for a in anchors],
+        cells = [r["variant"], r.get("shape", str(r["seqlen"])), f"{r['ours']:.1f}", *[f"{r[a]:.1f}" for a in anchors],
                  f"{r['ratio_best']:.2f}", f"{r['rel_err']:.2e}", f"{r['lse_err']:.1e}", "yes" if r["ok"] else "NO"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -1151,12 +1176,16 @@ def main(argv=None) -> int:
     ap.add_argument("--home", type=Path, default=Path(".cubinforge-ab"))
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
+    ap.add_argument("--shapes", default="", help="cells off the grid, BATCH:SEQLEN:HEADS,... (square, non-GQA)")
     ap.add_argument("--experiments", default="leave-one-out",
                     help=f"comma-separated sets: {', '.join(EXPERIMENTS)}")
     a = ap.parse_args(argv)
     if a.step == "build":
         return build(a.home, a.experiments)
-    return run(a.home, a.out, [int(x) for x in a.seqlens.split(",")])
+    shapes = [tuple(int(x) for x in sh.split(":")) for sh in a.shapes.split(",") if sh]
+    if any(len(sh) != 3 for sh in shapes):
+        raise SystemExit(f"--shapes takes BATCH:SEQLEN:HEADS entries, got {a.shapes!r}")
+    return run(a.home, a.out, [int(x) for x in a.seqlens.split(",") if x], shapes)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def compile_variant(cfg: FwdConfig):
             "intra_wg_overlap": cfg.intra_wg_overlap, "pingpong": cfg.pingpong,
             "rescale_o_early": cfg.rescale_o_early, "scheduler": cfg.scheduler,
             "separate_o_smem": cfg.separate_o_smem, "l2_section_mib": cfg.l2_section_mib,
-            **({"pair_major": True} if cfg.pair_major else {}),
+            **({"causal_order": cfg.causal_order} if cfg.causal_order != "all" else {}),
             "in_order_row_sum": cfg.in_order_row_sum, "wg_epilogue": cfg.wg_epilogue,
             "mask_bits": cfg.mask_bits, "chunked_p_convert": cfg.chunked_p_convert,
             # The lazy rescale changes P's values (a stale maximum), so its rounding: recorded

@@ -197,7 +197,7 @@ TUNED_DECODE: dict[tuple[int, tuple[int, int], bool], dict] = {
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem", "pair_major")
+            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -205,6 +205,9 @@ VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshol
 # together. 24 MiB sections for persistent causal and one global order for lpt lost on
 # every cell of the A/B, so neither is a knob any more.
 LPT_L2_SECTION_MIB = 32
+
+# FwdConfig.causal_order's values (schedule.section_pairs).
+CAUSAL_ORDERS = ("all", "pairs", "sections")
 
 SUPPORTED_DTYPES = ("bf16", "fp16", "e4m3")
 # FwdConfig.rescale_threshold's bound per dtype: P <= 2^threshold fits it (e4m3's largest is
@@ -319,11 +322,11 @@ class FwdConfig:
     # unchanged). Persistent only: an lpt or single CTA decodes one tile, so the magic
     # numbers would cost what the divisions do. Off: the cubins as before.
     fast_divmod: bool | None = None
-    # The causal (or windowed) walk's tiles pair by pair (schedule.TileScheduler.pair_major):
-    # a (head, batch)'s m blocks in a row, the last first, so CTAs running together read the
-    # same pairs' K and V (L2 hits) instead of every pair's (HBM at short sequences). A 1-D
-    # grid (persistent or lpt) and the dense kernel only. Off: the cubins as before.
-    pair_major: bool | None = None
+    # The persistent causal walk's order (schedule.section_pairs): "all" every (head, batch)
+    # pair's last m block first (the cubins as before), "pairs" each pair's m blocks in a
+    # row, "sections" L2-sized sections of pairs whose zigzag rounds still even out. The last
+    # two keep each pair's K and V in L2 between its m blocks. None: as TUNED says, else "all".
+    causal_order: str | None = None
     # The softmax's exp2 for this many of every 8 columns of a row on the FMA pipe instead of
     # the MUFU (softmax.exp2_fma, a polynomial of exp2_emu_degree: exp2_poly.COEFFS), where
     # the MUFU's 16 ex2/clk/SM is the limit (hd64 16-bit, hd128 e4m3). 0: all on the MUFU.
@@ -536,6 +539,8 @@ class FwdConfig:
         for name, off in VALUE_SWITCHES.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, tuned.get(name, off))
+        if self.causal_order is None:
+            object.__setattr__(self, "causal_order", tuned.get("causal_order", "all"))
         self._check_softmax_switches()
         self._check_descale_block()
         if self.fp8_p_pair_shuffle and not (self.fp8 and not self.fp8_local_p):
@@ -547,11 +552,13 @@ class FwdConfig:
             raise ValueError(f"fast_divmod hoists the persistent walk's tile decode (scheduler 'persistent', "
                              f"the dense kernel), got scheduler {self.scheduler!r}"
                              f"{' and an inference form' if self.inference else ''}")
-        if self.pair_major and not ((self.causal or self.local) and self.scheduler in ("persistent", "lpt")
-                                    and not self.inference):
-            raise ValueError("pair_major orders the causal or windowed walk over a 1-D grid: it needs causal or "
-                             "local, scheduler 'persistent' or 'lpt', and the dense kernel (no split_kv, "
-                             "pack_gqa, paged_kv or varlen)")
+        if self.causal_order not in CAUSAL_ORDERS:
+            raise ValueError(f"causal_order must be one of {CAUSAL_ORDERS}, got {self.causal_order!r}")
+        if self.causal_order != "all" and not (self.causal and self.scheduler == "persistent" and not self.inference
+                                               and not self.v_transpose and not self.fast_divmod):
+            raise ValueError("causal_order orders the persistent causal walk: it needs causal, scheduler "
+                             "'persistent', the dense kernel (no split_kv, pack_gqa, paged_kv or varlen), V not "
+                             "transposed in shared memory and no fast_divmod")
         if self.local and self.causal:
             raise ValueError("local and causal are exclusive: causal is the window (-1, 0) and has its own path")
         if self.p_smem:

@@ -38,7 +38,7 @@ from .layouts import (
 )
 from . import block_range, descale, pinned, v_transpose
 from .mask import apply_mask, apply_mask_bits, apply_window_mask, apply_window_mask_bits
-from .schedule import TileScheduler, decode_divisors, decode_fast
+from .schedule import TileScheduler, decode_divisors, decode_fast, section_pairs
 from .softmax import BlockScaledSoftmax, OnlineSoftmax, apply_softcap, rescale_rows
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "e4m3": cutlass.Float8E4M3FN}
@@ -76,7 +76,7 @@ class FlashFwdSm90:
         self.overlap = cfg.intra_wg_overlap
         self.rescale_early = cfg.rescale_o_early and cfg.intra_wg_overlap
         self.persistent = cfg.scheduler == "persistent"
-        self.sched = TileScheduler(cfg.scheduler, cfg.causal, local=cfg.local, pair_major=cfg.pair_major)
+        self.sched = TileScheduler(cfg.scheduler, cfg.causal, local=cfg.local, causal_order=cfg.causal_order)
         self.separate_o = cfg.separate_o_smem
         self.wg_epilogue = cfg.wg_epilogue
         # warp_o_store: each consumer warp stores its own 16 rows (no epilogue barrier).
@@ -405,6 +405,12 @@ class FlashFwdSm90:
         if const_expr(self.cfg.fast_divmod):
             divs = decode_divisors(self.sched, num_m, mQ.shape[2], mQ.shape[3], mK.shape[2],
                                    make=cute.fast_divmod_create_divisor_v2)
+        # causal_order: the pairs of one section of the causal walk, made once per CTA.
+        section = None
+        if const_expr(self.sched.causal_order != "all"):
+            section = section_pairs(self.cfg.causal_order, num_m, mQ.shape[2] * mQ.shape[3], seqlen_k,
+                                    (self.hdim + self.hdim_v) * self.cfg.elem_bytes, ctas,
+                                    mn=cutlass.min, mx=cutlass.max)
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -415,7 +421,7 @@ class FlashFwdSm90:
                 tile = self.sched.first(k, cta, ctas)
                 while tile < num_tiles:
                     m_block, head, head_kv, batch, n_block_max = self.tile_work(
-                        tile, num_m, mQ, mK, window_right, divs)
+                        tile, num_m, mQ, mK, window_right, divs, section)
                     n_block_min = self.first_block(m_block, mQ, mK, window_left)
                     q_state, kv_state = self.produce(
                         mQ, mK, mV, sQ, sK, sV, tma_q, tma_k, tma_v, pipe_q, pipe_k, pipe_v,
@@ -452,7 +458,7 @@ class FlashFwdSm90:
             tile = self.sched.first(k, cta, ctas)
             while tile < num_tiles:
                 m_block, head, head_kv, batch, n_block_max = self.tile_work(
-                    tile, num_m, mQ, mK, window_right, divs)
+                    tile, num_m, mQ, mK, window_right, divs, section)
                 n_block_min = self.first_block(m_block, mQ, mK, window_left)
                 scale_log2 = softmax_scale_log2
                 v_descale = None
@@ -492,15 +498,15 @@ class FlashFwdSm90:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
-    def tile_work(self, tile, num_m, mQ, mK, window_right=None, divs=None):
+    def tile_work(self, tile, num_m, mQ, mK, window_right=None, divs=None, section=None):
         """(m_block, head, head_kv, batch, n_block_max) of a linear tile index (`divs`:
-        decode_divisors' made once per CTA, fast_divmod)."""
+        decode_divisors' made once per CTA, fast_divmod; `section`: section_pairs', causal_order)."""
         if const_expr(divs is not None):
             m_block, head, batch, head_kv = decode_fast(self.sched, tile, num_m, divs)
         else:
             m_block, head, batch = self.sched.decode(
                 tile, num_m, mQ.shape[2], mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
-                self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max,
+                self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max, pairs_per_section=section,
             )
             head_kv = head // (mQ.shape[2] // mK.shape[2])
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]

@@ -48,6 +48,58 @@ def causal_lpt_order(tile, num_m, num_hb, seqlen_k, kv_row_bytes, section_bytes:
     return num_m - 1 - in_section // pairs, first_hb + in_section % pairs
 
 
+# ----------------------------------------------------------------------------- causal sections
+# The persistent causal walk's order, FwdConfig.causal_order: "all" takes every (head, batch)
+# pair's last m block before any pair's next (causal_lpt_order without sections); rounds of
+# the stride then hold tiles of one cost, but a pair's K and V come back a pass over all pairs
+# later, so when they do not fit L2 they are read from HBM once per m block (at 512 keys,
+# hd128, 512 pairs: ~2.5 times, ~450 MB in the shipped 115 us, 3.9 TB/s). "pairs" walks each
+# pair's m blocks in a row (sections of one pair): L2 hits, but the costs of a round are then
+# mixed and only some shapes even out (tests/test_causal_order.py). "sections" cuts the pairs
+# into sections of P, every m block of a section before the next section, with P chosen so a
+# section is whole zigzag round pairs of one cost pattern: with C CTAs, P = 2C / k for a k
+# that divides both num_m and 2C (k | 2C: P is whole; k | num_m: a section's num_m levels of P
+# tiles are num_m / k round pairs, and in each round pair CTA c's two tiles sit at levels
+# summing to a constant, so to one cost). k is the largest power of two dividing both (two
+# bit operations; the gcd would also take odd factors, for a smaller P). Only where all pairs'
+# K and V exceed SECTION_L2_BYTES: below that L2 holds them in any order. The last section
+# takes the remainder (a short last section would end the walk on a mixed round).
+SECTION_L2_BYTES = 32 * 1024 * 1024
+
+
+def low_bit(x):
+    """The largest power of two dividing x > 0 (x & -x)."""
+    return x & (-x)
+
+
+def section_pairs(order: str, num_m, num_hb, seqlen_k, kv_row_bytes, ctas, mn=min, mx=max):
+    """P, the (head, batch) pairs of one section of the persistent causal walk (see above); the
+    same arithmetic traced in the kernel (once per CTA) and run on the CPU."""
+    if order == "all":
+        return num_hb
+    if order == "pairs":
+        return num_hb * 0 + 1
+    # Fits: seqlen_k * kv_row_bytes * num_hb <= SECTION_L2_BYTES, without a 32-bit product.
+    fits = 1 - mn(seqlen_k // (SECTION_L2_BYTES // kv_row_bytes // num_hb + 1), 1)
+    k = mn(low_bit(num_m), low_bit(2 * ctas))
+    sectioned = (1 - fits) * mn(k // 2, 1)  # k = 1 (num_m odd): no section size balances
+    return sectioned * mn(num_hb, 2 * ctas // k) + (1 - sectioned) * num_hb
+
+
+def sectioned_order(tile, num_m, num_hb, pairs_per_section, mn=min, mx=max):
+    """(m_block, head*batch index) of linear tile `tile` in sections of `pairs_per_section`
+    pairs (the last section also takes the remainder), each section's last m block first with
+    its pairs fastest, as causal_lpt_order orders within a section."""
+    per = pairs_per_section
+    sections = mx(num_hb // per, 1)
+    si = mn(tile // (per * num_m), sections - 1)
+    first = si * per
+    last = (si + 1) // sections  # 1 in the last section
+    count = per + last * (num_hb - sections * per)
+    within = tile - first * num_m
+    return num_m - 1 - within // count, first + within % count
+
+
 def split_range(n_block_min, n_block_max, split, num_splits, mn=min):
     """[lo, hi) of the key blocks split `split` of `num_splits` visits, out of the tile's
     [n_block_min, n_block_max) (whatever range the mask rules gave): equal runs of
@@ -84,14 +136,8 @@ class TileScheduler:
     # The varlen form's persistent CTAs zigzag whatever the mask: their tile orders put costly
     # tiles first in both (varlen_tile, varlen_tile_by_keys).
     varlen: bool = False
-    # Persistent causal (or windowed) walk pair by pair: each (head, batch) pair's m blocks in a
-    # row, the last first, instead of every pair's last block before any pair's next. A round
-    # of the stride then touches ~ctas / num_m pairs, whose K and V the CTAs running together
-    # share in L2; in the all-pairs order a pair's blocks come back a whole pass over every
-    # pair later, long after L2 dropped them (at 512 keys hd128, 128 MiB of K and V read
-    # ~2.5 times from HBM). The zigzag rounds still even the costs out while there are many
-    # pairs (short sequences); with few, long ones the tail grows (tests/test_fa3_schedule.py).
-    pair_major: bool = False
+    # The persistent causal walk's order (section_pairs): "all", "pairs" or "sections".
+    causal_order: str = "all"
 
     @property
     def linear(self) -> bool:
@@ -106,11 +152,6 @@ class TileScheduler:
     @property
     def zigzag(self) -> bool:
         return self.kind == "persistent" and (self.longest_last or self.varlen)
-
-    @property
-    def all_pairs_order(self) -> bool:
-        """Whether tiles decode in causal_lpt_order (every pair's last m block first)."""
-        return self.longest_last and self.linear and not self.pair_major
 
     def grid(self, num_m, heads, batch, max_ctas, mn=min):
         """The launch grid (traced for the DSL's own launcher; the contract has the same rule)."""
@@ -128,11 +169,17 @@ class TileScheduler:
         """The tile after `tile` (round k - 1 of the stride); past num_tiles ends the loop."""
         return next_tile(k, tile, cta, ctas, self.zigzag)
 
-    def decode(self, tile, num_m, heads, batches, seqlen_k, kv_row_bytes, section_bytes, mn=min, mx=max):
+    def decode(self, tile, num_m, heads, batches, seqlen_k, kv_row_bytes, section_bytes, mn=min, mx=max,
+               pairs_per_section=None):
         """(m_block, head, batch) of a linear tile. Causal on a 1-D grid: causal_lpt_order,
-        unless pair_major; otherwise m fastest (CTAs running together share one head's K and V
-        in L2), causal m blocks from the last (the longest tiles first shorten the tail)."""
-        if self.all_pairs_order:
+        or with causal_order other than "all", sectioned_order over `pairs_per_section`
+        (section_pairs, made once per CTA); otherwise m fastest (CTAs running together share
+        one head's K and V in L2), causal m blocks from the last (the longest tiles first
+        shorten the tail)."""
+        if self.longest_last and self.linear and self.causal_order != "all":
+            m_block, hb = sectioned_order(tile, num_m, heads * batches, pairs_per_section, mn=mn, mx=mx)
+            return m_block, hb % heads, hb // heads
+        if self.longest_last and self.linear:
             m_block, hb = causal_lpt_order(tile, num_m, heads * batches, seqlen_k, kv_row_bytes, section_bytes,
                                            mn=mn, mx=mx)
             return m_block, hb % heads, hb // heads
@@ -154,10 +201,9 @@ class TileScheduler:
 
 def decode_divisors(sched: TileScheduler, num_m, heads, batches, heads_kv, make=int):
     """(inner, outer, group): the divisors decode_fast divides by, made once (`make`: the
-    device's divisor maker). Causal, all pairs' blocks at a time (pairs fastest): tile //
-    num_hb is tile // heads // batches (floor division nests), so heads and batches;
-    otherwise num_m and heads."""
-    inner, outer = (heads, batches) if sched.all_pairs_order else (num_m, heads)
+    device's divisor maker). Causal (pairs fastest): tile // num_hb is tile // heads //
+    batches (floor division nests), so heads and batches; otherwise num_m and heads."""
+    inner, outer = (heads, batches) if sched.longest_last else (num_m, heads)
     return make(inner), make(outer), make(heads // heads_kv)
 
 
@@ -167,10 +213,10 @@ def decode_fast(sched: TileScheduler, tile, num_m, divs):
     inner, outer, group = divs
     rest, a = divmod(tile, inner)
     b, c = divmod(rest, outer)
-    if sched.all_pairs_order:
+    if sched.longest_last:
         m_block, head, batch = num_m - 1 - b, a, c
     else:
-        m_block, head, batch = (num_m - 1 - a if sched.longest_last else a), c, b
+        m_block, head, batch = a, c, b
     return m_block, head, batch, head // group
 
 
