@@ -856,6 +856,11 @@ SHORT_SECTIONS = [
       for o in ("pairs", "sections")],
     *[(f"persistent+chunked-p-convert+mask-bits+order-{o}", dict(_P192, causal_order=o)) for o in ("pairs", "sections")],
 ]
+# check13/c1: on cells where one section holds every pair (K and V fit 32 MiB, or num_m odd) the
+# sectioned decode cost hd96 2.4-4%, hd64 0.5-3%, hd128 0.5-2% against the shipped all-pairs
+# walk; the kernel now takes the all-pairs decode there. The three square-tile short forms again.
+SHORT_SECTIONS_2 = _with_order([_shipped(128, "persistent"), _shipped(64, "persistent", (128, 128)),
+                                _shipped(96, "persistent")], "sections")
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -872,7 +877,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
                "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-keys": SHORT_KEYS,
-               "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS}
+               "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
+               "short-sections-2": SHORT_SECTIONS_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
@@ -942,8 +948,9 @@ def build(home: Path, experiments: str) -> int:
 # (batch, seqlen_q, seqlen_k, heads_q, heads_kv): a ragged GQA shape; one with more tiles
 # (528) than SMs, so a persistent CTA walks several tiles (and causal rows that see no key);
 # one with 64 (head, batch) pairs of 16k keys, so causal orders with L2 sections (3-4 pairs
-# each) run several sections and a short last one.
-CHECK_SHAPES = ((2, 777, 1000, 8, 2), (2, 4097, 3000, 8, 2), (1, 1000, 16000, 64, 8))
+# each) run several sections and a short last one; one with 128 pairs whose K and V (hd128: 98
+# MB) take causal_order "sections"' multi-section walk (sections of 33, 33 and 62 pairs).
+CHECK_SHAPES = ((2, 777, 1000, 8, 2), (2, 4097, 3000, 8, 2), (1, 1000, 16000, 64, 8), (4, 1000, 1500, 32, 8))
 
 
 # Scores that rise as the kernel walks the key blocks (last to first): every 64 keys lift a

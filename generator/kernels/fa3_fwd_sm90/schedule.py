@@ -172,11 +172,11 @@ class TileScheduler:
     def decode(self, tile, num_m, heads, batches, seqlen_k, kv_row_bytes, section_bytes, mn=min, mx=max,
                pairs_per_section=None):
         """(m_block, head, batch) of a linear tile. Causal on a 1-D grid: causal_lpt_order,
-        or with causal_order other than "all", sectioned_order over `pairs_per_section`
-        (section_pairs, made once per CTA); otherwise m fastest (CTAs running together share
+        or given `pairs_per_section` (causal_order other than "all": section_pairs, made once
+        per CTA), sectioned_order over it; otherwise m fastest (CTAs running together share
         one head's K and V in L2), causal m blocks from the last (the longest tiles first
         shorten the tail)."""
-        if self.longest_last and self.linear and self.causal_order != "all":
+        if self.longest_last and self.linear and pairs_per_section is not None:
             m_block, hb = sectioned_order(tile, num_m, heads * batches, pairs_per_section, mn=mn, mx=mx)
             return m_block, hb % heads, hb // heads
         if self.longest_last and self.linear:
