@@ -818,7 +818,8 @@ def _shipped(head_dim: int, scheduler: str, tile=None) -> tuple[str, dict]:
     scheduler, tile): its switches by name, so the row means what it says."""
     from cubinforge.generator.kernels.fa3_fwd_sm90.config import TUNED
 
-    over = dict(TUNED.get((head_dim, True, scheduler, tile), {}))
+    # The causal walk as these sets ran it (check13), whatever causal_order TUNED names since.
+    over = {k: v for k, v in TUNED.get((head_dim, True, scheduler, tile), {}).items() if k != "causal_order"}
     label = scheduler + "".join(f"+{k.replace('_', '-')}" for k in sorted(over) if over[k] is True)
     label += f"+stages-{over['stages']}" if "stages" in over else ""
     label += f"+tile-{tile[0]}x{tile[1]}" if tile else ""
@@ -859,8 +860,10 @@ SHORT_SECTIONS = [
 # check13/c1: on cells where one section holds every pair (K and V fit 32 MiB, or num_m odd) the
 # sectioned decode cost hd96 2.4-4%, hd64 0.5-3%, hd128 0.5-2% against the shipped all-pairs
 # walk; the kernel now takes the all-pairs decode there. The three square-tile short forms again.
-SHORT_SECTIONS_2 = _with_order([_shipped(128, "persistent"), _shipped(64, "persistent", (128, 128)),
-                                _shipped(96, "persistent")], "sections")
+SHORT_SECTIONS_2 = [*_with_order([_shipped(128, "persistent"), _shipped(64, "persistent", (128, 128)),
+                                 _shipped(96, "persistent")], "sections"),
+                    # the forms the dispatcher serves beyond the short ones' ranges, as controls
+                    _shipped(128, "lpt"), _shipped(64, "persistent"), _shipped(96, "persistent", (192, 128))]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -894,7 +897,7 @@ def experiment_config(overrides: dict):
     from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES, VALUE_SWITCHES
 
     return FwdConfig(**{"arch": "sm_90a", "dtype": "bf16", **{s: False for s in SWITCHES}, **VALUE_SWITCHES,
-                        "stages": 0, "lpt_section_mib": 0, "ctas_per_sm": 1, **overrides})
+                        "stages": 0, "lpt_section_mib": 0, "ctas_per_sm": 1, "causal_order": "all", **overrides})
 
 
 def ab_name(cfg, label: str) -> str:
