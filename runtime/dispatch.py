@@ -113,13 +113,17 @@ PREFERENCES: tuple[Preference, ...] = (
         "dense cache): 64 x 64 with two CTAs an SM 4.32-4.38 TB/s on the decode cells against 64 x 128's "
         "4.24-4.32 (1.01-1.05x), and 1.13-1.24x on 64-2048-token chunks (550-580 against 460-470 TFLOPS)"),
     Preference(
-        "hd128-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (None, 768)},
+        # The persistent form walks causal tiles in L2 sections (config.TUNED causal_order).
+        "hd128-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (None, 3072)},
         {"scheduler": "persistent"},
-        f"{_AB}: persistent + separate O 0.84 of the best anchor at 512 keys, lpt 0.76; lpt leads from 1k"),
+        "H200 2026-12-03 (bench/results/2026-12-03-h200/check13/c1): the persistent form's sectioned walk "
+        "342 / 486 / 577 TFLOPS at 512 / 1k / 2k keys against lpt's 260 / 405 / 539, and 558 against 515 at "
+        "4 x 3000 x 16 heads; lpt leads at 4k (633 against 603)"),
     Preference(
-        "hd128-causal", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (769, None)},
+        "hd128-causal", {"family": "fa3_fwd", "causal": True, "head_dim": 128, "seqlen_q": (3073, None)},
         {"scheduler": "lpt"},
-        f"{_AB}: lpt + bit-mask 0.92 / 0.98 / 1.00 at 1k / 2k / 8k, persistent 0.87 / 0.84 / 0.96"),
+        "H200 2026-12-03 (check13/c1): lpt + bit-mask 633 / 685 TFLOPS at 4k / 8k keys against the persistent "
+        "form's 603 / 663"),
     Preference(
         "hd64-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 64, "seqlen_q": (None, 1536)},
         {"tile_m": 128},

@@ -37,7 +37,7 @@ def test_renders_header_and_cubin_files(tmp_path: Path):
     from cubinforge.runtime.dispatch import PREFERENCES
 
     assert f"inline constexpr cf::Bundle kBundle = {{kVariants, 7, kPreferences, {len(PREFERENCES)}," in header
-    assert '{"seqlen_q", nullptr, false, 0, true, 768}' in header  # the dispatcher's rules, generated
+    assert '{"seqlen_q", nullptr, false, 0, true, 3072}' in header  # the dispatcher's rules, generated
 
 
 def test_embed_writes_byte_arrays(tmp_path: Path):

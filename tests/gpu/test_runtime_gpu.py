@@ -739,3 +739,47 @@ def test_unaligned_inputs_are_copied_and_reported():
     assert last_launch().copies == ("q", "k")
     errs += compare(download(wrap(o2, dtype)), download(lse2), *ref, "plan with copies")
     assert not errs, "\n".join(errs)
+
+
+# --------------------------------------------------------------------------- causal sections
+def _sectioned():
+    return [m for m in VARIANTS if ((m.metadata or {}).get("kernel") or {}).get("causal_order") == "sections"]
+
+
+def _multi_section_shape(d: int, dv: int):
+    """(batch, seqlen_q, seqlen_k, heads_q, heads_kv) whose walk runs several sections of
+    pairs (schedule.section_pairs: K and V over SECTION_L2_BYTES, num_m = 8 so P = 33 of 80
+    pairs at 132 CTAs: sections of 33 and 47), GQA 4, seqlen_q != seqlen_k."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90.schedule import SECTION_L2_BYTES, section_pairs
+
+    b, hq, sq = 5, 16, 1000
+    row = (d + dv) * 2
+    sk = SECTION_L2_BYTES // (b * hq * row) + 64
+    per = section_pairs("sections", -(-sq // 128), b * hq, sk, row, 132)
+    assert b * hq // per >= 2, (per, b * hq)  # what the test is for: more than one section
+    return b, sq, sk, hq, hq // 4
+
+
+@pytest.mark.skipif(NO_VARIANTS is not None, reason=NO_VARIANTS or "")
+@pytest.mark.parametrize("variant", [m.variant for m in _sectioned()] or ["none"])
+def test_sectioned_causal_walk_matches_reference(variant):
+    """The sectioned causal walk (causal_order "sections") on a shape that takes several
+    sections, against float64 per batch element, outputs poisoned: every tile visited once."""
+    if variant == "none":
+        pytest.skip("no variant with causal_order 'sections' in the local registry")
+    m = next(x for x in VARIANTS if x.variant == variant)
+    d = int(m.axes["head_dim"])
+    dv = int(m.axes.get("head_dim_v") or d)
+    b, sq, sk, hq, hkv = _multi_section_shape(d, dv)
+    dtype = m.axes["dtype"]
+    rng = np.random.default_rng(zlib.crc32(variant.encode()))
+    (qh, kh, vh), (q, k, v) = make_inputs(rng, b, sq, sk, hq, hkv, d, dtype, dv=dv)
+    o, lse = poisoned((b, sq, hq, dv), dtype), poisoned((b, hq, sq), "f32")
+    kernel = Kernel.from_manifest(m, default_source())
+    kernel.launch({"q": wrap(q, dtype), "k": wrap(k, dtype), "v": wrap(v, dtype), "o": wrap(o, dtype), "lse": lse}, {})
+    got_o, got_lse = download(wrap(o, dtype)), download(lse)
+    errs = []
+    for i in range(b):  # float64 scores of one batch element at a time (~0.2 GB)
+        ref_o, ref_lse = reference(qh[i:i + 1], kh[i:i + 1], vh[i:i + 1], 1 / math.sqrt(d), True)
+        errs += compare(got_o[i:i + 1], got_lse[i:i + 1], ref_o, ref_lse, f"batch {i} of {b} sq={sq} sk={sk}")
+    assert not errs, errs[:5]

@@ -54,7 +54,12 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     (96, False, "persistent", (128, 176)): {"separate_o_smem": True, "chunked_p_convert": True},
     # hd96 causal, second round (check6/f1, same run): + bit mask + in-order sum 283 / 378 / 457 /
     # 590 / 604 TFLOPS at 512 / 1k / 2k / 8k / 16k against 279 / 374 / 450 / 574 / 598.
-    (96, True, "persistent", None): {"separate_o_smem": True, "mask_bits": True, "in_order_row_sum": True},
+    # Session 13 (bench/results/2026-12-03-h200/check13/c1, beside cuDNN): the sectioned causal
+    # walk (causal_order, schedule.section_pairs) 307 / 406 / 499 TFLOPS at 512 / 1k / 2k against
+    # 279 / 370 / 440 (+10 / +10 / +13%); on cells where one section holds every pair it took the
+    # sectioned decode then (-2.4 to -4%), the all-pairs one since (check13/d1).
+    (96, True, "persistent", None): {"separate_o_smem": True, "mask_bits": True, "in_order_row_sum": True,
+                                     "causal_order": "sections"},
     (192, True, "lpt", None): {"mask_bits": True, "chunked_p_convert": True},
     (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True, "q_double_buffer": True,
                                        "deferred_o_store": True},
@@ -66,11 +71,14 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     # The pin lost or tied on the other long forms (hd64, hd128 both masks) and was mixed on
     # hd256 non-causal (-0.6% at 8k), so it ships here only.
     (256, True, "lpt", None): {"pin_loop_invariants": True},
-    # hd128 causal up to ~768 rows (runtime/dispatch.py): persistent + separate O, 0.84 / 0.87
+    # hd128 causal up to 3,072 rows (runtime/dispatch.py): persistent + separate O, 0.84 / 0.87
     # at 512 / 1k where lpt gave 0.76 / 0.92. Session 9 (check9/n4, short-epi A/B beside cuDNN):
     # O stored per warp (warp_o_store) 290.4 / 384.2 / 478.0 TFLOPS at 512 / 1k / 2k against
-    # 286.5 / 381.9 / 469.2 (+1.4 / +0.6 / +1.9%), gate ok.
-    (128, True, "persistent", None): {"separate_o_smem": True, "warp_o_store": True},
+    # 286.5 / 381.9 / 469.2 (+1.4 / +0.6 / +1.9%), gate ok. Session 13 (check13/c1): the
+    # sectioned causal walk 342 / 486 / 577 TFLOPS at 512 / 1k / 2k against 290 / 386 / 471
+    # (lpt 260 / 405 / 539; cuDNN 343 / 439 / 518; FA4 in b1 275 / 424 / 553); 4 x 3000 x 16
+    # heads 558 against lpt's 515; from 4k lpt leads (633 against 603).
+    (128, True, "persistent", None): {"separate_o_smem": True, "warp_o_store": True, "causal_order": "sections"},
     (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True, "q_double_buffer": True},
     # Session 10 (bench/results/2026-12-02-h200/check10/r2 bf16 beside FA4, s1 fp16): hd96 at
     # FA4's 192-row tiles with P through shared memory (p_smem; P in registers spills there),
@@ -84,8 +92,11 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     (96, False, "persistent", (192, 144)): {"p_smem": True, "in_order_row_sum": True},
     (96, True, "persistent", (192, 128)): {"separate_o_smem": True, "mask_bits": True, "in_order_row_sum": True,
                                            "p_smem": True},
+    # Session 13 (check13/c1): the sectioned causal walk 280 / 362 / 428 / 466 TFLOPS at 512 / 1k /
+    # 2k / 4k against 273 / 346 / 394 / 436 (the 192-row form in b1: 229 / 299 / 405 / 456).
     (64, True, "persistent", (128, 128)): {"separate_o_smem": True, "wg_epilogue": True, "mask_bits": True,
-                                           "q_double_buffer": True, "deferred_o_store": True, "stages": 3},
+                                           "q_double_buffer": True, "deferred_o_store": True, "stages": 3,
+                                           "causal_order": "sections"},
 }
 # fp16 forms whose switches differ from TUNED's (measured on bf16), keyed like TUNED; an entry
 # replaces TUNED's. Session 10 (check10/q2, r1, r2, s1: four runs): fp16 hd128 non-causal
