@@ -218,13 +218,21 @@ _INFERENCE_FORMS = (  # (split_kv, pack_gqa, paged_kv): every form with at least
     (True, False, False), (False, True, False), (True, True, False), (False, False, True),
     (True, False, True), (False, True, True), (True, True, True),
 )
-# Pack-GQA forms take 64-row tiles (decode rows are tokens x group: few), hd128's 64 x 64 with
-# two CTAs an SM (config.TUNED_DECODE) but for a paged cache split (64 x 128), the others the
-# family's default tile.
+
+
+def pack_gqa_tile(head_dim: int, split_kv: bool, paged_kv: bool) -> dict[str, list[int]]:
+    """The tile axes of a bf16/fp16 pack-GQA form: 64 rows (decode rows are tokens x group:
+    few); at hd128 64 x 64 with two CTAs an SM (config.TUNED_DECODE), except split on a paged
+    cache, which stays 64 x 128 (H200 2026-12-03, bench/results/2026-12-03-h200/NOTES.md c4:
+    the two-CTA form 0.99x / 0.91x split two ways at b8 x 32k keys); else the family's key tile."""
+    if head_dim == 128 and not (split_kv and paged_kv):
+        return {"tile_m": [64], "tile_n": [64]}
+    return {"tile_m": [64]}
+
+
 INFERENCE_SET = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [d], "causal": [False, True],
-                 "split_kv": [s], "pack_gqa": [p], "paged_kv": [g],
-                 **({"tile_m": [64]} if p else {}), **({"tile_n": [64]} if p and d == 128 and not (s and g) else {})})
+                 "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **(pack_gqa_tile(d, s, g) if p else {})})
     for s, p, g in _INFERENCE_FORMS for d in (64, 128)
 ] + [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
                  "varlen": [True], "paged_kv": [True]}),
@@ -237,14 +245,12 @@ INFERENCE_SET = [
       ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]}),
       ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
 DECODE_DEFAULT = [
-    # bf16 hd128 paged: unsplit at 64 x 64 with two CTAs an SM (config.TUNED_DECODE), split at
-    # 64 x 128 with 3 stages. H200 2026-12-03 (bench/results/2026-12-03-h200/NOTES.md, c4): the
-    # two-CTA form 1.02-1.38x on unsplit cells at pages 256 and 16, but split two ways at b8 x
-    # 32k keys 0.99x / 0.91x (64 KiB in flight an SM against 192 KiB: one CTA an SM there).
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
-                 "split_kv": [True], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
-                 "split_kv": [False], "pack_gqa": [True], "paged_kv": [True], "tile_m": [64], "tile_n": [64]}),
+    # bf16 hd128 paged, split and unsplit, at pack_gqa_tile's tiles: the two-CTA form 1.02-1.38x
+    # on unsplit cells at pages 256 and 16 (H200 2026-12-03, NOTES.md c4); split, 64 KiB in
+    # flight an SM against 192 KiB, it lost, so the split forms keep 64 x 128 with 3 stages.
+    *[("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
+                   "split_kv": [s], "pack_gqa": [True], "paged_kv": [True], **pack_gqa_tile(128, s, True)})
+      for s in (True, False)],
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128]}),
     # flash_attn_func's decode-shaped calls at the other head dims and fp16 (the dispatcher's
     # decode rules route them here): the dense kernel's 128-192-row tiles spend 2-3x the
@@ -256,8 +262,8 @@ DECODE_DEFAULT = [
     # hd128 on a dense cache at 64 x 64 with two CTAs an SM (config.TUNED_DECODE): 1.01-1.05x
     # the 64 x 128 forms on every decode cell and 1.13-1.24x on 64-2048-token chunks (H200
     # 2026-12-03, bench/results/2026-12-03-h200/NOTES.md, c1).
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [False, True],
-                 "split_kv": [False, True], "pack_gqa": [True], "tile_m": [64], "tile_n": [64]}),
+    *[("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [False, True],
+                   "split_kv": [s], "pack_gqa": [True], **pack_gqa_tile(128, s, False)}) for s in (False, True)],
     ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "paged_kv": [False, True]}),
     ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128]}),
     # e4m3 paged decode (an FP8 KV cache, V row-major, transposed in smem; O bf16 through
