@@ -859,7 +859,8 @@ SHORT_SECTIONS = [
 ]
 # check13/c1: on cells where one section holds every pair (K and V fit 32 MiB, or num_m odd) the
 # sectioned decode cost hd96 2.4-4%, hd64 0.5-3%, hd128 0.5-2% against the shipped all-pairs
-# walk; the kernel now takes the all-pairs decode there. The three square-tile short forms again.
+# walk. d1 ran these rows with the kernel branching to the all-pairs decode there (commit
+# ac6a80a): no better there, and 3-13% slower on the sectioned cells, so the branch was removed.
 SHORT_SECTIONS_2 = [*_with_order([_shipped(128, "persistent"), _shipped(64, "persistent", (128, 128)),
                                  _shipped(96, "persistent")], "sections"),
                     # the forms the dispatcher serves beyond the short ones' ranges, as controls

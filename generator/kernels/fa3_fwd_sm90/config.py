@@ -56,8 +56,8 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     # 590 / 604 TFLOPS at 512 / 1k / 2k / 8k / 16k against 279 / 374 / 450 / 574 / 598.
     # Session 13 (bench/results/2026-12-03-h200/check13/c1, beside cuDNN): the sectioned causal
     # walk (causal_order, schedule.section_pairs) 307 / 406 / 499 TFLOPS at 512 / 1k / 2k against
-    # 279 / 370 / 440 (+10 / +10 / +13%); on cells where one section holds every pair it took the
-    # sectioned decode then (-2.4 to -4%), the all-pairs one since (check13/d1).
+    # 279 / 370 / 440 (+10 / +10 / +13%); on cells off the grid where one section holds every
+    # pair the sectioned decode costs 2.4-4% (a branch to the all-pairs decode lost more, d1).
     (96, True, "persistent", None): {"separate_o_smem": True, "mask_bits": True, "in_order_row_sum": True,
                                      "causal_order": "sections"},
     (192, True, "lpt", None): {"mask_bits": True, "chunked_p_convert": True},

@@ -505,18 +505,12 @@ class FlashFwdSm90:
                        self.cfg.l2_section_mib * 1024 * 1024)
         if const_expr(divs is not None):
             m_block, head, batch, head_kv = decode_fast(self.sched, tile, num_m, divs)
-        elif const_expr(section is not None):
-            # One section of every pair (K and V fit L2, or num_m odd): the all-pairs decode,
-            # one division a tile fewer (check13/c1: the sectioned decode there cost 0.5-4%).
-            m_block, head, batch = Int32(0), Int32(0), Int32(0)
-            if section == mQ.shape[2] * mQ.shape[3]:
-                m_block, head, batch = self.sched.decode(*decode_args, mn=cutlass.min, mx=cutlass.max)
-            else:
-                m_block, head, batch = self.sched.decode(*decode_args, mn=cutlass.min, mx=cutlass.max,
-                                                         pairs_per_section=section)
-            head_kv = head // (mQ.shape[2] // mK.shape[2])
         else:
-            m_block, head, batch = self.sched.decode(*decode_args, mn=cutlass.min, mx=cutlass.max)
+            # causal_order: the sectioned decode on every tile, one section of every pair
+            # included. A uniform branch to the all-pairs decode there (check13/d1) cost the
+            # sectioned cells 3-13% and gained nothing where it applied.
+            m_block, head, batch = self.sched.decode(*decode_args, mn=cutlass.min, mx=cutlass.max,
+                                                     pairs_per_section=section)
             head_kv = head // (mQ.shape[2] // mK.shape[2])
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
         n_block_max = block_range.n_block_max(
