@@ -62,13 +62,15 @@ def main(argv=None) -> int:
     print(f"q + k + v + o: {unique / 1e6:.1f} MB")
     for name, r in rows.items():
         m = r.get("metrics", {})
-        get = lambda key: next((float(str(v).replace(",", "")) for k, v in m.items() if k.startswith(key)), float("nan"))
+        # ncu --page raw names each roll-up (`dram__bytes_read.sum (byte)`; .avg is per partition).
+        get = lambda key: next((float(str(v).replace(",", "")) for k, v in m.items() if k.split(" ")[0] == key),
+                               float("nan"))
         if "skipped" in r:
             print(f"{name}: skipped: {r['skipped']}")
             continue
-        rd, wr, t = get("dram__bytes_read"), get("dram__bytes_write"), get("gpu__time_duration")
+        rd, wr, t = get("dram__bytes_read.sum"), get("dram__bytes_write.sum"), get("gpu__time_duration.sum")
         print(f"{name}: dram read {rd / 1e6:.1f} MB, written {wr / 1e6:.1f} MB, L2 hit "
-              f"{get('lts__t_sector_hit_rate'):.1f}%, {t / 1e3:.1f} us, {(rd + wr) / t:.2f} TB/s")
+              f"{get('lts__t_sector_hit_rate.pct'):.1f}%, {t / 1e3:.1f} us, {(rd + wr) / t / 1e3:.2f} TB/s")
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps({"unique_bytes": unique, "rows": rows}, indent=1))
     return 0

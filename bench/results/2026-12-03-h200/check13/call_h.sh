@@ -8,6 +8,8 @@
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown}
 mkdir -p $OUT/h1
+timeout 120 python3 -m pytest -q -rA -m gpu -p no:cacheprovider -k sectioned tests/gpu/test_runtime_gpu.py \
+  > $OUT/h1/sectioned.log 2>&1; grep -E "PASSED|FAILED|SKIPPED|passed|failed" $OUT/h1/sectioned.log | tail -8
 PART=tests OUT=$OUT/h1 GPU_SHARDS=4 GPU_TESTS=tests/gpu/test_runtime_gpu.py GPU_TESTS_S=240 SKIP="fp8 fp8-ab" \
   bash bench/h200_check.sh 2>&1 | tail -12
 timeout 200 python3 -m bench --out $OUT/h1/grid --skip correctness,cold_start --no-plots --dtype bf16,fp16 \
