@@ -467,10 +467,10 @@ static void test_preferences() {
   bool named = false;
   for (const auto& r : reasons) named = named || r.rfind("hd128-causal-short: ", 0) == 0;
   CHECK(named);
-  sizes.seqlen_q = 768;
+  sizes.seqlen_q = 3072;  // the rule's bound (runtime/dispatch.py hd128-causal-short)
   CHECK_OK(cf::select(b, q, sizes, &v));
   CHECK(v && std::string(v->name) == "fa3_fwd-hd128-causal-persistent");
-  sizes.seqlen_q = 769;
+  sizes.seqlen_q = 3073;
   CHECK_OK(cf::select(b, q, sizes, &v));
   CHECK(v && std::string(v->name) == "fa3_fwd-hd128-causal-lpt");
   // No sizes: no range holds, the first by name.
