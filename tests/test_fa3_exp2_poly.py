@@ -138,7 +138,8 @@ def test_mufu_sets_start_from_the_shipped_configs():
         c = FwdConfig(arch="sm_90a", **kw)
         # What config.TUNED / TUNED_FP8 gained from the run that timed these rows and after it.
         return replace(c, q_double_buffer=False, deferred_o_store=False, rescale_threshold=0.0,
-                       fp8_p_pair_shuffle=False, stages=FwdConfig(arch="sm_90a", stages=0, **kw).stages)
+                       fp8_p_pair_shuffle=False, stages=FwdConfig(arch="sm_90a", stages=0, **kw).stages,
+                       causal_order="all")
     shipped = {
         "fa3-fwd-sm_90a-e4m3-hd128-noncausal-colmajor+tile-128x192+in-order-sum":
             cfg(dtype="e4m3", head_dim=128, causal=False, scheduler="persistent", v_layout="colmajor",

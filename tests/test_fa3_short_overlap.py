@@ -51,8 +51,9 @@ def test_short_overlap_starts_from_the_shipped_builds_and_labels_what_is_on():
         if "q-double-buffer" not in label and "stages-3" not in label:
             tuned = FwdConfig(**BF16, head_dim=cfg.head_dim, causal=cfg.causal, scheduler=cfg.scheduler,
                               tile_m=cfg.tile_m, tile_n=cfg.tile_n, q_double_buffer=False,
-                              deferred_o_store=False, stages=0, warp_o_store=False)
-            # the build the dispatcher shipped for these cells (check9/n4 promoted the warp store since)
+                              deferred_o_store=False, stages=0, warp_o_store=False, causal_order="all")
+            # the build the dispatcher shipped for these cells (check9/n4 promoted the warp store since,
+            # check13 the sectioned causal walk)
             assert cfg == tuned, label
             shipped += 1
     assert shipped == 5

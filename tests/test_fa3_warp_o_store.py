@@ -46,8 +46,10 @@ def test_short_epi_set_is_the_shipped_form_plus_what_each_label_names():
     assert len(set(names)) == len(names), names
     # The controls: what the dispatcher served at <= 768 rows until check9/n4 promoted the warp
     # store (the third row, now the shipped form), and above.
-    assert experiment_config(rows[0][1]) == FwdConfig(**SHORT, stages=0, warp_o_store=False)
-    assert rows[2][0].endswith("+warp-o-store") and experiment_config(rows[2][1]) == FwdConfig(**SHORT, stages=0)
+    # (check13 promoted the sectioned causal walk since: these rows keep the walk they ran.)
+    assert experiment_config(rows[0][1]) == FwdConfig(**SHORT, stages=0, warp_o_store=False, causal_order="all")
+    assert rows[2][0].endswith("+warp-o-store") and experiment_config(rows[2][1]) == FwdConfig(
+        **SHORT, stages=0, causal_order="all")
     assert experiment_config(rows[1][1]) == FwdConfig(**dict(SHORT, scheduler="lpt"), stages=0)
     for label, o in rows[2:]:
         cfg = experiment_config(o)

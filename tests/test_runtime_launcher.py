@@ -138,7 +138,7 @@ def test_missing_variant_is_reported_before_anything_runs(monkeypatch, source):
 
 
 def test_flash_attn_func_lets_the_dispatcher_choose_by_shape(monkeypatch, tmp_path):
-    """Two hd128 causal variants: the short-sequence one up to 768 query rows, lpt beyond;
+    """Two hd128 causal variants: the persistent one up to 3,072 query rows, lpt beyond;
     each variant's module is loaded once however many shapes choose it."""
     fake = FakeDriver(monkeypatch)
     loads = []
@@ -154,7 +154,7 @@ def test_flash_attn_func_lets_the_dispatcher_choose_by_shape(monkeypatch, tmp_pa
     write_registry(tmp_path, ms, [CUBIN])
     clear_cache()
     src = LocalSource(tmp_path)
-    for sq, want in ((512, "persistent"), (300, "persistent"), (2048, "lpt"), (777, "lpt"), (512, "persistent")):
+    for sq, want in ((512, "persistent"), (300, "persistent"), (4096, "lpt"), (3073, "lpt"), (512, "persistent")):
         t = fa_arrays(b=1, sq=sq, sk=sq, hq=4, hkv=4, d=128)
         flash_attn_func(t["q"], t["k"], t["v"], causal=True, source=src)
         assert last_launch().variant.endswith(want), (sq, last_launch().variant)
