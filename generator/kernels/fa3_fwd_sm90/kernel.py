@@ -408,7 +408,7 @@ class FlashFwdSm90:
         # causal_order: the pairs of one section of the causal walk, made once per CTA.
         section = None
         if const_expr(self.sched.causal_order != "all"):
-            section = section_pairs(self.cfg.causal_order, num_m, mQ.shape[2] * mQ.shape[3], seqlen_k,
+            section = section_pairs(self.sched.causal_order, num_m, mQ.shape[2] * mQ.shape[3], seqlen_k,
                                     (self.hdim + self.hdim_v) * self.cfg.elem_bytes, ctas,
                                     mn=cutlass.min, mx=cutlass.max)
 
@@ -501,16 +501,16 @@ class FlashFwdSm90:
     def tile_work(self, tile, num_m, mQ, mK, window_right=None, divs=None, section=None):
         """(m_block, head, head_kv, batch, n_block_max) of a linear tile index (`divs`:
         decode_divisors' made once per CTA, fast_divmod; `section`: section_pairs', causal_order)."""
-        decode_args = (tile, num_m, mQ.shape[2], mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
-                       self.cfg.l2_section_mib * 1024 * 1024)
         if const_expr(divs is not None):
             m_block, head, batch, head_kv = decode_fast(self.sched, tile, num_m, divs)
         else:
             # causal_order: the sectioned decode on every tile, one section of every pair
             # included. A uniform branch to the all-pairs decode there (check13/d1) cost the
             # sectioned cells 3-13% and gained nothing where it applied.
-            m_block, head, batch = self.sched.decode(*decode_args, mn=cutlass.min, mx=cutlass.max,
-                                                     pairs_per_section=section)
+            m_block, head, batch = self.sched.decode(
+                tile, num_m, mQ.shape[2], mQ.shape[3], mK.shape[0], (self.hdim + self.hdim_v) * self.cfg.elem_bytes,
+                self.cfg.l2_section_mib * 1024 * 1024, mn=cutlass.min, mx=cutlass.max, pairs_per_section=section,
+            )
             head_kv = head // (mQ.shape[2] // mK.shape[2])
         seqlen_q, seqlen_k = mQ.shape[0], mK.shape[0]
         n_block_max = block_range.n_block_max(

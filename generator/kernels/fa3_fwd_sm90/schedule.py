@@ -78,7 +78,7 @@ def section_pairs(order: str, num_m, num_hb, seqlen_k, kv_row_bytes, ctas, mn=mi
     if order == "all":
         return num_hb
     if order == "pairs":
-        return num_hb * 0 + 1
+        return 1
     # Fits: seqlen_k * kv_row_bytes * num_hb <= SECTION_L2_BYTES, without a 32-bit product.
     fits = 1 - mn(seqlen_k // (SECTION_L2_BYTES // kv_row_bytes // num_hb + 1), 1)
     k = mn(low_bit(num_m), low_bit(2 * ctas))
