@@ -865,6 +865,31 @@ SHORT_SECTIONS_2 = [*_with_order([_shipped(128, "persistent"), _shipped(64, "per
                                  _shipped(96, "persistent")], "sections"),
                     # the forms the dispatcher serves beyond the short ones' ranges, as controls
                     _shipped(128, "lpt"), _shipped(64, "persistent"), _shipped(96, "persistent", (192, 128))]
+# Short causal hd192 / hd256 (issue 10: 0.87-0.89 of cuDNN at 512 keys, check13/f1). Their key
+# blocks (96 / 80 keys) do not divide a 128-row tile's diagonal: at 512 keys a pair's four m
+# blocks take 2+3+4+6 blocks of 96 or 2+4+5+7 of 80, 1,440 key columns either way, where the
+# causal rows need 1,280 (12.5% more GEMM work; 6% at 1k, 3% at 2k: the gap's shape). 64-key
+# blocks divide the diagonal. Each shipped lpt form (the control) against itself at 128 x 64,
+# with a third stage where it fits (hd192), FA4's conditional rescale (O's rescale is 2x the
+# exp2 count a block at 64 keys), and the sectioned persistent walk.
+_N64W = dict(tile_m=128, tile_n=64)
+SHORT_N64_WIDE = [
+    _shipped(192, "lpt"),
+    ("lpt+chunked-p-convert+mask-bits+tile-128x64", dict(_shipped(192, "lpt")[1], **_N64W)),
+    ("lpt+chunked-p-convert+mask-bits+stages-3+tile-128x64", dict(_shipped(192, "lpt")[1], **_N64W, stages=3)),
+    ("lpt+chunked-p-convert+mask-bits+lazy-rescale-8+tile-128x64",
+     dict(_shipped(192, "lpt")[1], **_N64W, rescale_threshold=8.0)),
+    ("persistent+chunked-p-convert+mask-bits+separate-o+order-sections+tile-128x64",
+     dict(_P192, **_N64W, separate_o_smem=True, causal_order="sections")),
+    _shipped(256, "lpt"),
+    ("lpt+pin-loop-invariants+tile-128x64", dict(_shipped(256, "lpt")[1], **_N64W)),
+    ("lpt+pin-loop-invariants+mask-bits+chunked-p-convert+tile-128x64",
+     dict(_shipped(256, "lpt")[1], **_N64W, mask_bits=True, chunked_p_convert=True)),
+    ("lpt+pin-loop-invariants+lazy-rescale-8+tile-128x64",
+     dict(_shipped(256, "lpt")[1], **_N64W, rescale_threshold=8.0)),
+    ("persistent+pin-loop-invariants+order-sections+tile-128x64",
+     dict(_P256, **_N64W, pin_loop_invariants=True, causal_order="sections")),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -880,7 +905,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
-               "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-keys": SHORT_KEYS,
+               "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-n64-wide": SHORT_N64_WIDE, "short-keys": SHORT_KEYS,
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
                "short-sections-2": SHORT_SECTIONS_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).

@@ -58,7 +58,8 @@ step_cpp() {
 if [ "${PART:-tests}" = cpp ]; then
     step_cpp
 elif [ "${PART:-tests}" = tests ]; then
-    mkdir -p /root/stage && cp .stage_fa4a/part_aa .stage_fa4x/site.tar.xz.* /root/stage/ 2>/dev/null
+    mkdir -p /root/stage && cp .stage_fa4a/part_aa /root/stage/ 2>/dev/null   # the older staging's part 1
+    [ -d .stage_fa4x ] && bash bench/stage_fa4.sh park
     if [ -n "${GPU_SHARDS:-}" ]; then
         # GPU_SHARDS=n: the files of GPU_TESTS in n parallel pytest processes on the one GPU
         # (tests/conftest.py's CUBINFORGE_TEST_SHARD), since their float64 references are
@@ -97,14 +98,8 @@ elif [ "${PART:-tests}" = tests ]; then
     [ -d /tmp/site/flash_attn ] && export PYTHONPATH=$PWD:$FA
     ab_runs ${AB_RUNS:-}
 else
-    if [ ! -d /tmp/site/flash_attn ] && [ -d .stage_fa4y ]; then
-        # The compact staging (.stage_fa4x / .stage_fa4y: FA4 and its wheels installed with
-        # pip --target for cp312, tarred with xz, split in two; 72 MB against the wheels' 101,
-        # so each call keeps ~18 MiB of its carry for registries and A/B homes).
-        mkdir -p /tmp/site && cat /root/stage/site.tar.xz.aa .stage_fa4y/site.tar.xz.ab \
-          | python3 -c "import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall('/tmp/site')" \
-          > "$OUT/fa4-install.log" 2>&1 || echo "FA4 unpack failed (see fa4-install.log)"
-    fi
+    # The compact staging (bench/stage_fa4.sh: .stage_fa4x parked by PART=tests, .stage_fa4y here).
+    [ -d .stage_fa4y ] && bash bench/stage_fa4.sh unpack "$OUT/fa4-install.log"
     if [ ! -d /tmp/site/flash_attn ]; then
         whl=/tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
         cat /root/stage/part_aa .stage_fa4b/part_ab > "$whl" \
