@@ -890,6 +890,31 @@ SHORT_N64_WIDE = [
     ("persistent+pin-loop-invariants+order-sections+tile-128x64",
      dict(_P256, **_N64W, pin_loop_invariants=True, causal_order="sections")),
 ]
+# Round 2 (check14/a1: hd256 lpt 128 x 64 + lazy rescale 325 / 492 / 629 / 719 TFLOPS at 512-4k
+# against the shipped 305 / 465 / 598 / 691; hd192's sectioned persistent 128 x 64 340 / 479 at
+# 512 / 1k and 307 against 254 at 8 x 777, lpt keeping 2k-4k): the winners at 512-16k, the lazy
+# rescale on the persistent forms too, and hd256 non-causal (0.95 of FA4 at 16k) at 128 x 64.
+_L256N64 = dict(_shipped(256, "lpt")[1], **_N64W, rescale_threshold=8.0)
+_P192N64 = dict(_P192, **_N64W, separate_o_smem=True, causal_order="sections")
+SHORT_N64_WIDE_2 = [
+    _shipped(256, "lpt"),
+    ("lpt+pin-loop-invariants+lazy-rescale-8+tile-128x64", _L256N64),
+    ("lpt+pin-loop-invariants+lazy-rescale-8+mask-bits+tile-128x64", dict(_L256N64, mask_bits=True)),
+    ("persistent+pin-loop-invariants+lazy-rescale-8+order-sections+tile-128x64",
+     dict(_P256, **_N64W, pin_loop_invariants=True, rescale_threshold=8.0, causal_order="sections")),
+    _shipped(192, "lpt"),
+    ("lpt+chunked-p-convert+mask-bits+lazy-rescale-8+tile-128x64",
+     dict(_shipped(192, "lpt")[1], **_N64W, rescale_threshold=8.0)),
+    ("persistent+chunked-p-convert+mask-bits+separate-o+order-sections+tile-128x64", _P192N64),
+    ("persistent+chunked-p-convert+mask-bits+separate-o+lazy-rescale-8+order-sections+tile-128x64",
+     dict(_P192N64, rescale_threshold=8.0)),
+]
+_N256 = dict(head_dim=256, causal=False, scheduler="persistent", chunked_p_convert=True)  # TUNED's
+SHORT_N64_WIDE_NC = [
+    ("persistent+chunked-p-convert", _N256),
+    ("persistent+chunked-p-convert+lazy-rescale-8+tile-128x64", dict(_N256, **_N64W, rescale_threshold=8.0)),
+    ("persistent+chunked-p-convert+lazy-rescale-8", dict(_N256, rescale_threshold=8.0)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -905,7 +930,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd128-2": FP8_HD128_2, "dv128-sass": DV128_SASS, "fp8-causal": FP8_CAUSAL,
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
-               "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-n64-wide": SHORT_N64_WIDE, "short-keys": SHORT_KEYS,
+               "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-n64-wide": SHORT_N64_WIDE, "short-n64-wide-2": SHORT_N64_WIDE_2,
+               "short-n64-wide-nc": SHORT_N64_WIDE_NC, "short-keys": SHORT_KEYS,
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
                "short-sections-2": SHORT_SECTIONS_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
