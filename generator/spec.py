@@ -345,7 +345,7 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     # switches that go with it are the family's: fa3_fwd_sm90/config.py TUNED). Non-causal:
     # persistent everywhere. Causal: lpt for hd128-256 (+2-8% at 1k-8k), persistent for hd64
     # (+3-6% at 512-1k) and for hd96 (session 6: +5-23% over one tile per CTA at 512-16k);
-    # for short causal prefill a second variant each for hd64 and hd128.
+    # for short causal prefill a second variant each for hd64, hd96, hd128 and hd192.
     "smoke": [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
                            "scheduler": ["persistent"]})],
     "default": [
@@ -359,8 +359,13 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         # c2), so fp16 keeps 128 x 128.
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [96], "causal": [False],
                      "scheduler": ["persistent"], "tile_m": [128], "tile_n": [176]}),
-        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 192, 256],
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128, 192],
                      "causal": [True], "scheduler": ["lpt"]}),
+        # hd256 causal at 128 x 64: 64-key blocks divide the 128-row diagonal, where 80-key
+        # ones compute 12.5% more columns at 512 keys (config.TUNED; check14/c1: +3.5-7% at
+        # 512-16k and off the grid).
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [256], "causal": [True],
+                     "scheduler": ["lpt"], "tile_m": [128], "tile_n": [64]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [True],
                      "scheduler": ["persistent"]}),
         # Short causal prefill: the dispatcher (runtime/dispatch.py PREFERENCES) takes these up
@@ -371,6 +376,10 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                      "scheduler": ["persistent"], "tile_m": [128], "tile_n": [128]}),
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [True],
                      "scheduler": ["persistent"]}),
+        # hd192 causal up to 3,072 rows: the sectioned persistent walk at 128 x 64 (config.TUNED;
+        # check14/c1: 1.03-1.19x lpt at 512-2k and off the grid).
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "causal": [True],
+                     "scheduler": ["persistent"], "tile_m": [128], "tile_n": [64]}),
         # hd96 from 1,537 query rows (runtime/dispatch.py): FA4's 192-row tiles with P through
         # shared memory (config.TUNED, p_smem), 1.07-1.10x the 128-row forms at 8k-16k (check10/r2, s1).
         ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [96], "causal": [False],

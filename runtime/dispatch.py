@@ -125,6 +125,25 @@ PREFERENCES: tuple[Preference, ...] = (
         "H200 2026-12-03 (check13/c1): lpt + bit-mask 633 / 685 TFLOPS at 4k / 8k keys against the persistent "
         "form's 603 / 663"),
     Preference(
+        # The persistent form is 128 x 64 with the sectioned walk (generator config.TUNED).
+        "hd192-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 192, "seqlen_q": (None, 3072)},
+        {"scheduler": "persistent"},
+        "H200 2026-12-03 (bench/results/2026-12-03-h200/check14/c1, bf16): the persistent 128 x 64 form "
+        "348 / 501 / 611 TFLOPS at 512 / 1k / 2k keys against lpt 128 x 96's 293 / 439 / 595, and 625 against "
+        "562 at 4 x 3000 x 8 heads; lpt leads at 4k (695 against 671)"),
+    Preference(
+        "hd192-causal", {"family": "fa3_fwd", "causal": True, "head_dim": 192, "seqlen_q": (3073, None)},
+        {"scheduler": "lpt"},
+        "H200 2026-12-03 (check14/c1): lpt 128 x 96 695 / 753 / 772 TFLOPS at 4k / 8k / 16k keys against the "
+        "persistent 128 x 64 form's 671 / 731 / 763"),
+    Preference(
+        # A registry built before 2026-12-03 may also hold the 128 x 80 form (then the first
+        # by name): the 128 x 64 one wins at every length measured.
+        "hd256-causal", {"family": "fa3_fwd", "causal": True, "head_dim": 256},
+        {"tile_n": 64},
+        "H200 2026-12-03 (check14/c1, bf16): lpt 128 x 64 with the conditional rescale 328 / 496 / 636 / 790 / "
+        "820 TFLOPS at 512 / 1k / 2k / 8k / 16k keys against 128 x 80's 306 / 467 / 605 / 760 / 790"),
+    Preference(
         "hd64-causal-short", {"family": "fa3_fwd", "causal": True, "head_dim": 64, "seqlen_q": (None, 1536)},
         {"tile_m": 128},
         f"{_AB} and its short-causal A/B (bench/results/2026-12-01-h200/short-causal/): 128x128 tiles 233 / 315 "

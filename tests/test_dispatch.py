@@ -47,6 +47,26 @@ def test_seqlen_picks_the_measured_winner(hd, seqlen, want):
     assert len(choice.ranked) == 2
 
 
+WIDE_CAUSAL = [_fa3("hd192-causal-lpt", head_dim=192, scheduler="lpt", tile_n=96),
+               _fa3("hd192-causal-persistent-m128n64", head_dim=192, scheduler="persistent", tile_n=64),
+               # a registry from before 2026-12-03 holds hd256's 128 x 80 form beside the 128 x 64 one
+               _fa3("hd256-causal-lpt", head_dim=256, scheduler="lpt", tile_n=80),
+               _fa3("hd256-causal-lpt-m128n64", head_dim=256, scheduler="lpt", tile_n=64)]
+
+
+@pytest.mark.parametrize("hd,seqlen,want", [
+    (192, 512, "hd192-causal-persistent-m128n64"), (192, 3072, "hd192-causal-persistent-m128n64"),
+    (192, 3073, "hd192-causal-lpt"), (192, 16384, "hd192-causal-lpt"),
+    (256, 512, "hd256-causal-lpt-m128n64"), (256, 16384, "hd256-causal-lpt-m128n64"),
+    (256, None, "hd256-causal-lpt-m128n64"),
+])
+def test_hd192_and_hd256_causal_take_the_128x64_forms_where_they_won(hd, seqlen, want):
+    choice = rank(_problem(head_dim=hd, seqlen_q=seqlen, seqlen_k=seqlen), WIDE_CAUSAL)
+    assert choice.best.variant == want
+    assert len(choice.ranked) == 2
+    assert any("check14" in r for r in choice.reasons)
+
+
 HD96 = [_fa3(f"hd96-{m}-{tm}", head_dim=96, causal=m == "causal", scheduler="persistent", tile_m=tm,
              tile_n=128 if m == "causal" else {128: 176, 192: 144}[tm])
         for m in ("causal", "noncausal") for tm in (128, 192)]

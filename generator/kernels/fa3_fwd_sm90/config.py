@@ -71,6 +71,19 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     # The pin lost or tied on the other long forms (hd64, hd128 both masks) and was mixed on
     # hd256 non-causal (-0.6% at 8k), so it ships here only.
     (256, True, "lpt", None): {"pin_loop_invariants": True},
+    # Session 14 (bench/results/2026-12-03-h200/check14/c1, beside cuDNN): 80-key blocks do not
+    # divide a 128-row tile's diagonal (at 512 keys a pair's m blocks take 2+4+5+7 blocks, 1,440
+    # key columns where the causal rows need 1,280); 64-key blocks do, and with FA4's conditional
+    # rescale (O's rescale is 2x the exp2 count a block at 64 keys) 328 / 496 / 636 / 731 / 790 /
+    # 820 TFLOPS at 512 / 1k / 2k / 4k / 8k / 16k against the 128 x 80 form above's 306 / 467 /
+    # 605 / 703 / 760 / 790, and +5-7% on 8 x 777, 4 x 3000 and 3 x 1536 (x 8 / 8 / 16 heads).
+    (256, True, "lpt", (128, 64)): {"pin_loop_invariants": True, "rescale_threshold": 8.0, "mask_bits": True},
+    # hd192 causal up to 3,072 rows (runtime/dispatch.py), the same check14/c1: the sectioned
+    # persistent walk at 128 x 64 with O in its own buffer and the conditional rescale 348 / 501 /
+    # 611 TFLOPS at 512 / 1k / 2k against lpt 128 x 96's 293 / 439 / 595, and 314 / 625 / 532
+    # against 255 / 562 / 500 on 8 x 777 / 4 x 3000 / 3 x 1536; lpt leads from 4k (695 against 671).
+    (192, True, "persistent", (128, 64)): {"mask_bits": True, "chunked_p_convert": True, "separate_o_smem": True,
+                                           "rescale_threshold": 8.0, "causal_order": "sections"},
     # hd128 causal up to 3,072 rows (runtime/dispatch.py): persistent + separate O, 0.84 / 0.87
     # at 512 / 1k where lpt gave 0.76 / 0.92. Session 9 (check9/n4, short-epi A/B beside cuDNN):
     # O stored per warp (warp_o_store) 290.4 / 384.2 / 478.0 TFLOPS at 512 / 1k / 2k against
