@@ -915,6 +915,20 @@ SHORT_N64_WIDE_NC = [
     ("persistent+chunked-p-convert+lazy-rescale-8+tile-128x64", dict(_N256, **_N64W, rescale_threshold=8.0)),
     ("persistent+chunked-p-convert+lazy-rescale-8", dict(_N256, rescale_threshold=8.0)),
 ]
+# Non-causal hd192 / hd256 at 512 keys (check14/f1: 0.94 / 0.96 of cuDNN): 512 keys take 6
+# blocks of 96 or 7 of 80 (576 / 560 key columns, +12.5% / +9%), 8 of 64 exactly; at 1k the
+# waste is 6% / 1.6%. check14/c1 had hd256 at 128 x 64 + lazy rescale 540 against 525 at 512,
+# even at 1k and 5% behind at 16k: each shipped form against 128 x 64 at the short lengths.
+_N192 = dict(head_dim=192, causal=False, scheduler="persistent", chunked_p_convert=True)  # TUNED's
+SHORT_N64_NC = [
+    ("persistent+chunked-p-convert", _N192),
+    ("persistent+chunked-p-convert+tile-128x64", dict(_N192, **_N64W)),
+    ("persistent+chunked-p-convert+lazy-rescale-8+tile-128x64", dict(_N192, **_N64W, rescale_threshold=8.0)),
+    ("persistent+chunked-p-convert+stages-3+tile-128x64", dict(_N192, **_N64W, stages=3)),
+    ("persistent+chunked-p-convert", _N256),
+    ("persistent+chunked-p-convert+tile-128x64", dict(_N256, **_N64W)),
+    ("persistent+chunked-p-convert+lazy-rescale-8+tile-128x64", dict(_N256, **_N64W, rescale_threshold=8.0)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -931,7 +945,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
                "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-n64-wide": SHORT_N64_WIDE, "short-n64-wide-2": SHORT_N64_WIDE_2,
-               "short-n64-wide-nc": SHORT_N64_WIDE_NC, "short-keys": SHORT_KEYS,
+               "short-n64-wide-nc": SHORT_N64_WIDE_NC, "short-n64-nc": SHORT_N64_NC, "short-keys": SHORT_KEYS,
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
                "short-sections-2": SHORT_SECTIONS_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).

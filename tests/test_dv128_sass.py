@@ -45,10 +45,10 @@ def test_only_the_timed_build_ships_a_pin():
                                                           ("TUNED_VARLEN", config.TUNED_VARLEN))
              for key, switches in table.items() if set(PINS) & set(switches)}
     # ... and the e4m3 hd128 causal column-major walk, timed in check9/n2 (main's 8895ce9).
-    # ... and bf16/fp16 hd256 causal lpt, timed in check9/n5 (long-ab).
+    # ... and bf16/fp16 hd256 causal lpt, timed in check9/n5 (long-ab), at 128 x 64 in check14/c1.
     assert named == {("TUNED_VARIANTS", ("dv128", 192, True, "lpt", None)),
                      ("TUNED_FP8", (128, True, "persistent", (128, 192), "colmajor")),
-                     ("TUNED", (256, True, "lpt", None))}
+                     ("TUNED", (256, True, "lpt", None)), ("TUNED", (256, True, "lpt", (128, 64)))}
     shipped = FwdConfig(**SHIPPED)
     assert shipped.pin_loop_invariants and not shipped.pin_q_desc
     assert not FwdConfig(**dict(SHIPPED, head_dim_v=192)).pin_loop_invariants
