@@ -929,6 +929,20 @@ SHORT_N64_NC = [
     ("persistent+chunked-p-convert+tile-128x64", dict(_N256, **_N64W)),
     ("persistent+chunked-p-convert+lazy-rescale-8+tile-128x64", dict(_N256, **_N64W, rescale_threshold=8.0)),
 ]
+# The long cells still under the anchors after check14/f1 (hd64 causal 4k-16k 0.97-0.99 bf16,
+# 0.94-0.96 fp16, and fp16 hd64 non-causal 0.95-0.97 at 8k-16k; hd192 causal 8k / 16k 0.99, FA4
+# the anchor each time): FA4's conditional rescale, which won on every hd192 / hd256 causal form
+# at 64 keys (check14/c1), on each shipped form, beside it (the control, rebuilt).
+_H192L = _shipped(192, "lpt")[1]
+_H64C = dict(head_dim=64, causal=True, **{k: v for k, v in _L64.items() if k != "head_dim"})  # TUNED's hd64 causal
+LONG_LAZY = [
+    _shipped(192, "lpt"),
+    ("lpt+chunked-p-convert+mask-bits+lazy-rescale-8", dict(_H192L, rescale_threshold=8.0)),
+    *[(label, dict(form, **dt, **over)) for dt in ({}, _F16)
+      for form, label0 in ((_H64C, "persistent+separate-o+wg-epilogue+q-double-buffer"),
+                           (dict(_L64, causal=False), "persistent+separate-o+wg-epilogue+q-double-buffer"))
+      for label, over in ((label0, {}), (label0 + "+lazy-rescale-8", dict(rescale_threshold=8.0)))],
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -945,7 +959,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
                "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-n64-wide": SHORT_N64_WIDE, "short-n64-wide-2": SHORT_N64_WIDE_2,
-               "short-n64-wide-nc": SHORT_N64_WIDE_NC, "short-n64-nc": SHORT_N64_NC, "short-keys": SHORT_KEYS,
+               "short-n64-wide-nc": SHORT_N64_WIDE_NC, "short-n64-nc": SHORT_N64_NC, "long-lazy": LONG_LAZY, "short-keys": SHORT_KEYS,
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
                "short-sections-2": SHORT_SECTIONS_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).

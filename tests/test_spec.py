@@ -10,8 +10,9 @@ from cubinforge.generator.spec import SpecError, make_variant, parse_name, selec
 
 def test_set_sizes():
     assert [v.name for v in select("smoke")] == ["fa3-fwd-sm_90a-bf16-hd128-noncausal-persistent"]
-    # dense: 2 dtypes x (5 non-causal + 7 causal, short-causal ones included, + hd96's two
-    # 192-row p_smem forms for 1,537 rows and up, check10); decode
+    # dense: 2 dtypes x (5 non-causal + 8 causal, short-causal ones included (hd192's 128 x 64
+    # persistent form, check14), + hd96's two 192-row p_smem forms for 1,537 rows and up,
+    # check10); decode
     # (issue 11): 8 bf16 hd128 forms, 2 combines, 2 appends, 1 gather; four model variants
     # (hd128 softcap causal, hd128 local, hd192/dv128 causal, hd128 causal sink); e4m3 x 3
     # head dims x causal/non-causal, and the quantiser (bf16/fp16 x 3 head dims); varlen: bf16/fp16
@@ -21,7 +22,7 @@ def test_set_sizes():
     # hd128's 4 above) and the hd64/hd256 combines of both dtypes; the model variants' inference
     # forms (issue 12): 5 forward forms (their 2 combines, bf16 hd64/hd256, are the decode forms'
     # above: expand_set keeps one variant per name, so they count once)
-    assert len(select("default")) == (2 * (5 + 7 + 2) + 8 + 2 + 2 + 1 + 4 + 3 * 2 + 2 * 3 + 2 * 2 * 2 + 2 + 2
+    assert len(select("default")) == (2 * (5 + 8 + 2) + 8 + 2 + 2 + 1 + 4 + 3 * 2 + 2 * 3 + 2 * 2 * 2 + 2 + 2
                                       + (2 * 3 * 2 * 2 - 4) + 2 * 2 + 5)
     assert len(select("demo")) == 4
     # test/demo families stay out of `all`
