@@ -60,7 +60,11 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     # pair the sectioned decode costs 2.4-4% (a branch to the all-pairs decode lost more, d1).
     (96, True, "persistent", None): {"separate_o_smem": True, "mask_bits": True, "in_order_row_sum": True,
                                      "causal_order": "sections"},
-    (192, True, "lpt", None): {"mask_bits": True, "chunked_p_convert": True},
+    # Session 14 (bench/results/2026-12-03-h200/check14/h1, long-lazy A/B beside cuDNN): FA4's
+    # conditional rescale too, 589 / 692 / 753 / 786 TFLOPS at 2k / 4k / 8k / 16k against 584 /
+    # 680 / 737 / 764 (+0.8 / +1.6 / +2.1 / +2.9%; FA4 764 / 800 at 8k / 16k in check14/f1). On
+    # hd64 (both masks, bf16 and fp16) it moved -3 to +4% with no sign: not taken there.
+    (192, True, "lpt", None): {"mask_bits": True, "chunked_p_convert": True, "rescale_threshold": 8.0},
     (128, False, "persistent", None): {"separate_o_smem": True, "in_order_row_sum": True, "q_double_buffer": True,
                                        "deferred_o_store": True},
     (192, False, "persistent", None): {"chunked_p_convert": True},
