@@ -151,7 +151,7 @@ PREFERENCES: tuple[Preference, ...] = (
     Preference(
         "hd64-causal", {"family": "fa3_fwd", "causal": True, "head_dim": 64, "seqlen_q": (1537, None)},
         {"tile_m": 192},
-        f"short-causal A/B (bench/results/2026-12-01-h200/short-causal/): 192x128 tiles 403 / 528 TFLOPS at "
+        "short-causal A/B (bench/results/2026-12-01-h200/short-causal/): 192x128 tiles 403 / 528 TFLOPS at "
         "2k / 8k keys, 128x128 384 / 473"),
     Preference(
         "hd96-short", {"family": "fa3_fwd", "head_dim": 96, "seqlen_q": (None, 1536)},
