@@ -943,6 +943,15 @@ LONG_LAZY = [
                            (dict(_L64, causal=False), "persistent+separate-o+wg-epilogue+q-double-buffer"))
       for label, over in ((label0, {}), (label0 + "+lazy-rescale-8", dict(rescale_threshold=8.0)))],
 ]
+# (192, 128) causal b2 x 8k at 0.994x FA4 (check14/b1). FA4's conditional rescale gained 2-3%
+# on hd192 (dv 192) lpt at 8k-16k (check14/h1) where check8/l2 had it lose on (192, 128) without
+# the pin (708.6 against 757.9): on the shipped form (pinned, 40 MiB sections), with and
+# without the in-order row sum.
+DV128_LAZY = [
+    ("lpt+mask-bits+in-order-sum+l2-40+pin", _DVP),  # shipped (config.TUNED_VARIANTS)
+    ("lpt+mask-bits+in-order-sum+l2-40+pin+lazy-rescale-8", dict(_DVP, rescale_threshold=8.0)),
+    ("lpt+mask-bits+l2-40+pin+lazy-rescale-8", dict(_DVP, in_order_row_sum=False, rescale_threshold=8.0)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -959,7 +968,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "fp8-hd64": FP8_HD64, "long-ab-all": LONG_AB_ALL, "long-ab": LONG_AB,
                "short-epi": SHORT_EPI, "fp16-long": FP16_LONG, "hd96-pss": HD96_PSS,
                "fp16-2": FP16_2, "short-n64": SHORT_N64, "short-n64-wide": SHORT_N64_WIDE, "short-n64-wide-2": SHORT_N64_WIDE_2,
-               "short-n64-wide-nc": SHORT_N64_WIDE_NC, "short-n64-nc": SHORT_N64_NC, "long-lazy": LONG_LAZY, "short-keys": SHORT_KEYS,
+               "short-n64-wide-nc": SHORT_N64_WIDE_NC, "short-n64-nc": SHORT_N64_NC, "long-lazy": LONG_LAZY, "dv128-lazy": DV128_LAZY, "short-keys": SHORT_KEYS,
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
                "short-sections-2": SHORT_SECTIONS_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
