@@ -47,25 +47,31 @@ FP8_CASES = [("e4m3_" + c[0], *c[1:]) for c in CASES if c[0] in (
 # (seqused_k), page 256, 32/8 heads, causal.
 VARLEN_LENS = [512, 3000, 17, 1024, 2048, 777, 4096, 100, 1500, 64, 900, 333, 2222, 1, 256, 1000]
 VARLEN_CASES = [
-    # (name, kind, causal)
+    # (name, kind, causal[, head_dim, head_dim_v]: hd128 when not given)
     ("varlen_prefill_16seq_17850tok_h16", "varlen", False),
     ("varlen_prefill_16seq_17850tok_h16_causal", "varlen", True),
     ("paged_chunked_prefill_r8_new2048_ctx8192_p256", "chunked", True),
+    # DeepSeek MLA prefill (d 192, dv 128) and Gemma's hd256 over the same ragged batch.
+    ("varlen_prefill_16seq_17850tok_h16_d192_dv128", "varlen", False, 192, 128),
+    ("varlen_prefill_16seq_17850tok_h16_d192_dv128_causal", "varlen", True, 192, 128),
+    ("varlen_prefill_16seq_17850tok_h16_d256", "varlen", False, 256, 256),
+    ("varlen_prefill_16seq_17850tok_h16_d256_causal", "varlen", True, 256, 256),
 ]
 CHUNKED = dict(requests=8, new=2048, ctx=8192, page=256, hq=32, hkv=8)
 
 
-def varlen_case(torch, kind):
-    """(q, k, v, cu_q, cu_k, seqused_k, page_table, max_q, max_k, flops non-causal, flops causal)."""
+def varlen_case(torch, kind, d=D, dv=D):
+    """(q, k, v, cu_q, cu_k, seqused_k, page_table, max_q, max_k, flops non-causal, flops causal);
+    varlen: q/k (d) and v (dv) head dims, the FLOPs 2 n^2 (d + dv) a head."""
     g = torch.Generator(device="cuda").manual_seed(0)
     bf = dict(device="cuda", dtype=torch.bfloat16)
     if kind == "varlen":
         lens, h = VARLEN_LENS, 16
         total = sum(lens)
-        q = torch.randn(total, h, D, generator=g, **bf)
-        k, v = torch.randn(total, h, D, generator=g, **bf), torch.randn(total, h, D, generator=g, **bf)
+        q = torch.randn(total, h, d, generator=g, **bf)
+        k, v = torch.randn(total, h, d, generator=g, **bf), torch.randn(total, h, dv, generator=g, **bf)
         cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
-        full = sum(4 * n * n * h * D for n in lens)
+        full = sum(2 * n * n * h * (d + dv) for n in lens)
         return q, k, v, cu, cu, None, None, max(lens), max(lens), full, full / 2
     c = CHUNKED
     pages = c["ctx"] // c["page"]
@@ -82,12 +88,12 @@ def varlen_case(torch, kind):
 def run_varlen_cases(torch, timing, want) -> list:
     from cubinforge.runtime import prepare_varlen
     rows = []
-    for name, kind, causal in VARLEN_CASES:
+    for name, kind, causal, *dims in VARLEN_CASES:
         if want and name not in want:
             continue
-        r = {"kind": kind, "causal": causal}
+        r = {"kind": kind, "causal": causal, **({"head_dim": dims[0], "head_dim_v": dims[1]} if dims else {})}
         try:
-            q, k, v, cu_q, cu_k, used, table, mq, mk, fl_full, fl_causal = varlen_case(torch, kind)
+            q, k, v, cu_q, cu_k, used, table, mq, mk, fl_full, fl_causal = varlen_case(torch, kind, *dims)
         except Exception as e:
             r["error"] = first_line(e)
             rows.append((name, r))
@@ -96,7 +102,7 @@ def run_varlen_cases(torch, timing, want) -> list:
         r["flops"] = flops
         stream = torch.cuda.current_stream().cuda_stream
         try:
-            out = torch.empty_like(q)
+            out = q.new_empty(*q.shape[:2], v.shape[-1])
             lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device="cuda")
             p = prepare_varlen(q, k, v, cu_q, cu_k, mq, mk, seqused_k=used, page_table=table, causal=causal,
                                out=out, lse=lse, stream=stream)

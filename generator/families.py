@@ -109,11 +109,11 @@ FA3_FWD = Family(
          "head_dim_v must equal head_dim or make a pair the kernel builds: (192, 128), (128, 64), (96, 64)"),
         (lambda ax: not (ax["local"] and ax["causal"]),
          "local=1 is a sliding window with its own right edge; causal (the window (-1, 0)) is causal=1, local=0"),
-        (lambda ax: not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"] or ax["varlen"])
-         or ax["head_dim_v"] == ax["head_dim"],
-         "the inference forms (split_kv, pack_gqa, paged_kv, varlen) take softcap, local and learnable_sink, "
-         "but not head_dim_v != head_dim yet (that is the dense forward's: varlen=0 paged_kv=0 split_kv=0 "
-         "pack_gqa=0)"),
+        (lambda ax: not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]) or ax["head_dim_v"] == ax["head_dim"],
+         "the decode forms (split_kv, pack_gqa, paged_kv) read V as wide as K: head_dim_v != head_dim is the "
+         "dense forward's and packed varlen's (varlen=1 paged_kv=0 split_kv=0 pack_gqa=0)"),
+        (lambda ax: not (ax["varlen"] and ax["dtype"] == "e4m3") or ax["head_dim_v"] == ax["head_dim"],
+         "e4m3 varlen reads V as wide as K (head_dim_v = head_dim); bf16/fp16 varlen takes the pairs"),
         (lambda ax: not ax["varlen"] or (
             (ax["scheduler"] == "single" or (ax["scheduler"] == "persistent" and ax["dtype"] != "e4m3"
                                              and not (ax["softcap"] or ax["local"] or ax["learnable_sink"])))

@@ -230,6 +230,15 @@ def pack_gqa_tile(head_dim: int, split_kv: bool, paged_kv: bool) -> dict[str, li
     return {"tile_m": [64]}
 
 
+# Packed varlen beyond hd64 / hd128 (default and SET=inference): DeepSeek MLA prefill, (192, 128)
+# over ragged batches, and Gemma's hd256, on the persistent walk as hd128 (O from registers:
+# no O buffer fits beside (192, 128)'s K and V stages).
+VARLEN_WIDE = [
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
+                 "causal": [False, True], "varlen": [True], "scheduler": ["persistent"]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [256], "causal": [False, True],
+                 "varlen": [True], "scheduler": ["persistent"]}),
+]
 INFERENCE_SET = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [d], "causal": [False, True],
                  "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **(pack_gqa_tile(d, s, g) if p else {})})
@@ -241,6 +250,7 @@ INFERENCE_SET = [
       # hd128 packed on the persistent walk, as the default set (config.TUNED_VARLEN).
       ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [False, True],
                    "varlen": [True], "scheduler": ["persistent"]}),
+      *VARLEN_WIDE,
       ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]}),
       ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]}),
       ("kv_gather", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]})]
@@ -296,6 +306,7 @@ VARLEN_DEFAULT = [
                  "varlen": [True], "scheduler": ["persistent"]}),
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
                  "varlen": [True], "paged_kv": [True]}),
+    *VARLEN_WIDE,
 ]
 # The model variants in the inference forms (issue 12): what serving hosts of Mistral/Gemma
 # (sliding window), Gemma-2 (softcap, hd256) and gpt-oss (hd64, sinks, window 128 / full)

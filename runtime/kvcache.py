@@ -288,7 +288,7 @@ def prepare_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = 
     o_dtype = OUT_DTYPE if fp8 else qa.dtype
     if ka.shape != va.shape:
         dv = "; v's head dim differs from k's (head_dim_v != head_dim), which only flash_attn_func's dense " \
-             "forward takes so far" if ka.shape[:-1] == va.shape[:-1] else ""
+             "forward and flash_attn_varlen_func's packed k/v take so far" if ka.shape[:-1] == va.shape[:-1] else ""
         raise InputError(f"k_cache and v_cache must have one shape; got {ka.shape} and {va.shape}{dv}")
     b, sq, hq, d = qa.shape
     hkv = ka.shape[2]

@@ -6,7 +6,9 @@ way with cu_seqlens_k, or, with ``page_table`` int32 (batch, max_pages), a paged
 (num_pages, page_size, heads_kv, d) whose sequence b has seqused_k[b] keys (or
 cu_seqlens_k[b + 1] - cu_seqlens_k[b]). ``seqused_q`` / ``seqused_k`` int32 (batch,), where
 given, say how many of a sequence's rows count (the rest of its slot is neither read as a
-key nor written). out like q; lse float32 (heads_q, total_q). Causal is bottom-right per
+key nor written). out like q; lse float32 (heads_q, total_q). v may have a head dim of its
+own (head_dim_v, DeepSeek MLA prefill's (192, 128)), packed k and v only: out is then
+(total_q, heads_q, head_dim_v). Causal is bottom-right per
 sequence (query i of n sees keys j <= i + seqlen_k - n); a query row that sees no key gets
 O = 0 and LSE = -inf. ``max_seqlen_q`` / ``max_seqlen_k`` are hints; the kernel does not
 need them (its grid is bounded by total_q and the batch size: fa3_fwd_sm90/schedule.py).
@@ -40,6 +42,7 @@ from typing import Any
 
 from . import driver
 from .arrays import DeviceArray, OwnedDeviceArray
+from .axes import axis_value
 from .errors import InputError
 from .fp8 import OUT_DTYPE, _stack_descales
 from .kvcache import (FAMILY, FP8, GATHER_FAMILY, PAGE_CHUNK, DecodePlan, PreparedAttention, _check_inner,
@@ -142,13 +145,17 @@ def _prefix_view(a: DeviceArray, n: int) -> DeviceArray:
 
 
 def select_varlen_variant(arch: str, dtype: str, head_dim: int, causal: bool, paged_kv: bool,
-                          source: Source | None = None, variant: VariantArgs | None = None) -> Manifest:
+                          source: Source | None = None, variant: VariantArgs | None = None,
+                          head_dim_v: int | None = None) -> Manifest:
     """The registry's varlen variant for these axes (``variant``: the model axes, none when not
-    given); VariantNotFound names what is there and the nearest."""
+    given; ``head_dim_v``: v's head dim, head_dim when None); VariantNotFound names what is
+    there and the nearest."""
     found, _ = manifests(source or default_source(), FAMILY)
     forms = [m for m in found if m.axes.get("varlen")]
-    want = {"arch": arch, "dtype": dtype, "head_dim": int(head_dim), "causal": bool(causal), "paged_kv": bool(paged_kv)}
-    hits = [m for m in forms if all(m.axes.get(k) == v for k, v in want.items())
+    want = {"arch": arch, "dtype": dtype, "head_dim": int(head_dim),
+            "head_dim_v": int(head_dim if head_dim_v is None else head_dim_v), "causal": bool(causal),
+            "paged_kv": bool(paged_kv)}
+    hits = [m for m in forms if all(axis_value(m.axes, k) == v for k, v in want.items())
             and not m.axes.get("split_kv") and not m.axes.get("pack_gqa") and model_axes_match(m, variant)]
     if not hits:
         have = ", ".join(sorted(m.variant for m in forms)[:16]) or "none"
@@ -157,7 +164,7 @@ def select_varlen_variant(arch: str, dtype: str, head_dim: int, causal: bool, pa
             f"(varlen variants there: {have})",
             {**want, "varlen": True, **(variant.axes if variant else {})}, source,
             "build them with `make kernels ARCH=sm90 SET=inference` (the default set has bf16/fp16 hd64/128 "
-            "packed, bf16 hd128 paged and a bf16 hd128 window)")
+            "and (192, 128) packed, bf16 hd128 paged and a bf16 hd128 window)")
     return min(hits, key=lambda m: (m.axes.get("tile_m", 0), m.variant))
 
 
@@ -210,14 +217,16 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     if fp8 and paged and ka.shape[1] % PAGE_CHUNK:
         raise InputError(f"an e4m3 paged cache needs page_size a multiple of {PAGE_CHUNK} (got {ka.shape[1]}): "
                          f"there is no e4m3 gather for other page sizes")
-    if ka.shape != va.shape:
-        dv = "; v's head dim differs from k's (head_dim_v != head_dim), which only flash_attn_func's dense " \
-             "forward takes so far" if ka.shape[:-1] == va.shape[:-1] else ""
-        raise InputError(f"k and v must have one shape; got {ka.shape} and {va.shape}{dv}")
+    if ka.shape[:-1] != va.shape[:-1]:
+        raise InputError(f"k and v must have one shape but for v's head dim (head_dim_v); got {ka.shape} and "
+                         f"{va.shape}")
     total_q, hq, d = qa.shape
-    hkv = ka.shape[-2]
+    hkv, dv = ka.shape[-2], va.shape[-1]
     if ka.shape[-1] != d:
         raise InputError(f"head_dim differs: q has {d}, k {ka.shape[-1]}")
+    if dv != d and (paged or fp8):
+        raise InputError(f"v's head dim {dv} != head_dim {d} (head_dim_v) is built for packed bf16/fp16 k and v "
+                         f"only; {'a paged cache (page_table)' if paged else 'e4m3 inputs'} read V as wide as K")
     if hkv == 0 or hq % hkv:
         raise InputError(f"heads_q ({hq}) must be a multiple of heads_kv ({hkv})")
     sink = _wrap(learnable_sink, handle, "learnable_sink")
@@ -288,9 +297,10 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         arrays["learnable_sink"] = sink
     arrays, device = resolve_devices(arrays)
     descales = [(n, arrays.pop(n) if a is not None else None) for n, a in descales]
-    if "o" in arrays and (arrays["o"].shape != qa.shape or arrays["o"].dtype != o_dtype):
-        raise InputError(f"out must be {qa.shape} {o_dtype}{'' if fp8 else ' like q'}; got {arrays['o'].shape} "
-                         f"{arrays['o'].dtype}")
+    o_shape = (total_q, hq, dv)  # v's head dim (head_dim_v)
+    if "o" in arrays and (arrays["o"].shape != o_shape or arrays["o"].dtype != o_dtype):
+        like = "" if fp8 else " like q" if dv == d else " (q's rows, v's head dim)"
+        raise InputError(f"out must be {o_shape} {o_dtype}{like}; got {arrays['o'].shape} {arrays['o'].dtype}")
     if "o" in arrays:
         _check_inner("out", arrays["o"])
     if "lse" in arrays and (arrays["lse"].shape != (hq, total_q) or arrays["lse"].dtype != "f32"):
@@ -317,7 +327,7 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
             arrays[n] = DeviceArray(arrays[n].ptr, h[1], (h[1][1], 1), "i32", device, owner=arrays[n])
 
     if "o" not in arrays:
-        out = arrays["o"] = OwnedDeviceArray.empty(qa.shape, o_dtype, device, stream)
+        out = arrays["o"] = OwnedDeviceArray.empty(o_shape, o_dtype, device, stream)
     if "lse" not in arrays:
         lse = arrays["lse"] = OwnedDeviceArray.empty((hq, total_q), "f32", device, stream)
     plan = DecodePlan(False, 1, 0, 0)
@@ -353,7 +363,7 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         arrays["seqused_q"] = _prefix_view(arrays["cu_seqlens_q"], batch)
     if "seqused_k" not in arrays:
         arrays["seqused_k"] = _prefix_view(arrays["cu_seqlens_k"], batch)
-    fwd: Kernel = _kernel(select_varlen_variant(arch, qa.dtype, d, causal, paged, source, variant), source)
+    fwd: Kernel = _kernel(select_varlen_variant(arch, qa.dtype, d, causal, paged, source, variant, dv), source)
     kern = {n: arrays[n] for n in fwd.contract.tensors}
     launches.append((fwd, fwd.plan(kern, scalars, handle)))
     return PreparedAttention(out, lse, plan, launches, arrays)
@@ -367,8 +377,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
                            learnable_sink: Any = None, *, check: bool = False, source: Source | None = None,
                            q_descale: Any = None, k_descale: Any = None, v_descale: Any = None):
     """Attention over packed variable-length sequences: returns (out, lse), out (total_q,
-    heads_q, d) like q (bf16 for e4m3 q/k/v, with descales (batch, heads_kv)) and lse float32
-    (heads_q, total_q). See the module docstring for the layouts and what is checked;
+    heads_q, dv) like q, dv being v's head dim (bf16 for e4m3 q/k/v, with descales (batch,
+    heads_kv)), and lse float32 (heads_q, total_q). See the module docstring for the layouts and what is checked;
     ``check=True`` also checks device-side cu_seqlens, seqused and page_table on the host (a sync)."""
     handle = stream if type(stream) is int else driver.resolve_stream(stream)[0]
     prepared = prepare_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k,

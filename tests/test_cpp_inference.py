@@ -97,6 +97,7 @@ TQ, TK = 40, 50
 VL = {"q": T((TQ, HQ, D)), "k": T((TK, HKV, D)), "v": T((TK, HKV, D)), "cu_seqlens_q": T((B + 1,), "i32"),
       "cu_seqlens_k": T((B + 1,), "i32"), "out": T((TQ, HQ, D)), "lse": T((HQ, TQ), "f32")}
 VPAGED = {**VL, "k": T((9, 64, HKV, D)), "v": T((9, 64, HKV, D)), "page_table": T((B, 4), "i32")}
+MLA = {**VL, "q": T((TQ, HQ, 192)), "k": T((TK, HKV, 192)), "v": T((TK, HKV, 128)), "out": T((TQ, HQ, 128))}
 
 
 def vl(base=VL, **over):
@@ -137,6 +138,12 @@ VL_CASES = [
     (vl(out=T((TQ, HQ, D), "fp16")), 0, -1, -1, -1),
     (vl(out=T((TQ, HQ, D), strides=(HQ * D, D, 1), offset=2)), 0, -1, -1, -1),
     (vl(lse=T((TQ, HQ), "f32")), 0, -1, -1, -1),
+    # v's own head dim (head_dim_v): packed (192, 128) is built, its out is v's width
+    (vl(MLA), 0, -1, -1, -1),
+    (vl(MLA, out=T((TQ, HQ, 192))), 0, -1, -1, -1),
+    (vl(MLA, v=T((TK + 1, HKV, 128))), 0, -1, -1, -1),
+    (vl(VPAGED, v=T((9, 64, HKV, 64))), 0, -1, -1, -1),
+    (vl(v=T((TK, HKV, 64))), 0, -1, -1, -1),
 ]
 
 

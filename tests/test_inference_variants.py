@@ -135,11 +135,13 @@ def test_default_set_has_the_model_inference_variants_and_names_round_trip():
         assert spec.parse_name(n).name == n
 
 
-def test_head_dim_v_is_refused_in_the_inference_forms_naming_what_works():
+def test_head_dim_v_is_refused_in_the_decode_forms_naming_what_works():
+    spec.make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=192, head_dim_v=128, causal=True,
+                      varlen=True)   # packed varlen takes it (DeepSeek MLA prefill)
     with pytest.raises(spec.SpecError, match="head_dim_v"):
         spec.make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=192, head_dim_v=128, causal=True,
-                          varlen=True)
-    with pytest.raises(ValueError, match="dense forward only"):
+                          varlen=True, paged_kv=True)
+    with pytest.raises(ValueError, match="dense forward and packed varlen"):
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=192, head_dim_v=128, causal=True, split_kv=True)
     # The model axes themselves are buildable now.
     spec.make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=False, local=True,
@@ -302,11 +304,12 @@ def test_sink_in_split_zero_only_is_counted_once_by_the_combine(cuts):
 
 def test_head_dim_v_in_the_inference_apis_says_where_it_is_built(fake_driver):
     q, k, v = arr((2, 1, 16, 192), "bf16"), arr((64, 16, 4, 192), "bf16"), arr((64, 16, 4, 128), "bf16")
-    with pytest.raises(InputError, match="only flash_attn_func's dense forward"):
+    with pytest.raises(InputError, match="only flash_attn_func's dense forward and flash_attn_varlen_func's packed"):
         kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=10, page_table=arr((2, 4), "i32"), source=SRC)
-    qv, kv, vv = arr((40, 16, 192), "bf16"), arr((60, 4, 192), "bf16"), arr((60, 4, 128), "bf16")
-    with pytest.raises(InputError, match="only flash_attn_func's dense forward"):
-        varlen.flash_attn_varlen_func(qv, kv, vv, [0, 40], [0, 60], 40, 60, source=SRC)
+    qv = arr((40, 16, 192), "bf16")
+    with pytest.raises(InputError, match="packed bf16/fp16 k and v only; a paged cache"):
+        varlen.flash_attn_varlen_func(qv, k, v, [0, 40], None, 40, 64, seqused_k=[30], page_table=[[0, 1, 2, 3]],
+                                      source=SRC)
     assert fake_driver == []
 
 

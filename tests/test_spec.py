@@ -21,9 +21,10 @@ def test_set_sizes():
     # other head dims and fp16 (2 dtypes x 3 head dims x causal/non x split/unsplit, less bf16
     # hd128's 4 above) and the hd64/hd256 combines of both dtypes; the model variants' inference
     # forms (issue 12): 5 forward forms (their 2 combines, bf16 hd64/hd256, are the decode forms'
-    # above: expand_set keeps one variant per name, so they count once)
+    # above: expand_set keeps one variant per name, so they count once); packed varlen at (192, 128)
+    # and hd256, bf16 and fp16, both masks (spec.VARLEN_WIDE)
     assert len(select("default")) == (2 * (5 + 8 + 2) + 8 + 2 + 2 + 1 + 4 + 3 * 2 + 2 * 3 + 2 * 2 * 2 + 2 + 2
-                                      + (2 * 3 * 2 * 2 - 4) + 2 * 2 + 5)
+                                      + (2 * 3 * 2 * 2 - 4) + 2 * 2 + 5 + 2 * 2 * 2)
     assert len(select("demo")) == 4
     # test/demo families stay out of `all`
     assert {v.family for v in select("all")} == {"fa3_fwd", "fa4_fwd", "attn_combine", "kv_append", "kv_gather",

@@ -87,12 +87,14 @@ def test_default_set_has_varlen_prefill_and_paged_chunked_prefill():
         for hd, walk in ((64, ""), (128, "-persistent")):   # hd128: config.TUNED_VARLEN
             for c in ("causal", "noncausal"):
                 assert f"fa3-fwd-sm_90a-{dt}-hd{hd}-{c}-varlen{walk}" in names
+            for form in ("hd192-dv128", "hd256"):   # DeepSeek MLA prefill, Gemma
+                assert f"fa3-fwd-sm_90a-{dt}-{form}-{c}-varlen-persistent" in names
     assert "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-paged" in names
     assert "fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-paged" in names
     inf = [v for v in spec.expand_set("inference") if v.family == "fa3_fwd" and v["varlen"]]
     plain = [v for v in inf if not (v["local"] or v["softcap"] or v["learnable_sink"])]  # model ones: issue 12
-    assert len(plain) == 16
-    assert all(v["scheduler"] == ("persistent" if v["head_dim"] == 128 and not v["paged_kv"] else "single")
+    assert len(plain) == 24
+    assert all(v["scheduler"] == ("persistent" if v["head_dim"] >= 128 and not v["paged_kv"] else "single")
                for v in plain)
     assert all(v["scheduler"] == "single" for v in inf if v not in plain)
     for n in names:
@@ -112,6 +114,38 @@ def test_varlen_refuses_what_is_not_built():
     with pytest.raises(ValueError, match="varlen"):
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, pack_gqa=True, tile_m=64)
     assert FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True).inference
+
+
+def test_a_value_head_dim_of_its_own_is_packed_varlens_only():
+    mla = dict(arch="sm_90a", dtype="bf16", head_dim=192, head_dim_v=128, causal=True, varlen=True)
+    assert FwdConfig(**mla, scheduler="persistent").head_dim_v == 128
+    for over, word in ((dict(paged_kv=True), "paged_kv"), (dict(o_smem_store=True), "o_smem_store"),
+                       (dict(varlen=False, split_kv=True, pack_gqa=True, tile_m=64), "without varlen")):
+        with pytest.raises(ValueError, match=word):
+            FwdConfig(**{**mla, **over})
+    spec.make_variant("fa3_fwd", **mla, scheduler="persistent")
+    with pytest.raises(spec.SpecError, match="e4m3 varlen reads V as wide as K"):
+        spec.make_variant("fa3_fwd", **{**mla, "dtype": "e4m3"})
+    with pytest.raises(spec.SpecError, match="decode forms"):
+        spec.make_variant("fa3_fwd", **{**mla, "varlen": False, "paged_kv": True})
+
+
+def test_a_value_head_dim_of_its_own_in_the_varlen_contract():
+    cfg = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=192, head_dim_v=128, causal=True, varlen=True,
+                    scheduler="persistent")
+    c = varlen_contract_of(cfg)
+    b, total_q, total_k, hq, hkv = 3, 500, 700, 16, 16
+    t = {"q": arr((total_q, hq, 192), "bf16"), "k": arr((total_k, hkv, 192), "bf16"),
+         "v": arr((total_k, hkv, 128), "bf16"), "o": arr((total_q, hq, 128), "bf16"),
+         "lse": arr((hq, total_q), "f32"), "cu_seqlens_q": arr((b + 1,), "i32"), "cu_seqlens_k": arr((b + 1,), "i32"),
+         "seqused_q": arr((b,), "i32"), "seqused_k": arr((b,), "i32")}
+    bound = bind(c, t, {}, {"sm_count": 132})
+    for p in c.params:
+        if p.kind == "tensormap":
+            tensormap.tensormap_args(p.spec, bound.tensors[p.spec["tensor"]], p.spec["tensor"])
+    for name, wrong in (("o", arr((total_q, hq, 192), "bf16")), ("v", arr((total_k, hkv, 192), "bf16"))):
+        with pytest.raises(InputError, match="head_dim_v"):
+            bind(c, {**t, name: wrong}, {}, {"sm_count": 132})
 
 
 # --------------------------------------------------------------------------- contract
@@ -286,6 +320,23 @@ def test_bad_inputs_are_refused_before_the_launch(fake_driver):
     with pytest.raises(InputError, match="paged cache"):
         f(q, k, v, [0, 20, 40], None, None, None, seqused_k=[16, 3], page_table=[[0, 1], [2, 3]], source=SRC)
     assert launched == []
+
+
+@pytest.mark.skipif(not any(m.axes.get("head_dim_v") == 128 and m.axes.get("head_dim") == 192 for m in _found
+                            if m.axes.get("varlen")), reason=f"no (192, 128) varlen variant in {SRC.home}")
+def test_mla_prefill_takes_v_of_its_own_head_dim(fake_driver):
+    launched, _ = fake_driver
+    q, k = arr((40, 16, 192), "bf16"), arr((60, 16, 192), "bf16")
+    v = arr((60, 16, 128), "bf16")
+    out, lse = varlen.flash_attn_varlen_func(q, k, v, [0, 17, 40], [0, 30, 60], 23, 30, causal=True, source=SRC)
+    (name, plan), = launched
+    assert name == "fa3-fwd-sm_90a-bf16-hd192-dv128-causal-varlen-persistent"
+    assert out.shape == (40, 16, 128) and lse.shape == (16, 40)
+    with pytest.raises(InputError, match=r"out must be \(40, 16, 128\) bf16 \(q's rows, v's head dim\)"):
+        varlen.flash_attn_varlen_func(q, k, v, [0, 40], [0, 60], out=arr((40, 16, 192), "bf16"), source=SRC)
+    with pytest.raises(InputError, match="paged cache"):
+        varlen.flash_attn_varlen_func(q, arr((8, 16, 16, 192), "bf16"), arr((8, 16, 16, 128), "bf16"), [0, 40], None,
+                                      seqused_k=[16], page_table=[[0]], source=SRC)
 
 
 @need_built

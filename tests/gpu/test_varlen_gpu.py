@@ -26,13 +26,15 @@ SRC = LocalSource()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
 
 
-def need(dtype, head_dim, causal, paged=False):
+def need(dtype, head_dim, causal, paged=False, head_dim_v=None):
     if NO_GPU is not None:
         pytest.skip(NO_GPU)
     found, _ = manifests(SRC, "fa3_fwd")
+    dv = head_dim if head_dim_v is None else head_dim_v
     if not any(m.axes.get("varlen") and m.axes.get("dtype") == dtype and m.axes.get("head_dim") == head_dim
+               and m.axes.get("head_dim_v", head_dim) == dv
                and m.axes.get("causal") == causal and bool(m.axes.get("paged_kv")) == paged for m in found):
-        pytest.skip(f"no varlen {dtype} hd{head_dim} causal={causal} paged={paged} in {SRC.home}")
+        pytest.skip(f"no varlen {dtype} hd{head_dim} dv{dv} causal={causal} paged={paged} in {SRC.home}")
 
 
 def i32(values):
@@ -44,13 +46,14 @@ def cumsum0(xs):
 
 
 def attend(q, k, v, causal, scale):
-    """float64 attention of one sequence: q (nq, hq, d), k/v (nk, hkv, d) -> o (nq, hq, d), lse (hq, nq)."""
+    """float64 attention of one sequence: q (nq, hq, d), k (nk, hkv, d), v (nk, hkv, dv) -> o (nq, hq, dv),
+    lse (hq, nq)."""
     nq, hq, d = q.shape
-    nk = k.shape[0]
+    nk, dv = k.shape[0], v.shape[-1]
     if nq == 0:
-        return np.zeros((0, hq, d)), np.zeros((hq, 0))
+        return np.zeros((0, hq, dv)), np.zeros((hq, 0))
     if nk == 0:
-        return np.zeros((nq, hq, d)), np.full((hq, nq), -np.inf)
+        return np.zeros((nq, hq, dv)), np.full((hq, nq), -np.inf)
     g = hq // k.shape[1]
     kk, vv = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
     s = np.einsum("qhd,khd->hqk", q, kk) * scale
@@ -61,10 +64,11 @@ def attend(q, k, v, causal, scale):
 
 
 def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=None, page_size=None, d=128,
-               dtype="bf16", spare=3, check=False, host_cu=False):
+               dtype="bf16", spare=3, check=False, host_cu=False, dv=None):
     from cubinforge.runtime import flash_attn_varlen_func
 
     b = len(slots_q)
+    dv = d if dv is None else dv
     cu_q = cumsum0(slots_q)
     total_q = cu_q[-1] + spare
     qh, qd = rand(rng, (total_q, hq, d), dtype)
@@ -73,7 +77,7 @@ def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=No
     if page_size is None:
         cu_k = cumsum0(slots_k)
         kh, kd = rand(rng, (cu_k[-1] + spare, hkv, d), dtype)
-        vh, vd = rand(rng, (cu_k[-1] + spare, hkv, d), dtype)
+        vh, vd = rand(rng, (cu_k[-1] + spare, hkv, dv), dtype)
         k_rows = [kh[cu_k[i]:cu_k[i] + nk[i]] for i in range(b)]
         v_rows = [vh[cu_k[i]:cu_k[i] + nk[i]] for i in range(b)]
         table = None
@@ -90,21 +94,21 @@ def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=No
         cu_k_arg = None
         if used_k is None:
             used_k = slots_k  # a paged cache has no packed offsets: the key counts are seqused_k
-    out, lse = poisoned((total_q, hq, d), dtype), poisoned((hq, total_q), "f32")
+    out, lse = poisoned((total_q, hq, dv), dtype), poisoned((hq, total_q), "f32")
     scale = 1 / math.sqrt(d)
     flash_attn_varlen_func(
         qd, kd, vd, cu_q if host_cu else i32(cu_q), cu_k_arg, max(slots_q), max(slots_k),
         seqused_q=None if used_q is None else i32(used_q), seqused_k=None if used_k is None else i32(used_k),
         page_table=table, causal=causal, out=out, lse=lse, check=check, source=SRC)
     got_o, got_lse = download(out), download(lse)
-    want_o = np.full((total_q, hq, d), np.nan)
+    want_o = np.full((total_q, hq, dv), np.nan)
     want_lse = np.full((hq, total_q), np.nan)
     for i in range(b):
         r0 = cu_q[i]
         o, l = attend(qh[r0:r0 + nq[i]], k_rows[i], v_rows[i], causal, scale)
         want_o[r0:r0 + nq[i]], want_lse[:, r0:r0 + nq[i]] = o, l
     what = (f"slots_q={list(slots_q)[:8]} slots_k={list(slots_k)[:8]} used_q={used_q and list(used_q)[:8]} "
-            f"used_k={used_k and list(used_k)[:8]} {hq}/{hkv} causal={causal} page={page_size} {dtype} hd{d}")
+            f"used_k={used_k and list(used_k)[:8]} {hq}/{hkv} causal={causal} page={page_size} {dtype} hd{d} dv{dv}")
     compare(got_o, got_lse, want_o, want_lse, what)
 
 
@@ -226,3 +230,29 @@ def test_check_true_reads_device_cu_seqlens():
     _, kd = rand(rng, (40, 8, 128), "bf16")
     with pytest.raises(InputError, match=r"non-decreasing: cu_seqlens_k\[2\] = 3 < cu_seqlens_k\[1\] = 30"):
         flash_attn_varlen_func(qd, kd, kd, i32([0, 10, 40]), i32([0, 30, 3]), 30, 30, check=True, source=SRC)
+
+
+# --------------------------------------------------------------------------- wider head dims
+
+# DeepSeek MLA prefill (192, 128) and Gemma's hd256, packed on the persistent walk: ragged
+# batches with empty and one-token sequences, tile edges, seqused shorter than the slots, GQA.
+WIDE = [(192, 128), (256, 256)]
+
+
+@pytest.mark.parametrize("hq,hkv", GQA)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d,dv", WIDE)
+def test_wide_head_dims_ragged(hq, hkv, causal, d, dv):
+    need("bf16", d, causal, head_dim_v=dv)
+    rng = np.random.default_rng(d * 100 + hq + causal)
+    run_varlen(rng, RAGGED, RAGGED, hq=hq, hkv=hkv, causal=causal, d=d, dv=dv)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d,dv", WIDE)
+def test_wide_head_dims_fp16_cross_lengths_and_seqused(causal, d, dv):
+    need("fp16", d, causal, head_dim_v=dv)
+    rng = np.random.default_rng(7 + d + causal)
+    slots_q, slots_k = [65, 0, 129, 1, 300], [200, 5, 129, 64, 1000]
+    run_varlen(rng, slots_q, slots_k, hq=8, hkv=8, causal=causal, d=d, dv=dv, dtype="fp16",
+               used_q=[60, 0, 128, 1, 17], used_k=[200, 0, 100, 63, 999])

@@ -138,26 +138,26 @@ def _compile_inference(cfg, dt, fake, scale, options):
 
 
 def _compile_varlen(cfg, dt, sym, heads_q, heads_kv, scale, options):
-    """The varlen form: packed q/o (total_q, heads_q, d), lse (heads_q, total_q), k/v packed
-    (total_k, heads_kv, d) or the paged cache; cu_seqlens_q/k (batch + 1,), seqused_q/k
-    (batch,), the two has_seqused flags."""
+    """The varlen form: packed q (total_q, heads_q, d), o (total_q, heads_q, dv), lse (heads_q,
+    total_q), k (total_k, heads_kv, d) and v (total_k, heads_kv, dv) packed or the paged cache;
+    cu_seqlens_q/k (batch + 1,), seqused_q/k (batch,), the two has_seqused flags."""
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor
 
     from .inference import FlashFwdSm90Inference
 
-    d = cfg.head_dim
+    d, dv = cfg.head_dim, cfg.head_dim_v
     batch, batch1, total_q, total_k = cute.sym_int(), cute.sym_int(), cute.sym_int(), cute.sym_int()
 
-    def thd(rows, heads):
-        return make_fake_tensor(dt, (rows, heads, d), stride=(sym(8), sym(8), 1), assumed_align=16)
+    def thd(rows, heads, width=d):
+        return make_fake_tensor(dt, (rows, heads, width), stride=(sym(8), sym(8), 1), assumed_align=16)
 
     def i32(*shape):
         stride = (1,) if len(shape) == 1 else (sym(), 1)
         return make_fake_tensor(cutlass.Int32, shape, stride=stride, assumed_align=4)
 
-    q, o = thd(total_q, heads_q), thd(total_q, heads_q)
+    q, o = thd(total_q, heads_q), thd(total_q, heads_q, dv)
     if cfg.fp8:  # e4m3 q/k/v, O in out_dtype
         from .kernel import DTYPES
         o = make_fake_tensor(DTYPES[cfg.out_dtype], (total_q, heads_q, d), stride=(sym(8), sym(8), 1),
@@ -168,7 +168,7 @@ def _compile_varlen(cfg, dt, sym, heads_q, heads_kv, scale, options):
                                  assumed_align=16) for _ in range(2)]
         page_table = i32(batch, cute.sym_int())
     else:
-        k, v = thd(total_k, heads_kv), thd(total_k, heads_kv)
+        k, v = thd(total_k, heads_kv), thd(total_k, heads_kv, dv)
         page_table = None
     lse = make_fake_tensor(cutlass.Float32, (heads_q, total_q), stride=(sym(), 1), assumed_align=4)
     kernel = FlashFwdSm90Inference(cfg)

@@ -635,9 +635,15 @@ class FwdConfig:
         if self.pack_gqa and self.mask_bits:
             raise ValueError("mask_bits counts kept columns per token row: pack_gqa's rows are (token, head)")
         if self.inference and self.head_dim_v != self.head_dim:
-            raise ValueError(f"head_dim_v = {self.head_dim_v} != head_dim = {self.head_dim} is built for the dense "
-                             f"forward only; the inference forms (split_kv, pack_gqa, paged_kv, varlen) read V as "
-                             f"wide as K (use head_dim_v = head_dim there)")
+            # Packed varlen (DeepSeek MLA prefill is (192, 128) over ragged batches): V's tiles and
+            # O are head_dim_v wide and O leaves from registers; the other forms read V as K.
+            other = [n for n in ("split_kv", "pack_gqa", "paged_kv", "o_smem_store", "o_tma_ragged", "fp8")
+                     if getattr(self, n)]
+            if not self.varlen or other:
+                raise ValueError(f"head_dim_v = {self.head_dim_v} != head_dim = {self.head_dim} is built for the dense "
+                                 f"forward and packed varlen (O from registers) only; got "
+                                 f"{', '.join(other) if self.varlen else 'an inference form without varlen'} "
+                                 f"(use head_dim_v = head_dim there)")
         if self.varlen and (self.split_kv or self.pack_gqa):
             raise ValueError("varlen is built without split_kv and pack_gqa so far: use varlen alone or with paged_kv")
         if self.paged_kv and self.tile_n % PAGE_CHUNK:

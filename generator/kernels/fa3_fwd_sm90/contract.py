@@ -352,6 +352,7 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     """
     swz = swizzle if isinstance(swizzle, dict) else {t: swizzle for t in "qkvo"}
     d = cfg.head_dim
+    dv_sym = "head_dim_v" if cfg.head_dim_v != d else "head_dim"  # as family_contract's
     params: list[dict] = []
 
     def add(p):
@@ -364,6 +365,7 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     else:
         kv_coords = ["total_k", "heads_kv"]
         kv_dims = ["total_k", "heads_kv", "head_dim"]
+    v_dims = kv_dims[:-1] + [dv_sym]
     add(i32_struct("q_coords", 0, ["total_q", "heads_q"]))
     add(i32_struct("k_coords", 0, kv_coords))
     add(i32_struct("v_coords", 0, kv_coords))
@@ -409,6 +411,7 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         "total_q": {"tensor": "q", "dim": 0, "min": 1},
         "heads_q": {"tensor": "q", "dim": 1, "min": 1},
         "head_dim": {"tensor": "q", "dim": 2, "fixed": d},
+        **({dv_sym: {"tensor": "v", "dim": len(v_dims) - 1, "fixed": cfg.head_dim_v}} if dv_sym != "head_dim" else {}),
         "heads_kv": {"tensor": "k", "dim": len(kv_dims) - 2, "min": 1},
         "batch": {"tensor": "seqused_q", "dim": 0, "min": 1},
         "batch_plus_1": {"tensor": "cu_seqlens_q", "dim": 0, "min": 2},
@@ -423,9 +426,9 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         "q": {"role": "input", "dtype": cfg.dtype, "dims": ["total_q", "heads_q", "head_dim"], **thd},
         "k": {"role": "input", "dtype": cfg.dtype, "dims": kv_dims, "contiguous_dim": len(kv_dims) - 1,
               "align_bytes": 16},
-        "v": {"role": "input", "dtype": cfg.dtype, "dims": kv_dims, "contiguous_dim": len(kv_dims) - 1,
+        "v": {"role": "input", "dtype": cfg.dtype, "dims": v_dims, "contiguous_dim": len(v_dims) - 1,
               "align_bytes": 16},
-        "o": {"role": "output", "dtype": cfg.out_dtype, "dims": ["total_q", "heads_q", "head_dim"], **thd},
+        "o": {"role": "output", "dtype": cfg.out_dtype, "dims": ["total_q", "heads_q", dv_sym], **thd},
         "lse": {"role": "output", "dtype": "f32", "dims": ["heads_q", "total_q"], "contiguous_dim": 1,
                 "align_bytes": 4},
         "cu_seqlens_q": {**i32_vec, "dims": ["batch_plus_1"]},

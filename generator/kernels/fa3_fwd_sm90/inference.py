@@ -60,8 +60,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             raise ValueError("FlashFwdSm90Inference builds split_kv / pack_gqa / paged_kv variants only")
         if not cfg.intra_wg_overlap:
             raise ValueError("the inference kernel has the overlapped main loop only")
-        if cfg.head_dim_v != cfg.head_dim:
-            raise ValueError("the inference kernel reads V as wide as K: head_dim_v = head_dim only")
+        # head_dim_v != head_dim (varlen packed only: FwdConfig says which forms): V's tiles,
+        # the PV GEMM and O are hdim_v wide, Q's and K's hdim.
         self.split = cfg.split_kv
         self.pack = cfg.pack_gqa
         self.paged = cfg.paged_kv
@@ -124,7 +124,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
         sQ_layout = smem_layout(self.dtype, self.tile_m, self.hdim)
         sK_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
-        sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim, self.stages)
+        sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim_v, self.stages)
 
         fields = self._storage_fields(sQ_layout, sK_layout, sV_layout)
         if const_expr(self.separate_o):
@@ -144,10 +144,10 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             check_local_layouts(tiled_mma_qk, tiled_mma_pv, self.tile_m, self.tile_n)
 
         load_op = cpasync.CopyBulkTensorTileG2SOp()
-        tma_k, tK, tma_v, tV = self._kv_tma_atoms(load_op, mK, mV, sK_layout, sV_layout, (self.tile_n, self.hdim))
+        tma_k, tK, tma_v, tV = self._kv_tma_atoms(load_op, mK, mV, sK_layout, sV_layout, (self.tile_n, self.hdim_v))
         cols = _inner_cols(sK_layout)
         self.dynamic_smem_bytes = SharedStorage.size_in_bytes()
-        self.tma_boxes = {"k": (cols, self.tile_n), "v": (cols, self.tile_n)}
+        self.tma_boxes = {"k": (cols, self.tile_n), "v": (_inner_cols(sV_layout), self.tile_n)}
         tma_q, tQ = None, mQ
         if const_expr(not self.pack):
             tma_q, tQ = cpasync.make_tiled_tma_atom(load_op, mQ, sQ_layout, (self.tile_m, self.hdim))
@@ -606,8 +606,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
             kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
         one = cute.make_layout(1)
-        k_args = (mK, mKc, sK, tma_k, tma_kc, pipe_k)
-        v_args = (mV, mVc, sV, tma_v, tma_vc, pipe_v)
+        k_args = (mK, mKc, sK, tma_k, tma_kc, pipe_k, self.hdim)
+        v_args = (mV, mVc, sV, tma_v, tma_vc, pipe_v, self.hdim_v)
         where = (head_kv, batch, seqlen_k, mPageTable, offset_k)
         pipe_k.producer_acquire(kv_state)
         self.load_block(*k_args, kv_state, hi - 1, *where)
@@ -639,9 +639,10 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         return q_state, kv_state
 
     @cute.jit
-    def load_block(self, mX, mXc, sX, tma_x, tma_xc, pipe, state, n_block, head_kv, batch, seqlen_k, mPageTable,
-                   offset_k=0):
-        """The TMA loads of key block n_block of K or V into the pipeline slot of `state`."""
+    def load_block(self, mX, mXc, sX, tma_x, tma_xc, pipe, width: cutlass.Constexpr[int], state, n_block, head_kv,
+                   batch, seqlen_k, mPageTable, offset_k=0):
+        """The TMA loads of key block n_block of K or V (`width` columns: hdim or hdim_v) into
+        the pipeline slot of `state`."""
         one = cute.make_layout(1)
         bar = pipe.producer_get_barrier(state)
         sX_stage = cute.group_modes(sX[None, None, state.index], 0, 2)
@@ -650,7 +651,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 mX_s = cute.domain_offset((offset_k, 0), mX[None, None, head_kv])
             else:
                 mX_s = mX[None, None, head_kv, batch]
-            gX = cute.local_tile(mX_s, (self.tile_n, self.hdim), (n_block, 0))
+            gX = cute.local_tile(mX_s, (self.tile_n, width), (n_block, 0))
             tXsX, tXgX = cpasync.tma_partition(tma_x, 0, one, sX_stage, cute.group_modes(gX, 0, 2))
             cute.copy(tma_x, tXgX, tXsX, tma_bar_ptr=bar)
         else:
@@ -661,7 +662,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             key0 = n_block * self.tile_n
             if page_size % self.tile_n == 0:
                 page = mPageTable[batch, cutlass.min(key0 // page_size, last_page)]
-                gX = cute.local_tile(mX[None, None, head_kv, page], (self.tile_n, self.hdim),
+                gX = cute.local_tile(mX[None, None, head_kv, page], (self.tile_n, width),
                                      ((key0 % page_size) // self.tile_n, 0))
                 tXsX, tXgX = cpasync.tma_partition(tma_x, 0, one, sX_stage, cute.group_modes(gX, 0, 2))
                 cute.copy(tma_x, tXgX, tXsX, tma_bar_ptr=bar)
@@ -718,7 +719,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
         # e4m3: sV is sVt, (head_dim, keys) keys contiguous: the K-major B operand as it is.
         tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sV if const_expr(self.fp8) else transpose_view(sV)))
-        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim)), Float32)
+        acc_O = cute.make_rmem_tensor(wg_mma_pv.partition_shape_C((self.tile_m, self.hdim_v)), Float32)
         tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
         s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
         coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
@@ -812,7 +813,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         """The sink logit of each of this thread's rows: its query head's (pack-GQA rows are
         (token, head)); -inf (no sink) in every split but split 0."""
         thr_mma = tiled_mma_pv.get_slice(tidx)
-        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim_v))))
         sink = cute.make_rmem_tensor(rows, Float32)
         for r in cutlass.range_constexpr(rows):
             h = head
@@ -983,7 +984,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         the token's row is offset_q + token of the packed o (total_q, heads, d) and lse
         (heads, total_q), and rows past the sequence (another sequence's) are never written."""
         thr_mma = tiled_mma_pv.get_slice(tidx)
-        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim_v))))
         o_rc = acc_as_rows_cols(acc_O)
         for r in cutlass.range_constexpr(cute.size(o_rc, mode=[0])):
             prow = m_block * self.tile_m + cO[r, 0][0]

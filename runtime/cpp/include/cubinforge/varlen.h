@@ -3,7 +3,8 @@
 // packed the same way (cu_seqlens_k), or with a page_table a paged cache (num_pages,
 // page_size, heads_kv, d) whose sequence b has seqused_k[b] keys (or cu_seqlens_k[b + 1] -
 // cu_seqlens_k[b]). seqused_q / seqused_k shorten a sequence within its slot. o like q, lse
-// float32 (heads_q, total_q). Causal is bottom-right per sequence, and so is a window
+// float32 (heads_q, total_q). Packed v may have a head dim of its own (head_dim_v, e.g. (192,
+// 128)): o is then (total_q, heads_q, head_dim_v). Causal is bottom-right per sequence, and so is a window
 // (VarlenArgs.model: window_size, softcap, learnable_sink, variants.h). max_seqlen_q / _k are hints.
 // Page sizes not a multiple of 16 go through kv_gather into a packed copy (needs seqused_k).
 //
@@ -43,7 +44,7 @@ struct VarlenArgs {
   Tensor cu_seqlens_q, cu_seqlens_k;  // int32 (batch + 1,); cu_seqlens_k optional when paged with seqused_k
   Tensor seqused_q, seqused_k;        // optional int32 (batch,)
   Tensor page_table;                  // optional int32 (batch, max_pages): k and v are a paged cache
-  Tensor o;                           // like q
+  Tensor o;                           // like q, v's head dim (head_dim_v) wide
   Tensor lse;                         // float32 (heads_q, total_q)
   int64_t max_seqlen_q = -1, max_seqlen_k = -1;  // hints (-1: none)
   bool causal = false;
@@ -56,7 +57,7 @@ struct VarlenArgs {
 };
 
 struct VarlenShape {
-  int64_t batch = 0, total_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  int64_t batch = 0, total_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0, head_dim_v = 0;
   bool paged = false;
   int64_t num_pages = 0, page_size = 0, max_pages = 0;
   ModelVariant variant;               // causal and the model axes, resolved (variants.h)
@@ -108,12 +109,18 @@ inline Status check_varlen(const VarlenArgs& a, VarlenShape* out) {
   if (a.q.dtype != a.k.dtype || a.q.dtype != a.v.dtype)
     return invalid(std::string("q, k, v must share one dtype; got ") + dtype_name(a.q.dtype) + ", " +
                    dtype_name(a.k.dtype) + ", " + dtype_name(a.v.dtype));
-  if (!detail::same_shape(a.k, a.v))
-    return invalid("k and v must have one shape; got " + py_shape(a.k) + " and " + py_shape(a.v));
+  for (int i = 0; i + 1 < kv_rank; ++i)
+    if (a.k.shape[i] != a.v.shape[i])
+      return invalid("k and v must have one shape but for v's head dim (head_dim_v); got " + py_shape(a.k) +
+                     " and " + py_shape(a.v));
   const int64_t total_q = a.q.shape[0], hq = a.q.shape[1], d = a.q.shape[2];
-  const int64_t hkv = a.k.shape[kv_rank - 2];
+  const int64_t hkv = a.k.shape[kv_rank - 2], dv = a.v.shape[kv_rank - 1];
   if (a.k.shape[kv_rank - 1] != d)
     return invalid("head_dim differs: q has " + std::to_string(d) + ", k " + std::to_string(a.k.shape[kv_rank - 1]));
+  if (dv != d && (paged || a.q.dtype == DType::e4m3))
+    return invalid("v's head dim " + std::to_string(dv) + " != head_dim " + std::to_string(d) +
+                   " (head_dim_v) is built for packed bf16/fp16 k and v only; " +
+                   (paged ? "a paged cache (page_table)" : "e4m3 inputs") + " read V as wide as K");
   if (hkv == 0 || hq % hkv)
     return invalid("heads_q (" + std::to_string(hq) + ") must be a multiple of heads_kv (" + std::to_string(hkv) + ")");
   CUBINFORGE_TRY(check_sink(a.model.learnable_sink, hq));
@@ -141,15 +148,18 @@ inline Status check_varlen(const VarlenArgs& a, VarlenShape* out) {
                      ") goes through a gather that needs seqused_k: pass the key counts as seqused_k");
   }
   if (!given(a.o) || !given(a.lse)) return invalid("VarlenArgs.o and .lse are required: the loader allocates no outputs");
-  if (!detail::same_shape(a.o, a.q) || a.o.dtype != a.q.dtype)
-    return invalid("out must be " + py_shape(a.q) + " " + dtype_name(a.q.dtype) + " like q; got " + py_shape(a.o) +
-                   " " + dtype_name(a.o.dtype));
+  const int64_t o_shape[3] = {total_q, hq, dv};
+  if (a.o.rank != 3 || a.o.shape[0] != total_q || a.o.shape[1] != hq || a.o.shape[2] != dv || a.o.dtype != a.q.dtype)
+    return invalid("out must be " + py_tuple(o_shape, 3) + " " + dtype_name(a.q.dtype) +
+                   (dv == d ? " like q" : " (q's rows, v's head dim)") +
+                   "; got " + py_shape(a.o) + " " + dtype_name(a.o.dtype));
   CUBINFORGE_TRY(detail::check_inner("out", a.o));
   const int64_t lse_shape[2] = {hq, total_q};
   if (a.lse.rank != 2 || a.lse.shape[0] != hq || a.lse.shape[1] != total_q || a.lse.dtype != DType::f32)
     return invalid("lse must be float32 (heads_q, total_q) = " + py_tuple(lse_shape, 2) + "; got " +
                    dtype_name(a.lse.dtype) + " " + py_shape(a.lse));
   out->batch = batch, out->total_q = total_q, out->heads_q = hq, out->heads_kv = hkv, out->head_dim = d;
+  out->head_dim_v = dv;
   out->paged = paged, out->variant = variant;
   return Status::Ok();
 }
@@ -217,17 +227,20 @@ inline Status check_varlen_values(const std::vector<int32_t>& cu_q, const std::v
 
 // The varlen forward variant (varlen=true, unsplit, unpacked; paged_kv for a paged cache);
 // `variant`: the model axes (resolve_variant), matched exactly, or nullptr for none.
+// `head_dim_v` -1: as head_dim.
 inline Status choose_varlen(const Bundle& bundle, const std::string& arch, const char* dtype, int head_dim, bool causal,
-                            bool paged, const Variant** out, const ModelVariant* variant = nullptr) {
+                            bool paged, const Variant** out, const ModelVariant* variant = nullptr,
+                            int head_dim_v = -1) {
   Query q;
   q.set("arch", arch).set("dtype", dtype).set("head_dim", head_dim);
+  if (head_dim_v >= 0) q.set("head_dim_v", head_dim_v);
   (variant ? *variant : ModelVariant()).apply(q).set("causal", causal);
   q.set("varlen", true).set("paged_kv", paged).set("split_kv", false).set("pack_gqa", false);
   const Status st = select(bundle, q, out);
   if (st.ok()) return st;
   return Status(st.code(), st.message() +
                                "; build them with `make kernels ARCH=sm90 SET=inference` (the default set has "
-                               "bf16/fp16 hd64/128 packed, bf16 hd128 paged and a bf16 hd128 window)");
+                               "bf16/fp16 hd64/128 and (192, 128) packed, bf16 hd128 paged and a bf16 hd128 window)");
 }
 
 namespace detail {
@@ -348,7 +361,7 @@ inline Status prepare_varlen(const Bundle& bundle, const std::string& bundle_dir
   if (get("seqused_q") == nullptr) pool.push_back({"seqused_q", prefix("cu_seqlens_q")});
   if (get("seqused_k") == nullptr) pool.push_back({"seqused_k", prefix("cu_seqlens_k")});
   CUBINFORGE_TRY(choose_varlen(bundle, arch, dtype, static_cast<int>(d), s.variant.causal, paged, &p.forward_,
-                               &s.variant));
+                               &s.variant, static_cast<int>(s.head_dim_v)));
   const Kernel* fwd = nullptr;
   CUBINFORGE_TRY(p.load(*p.forward_, bundle_dir, &fwd));
   CUBINFORGE_TRY(p.add(*fwd, detail::for_contract(fwd->contract(), pool), scalars));
