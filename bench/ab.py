@@ -956,6 +956,24 @@ DV128_LAZY = [
     ("lpt+mask-bits+in-order-sum+l2-40+pin+lazy-rescale-8", dict(_DVP, rescale_threshold=8.0)),
     ("lpt+mask-bits+l2-40+pin+lazy-rescale-8", dict(_DVP, in_order_row_sum=False, rescale_threshold=8.0)),
 ]
+# Packed varlen at (192, 128) and hd256 (spec.VARLEN_WIDE, shipped on the persistent walk with
+# no switch): 0.97 / 0.89 and 0.92 / 0.82 of FA4 non-causal / causal (check15/b1). The dense
+# forms' winners that the inference kernel takes (P converted in pairs, the bit mask, the
+# in-order row sum; not the conditional rescale), and one tile per CTA. Timed by
+# bench/inference.py --ab-home beside the shipped variant and FA4 on its head dims.
+_VW = dict(varlen=True, scheduler="persistent")
+VARLEN_WIDE_AB = [
+    (f"{walk}{tag}", dict(form, **{**_VW, "scheduler": walk}, causal=causal, **over))
+    for form in (dict(head_dim=192, head_dim_v=128), dict(head_dim=256))
+    for causal in (False, True)
+    for walk, tag, over in (
+        ("persistent", "", {}), ("persistent", "+chunked-p-convert", dict(chunked_p_convert=True)),
+        ("persistent", "+in-order-sum", dict(in_order_row_sum=True)), ("single", "", {}),
+        *((("persistent", "+mask-bits", dict(mask_bits=True)),
+           ("persistent", "+mask-bits+chunked-p-convert", dict(mask_bits=True, chunked_p_convert=True)),
+           ("persistent", "+mask-bits+chunked-p-convert+in-order-sum",
+            dict(mask_bits=True, chunked_p_convert=True, in_order_row_sum=True))) if causal else ()))
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -976,7 +994,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "short-n64-wide-nc": SHORT_N64_WIDE_NC, "short-n64-nc": SHORT_N64_NC, "long-lazy": LONG_LAZY,
                "dv128-lazy": DV128_LAZY,
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
-               "short-sections-2": SHORT_SECTIONS_2}
+               "short-sections-2": SHORT_SECTIONS_2, "varlen-wide": VARLEN_WIDE_AB}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -137,9 +137,10 @@ def run_varlen_cases(torch, timing, want) -> list:
 
 def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     """Each varlen candidate of bench.ab's registry at `home` (`bench.ab build --experiments
-    varlen`), pinned to itself, on the varlen prefill case of its mask: output poisoned, checked
-    against FA4's (else the shipped variant's) O, then timed beside the shipped variant and
-    FA4 in alternating rounds in this process. Returns the number of failed candidates."""
+    varlen` or `varlen-wide`), pinned to itself, on the varlen prefill case of its mask and head
+    dims: output poisoned, checked against FA4's (else the shipped variant's) O, then timed beside
+    the shipped variant and FA4 in alternating rounds in this process. Returns the number of
+    failed candidates."""
     from pathlib import Path
 
     from cubinforge.runtime import LocalSource, prepare_varlen
@@ -151,63 +152,76 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         print(f"FA4 not timed: {first_line(e)}", flush=True)
     home = Path(home)
     base = LocalSource(home)
-    names = [n for n in sorted(base.list())
-             if json.loads((home / "manifests" / f"{n}.json").read_text())["axes"].get("varlen")
-             and not json.loads((home / "manifests" / f"{n}.json").read_text())["axes"].get("paged_kv")]
+    axes_of = {n: json.loads((home / "manifests" / f"{n}.json").read_text())["axes"] for n in sorted(base.list())}
+    names = [n for n, ax in axes_of.items() if ax.get("varlen") and not ax.get("paged_kv")]
     if not names:
         return 0
     stream = torch.cuda.current_stream().cuda_stream
-    q, k, v, cu_q, cu_k, _, _, mq, mk, fl_full, fl_causal = varlen_case(torch, "varlen")
-    rows, failed, pins, base_t = [], 0, [], {}
+    cases, refs = {}, {}
+    rows, failed, pins = [], 0, []
 
-    def ours(causal, source=None):
-        out = torch.full_like(q, float("nan"))
+    def case(dims):
+        if dims not in cases:
+            cases[dims] = varlen_case(torch, "varlen", *dims)
+        return cases[dims]
+
+    def ours(dims, causal, source=None):
+        q, k, v, cu_q, cu_k, _, _, mq, mk, _, _ = case(dims)
+        out = torch.full((*q.shape[:2], v.shape[-1]), float("nan"), dtype=q.dtype, device="cuda")
         lse = torch.full((q.shape[1], q.shape[0]), float("nan"), dtype=torch.float32, device="cuda")
         p = prepare_varlen(q, k, v, cu_q, cu_k, mq, mk, causal=causal, out=out, lse=lse, stream=stream,
                            source=source)
         return (lambda: p.run(stream)), out, lse, p
 
+    def fa4_call(dims, causal):
+        q, k, v, cu_q, cu_k, _, _, mq, mk, _, _ = case(dims)
+        kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk, causal=causal)
+        return lambda: fa4(q, k, v, **kw)
+
+    def ref(dims, causal):
+        """(O, LSE, kernels) of the shipped variant, O replaced by FA4's where it runs."""
+        nonlocal fa4
+        if (dims, causal) not in refs:
+            fn, out, lse, p = ours(dims, causal)
+            fn()
+            torch.cuda.synchronize()
+            r_o = out
+            if fa4 is not None:
+                try:
+                    r_ = fa4_call(dims, causal)()
+                    r_o = r_[0] if isinstance(r_, tuple) else r_
+                    print(f"shipped ({p.kernels}) vs FA4, hd{dims}, causal={causal}: rel err "
+                          f"{float((out.float() - r_o.float()).norm() / r_o.float().norm()):.1e}", flush=True)
+                except Exception as e:
+                    print(f"FA4 failed ({first_line(e)}): checking against the shipped variant", flush=True)
+                    fa4 = None
+            refs[(dims, causal)] = (r_o.float(), lse.clone(), p.kernels)
+        return refs[(dims, causal)]
+
     def tf(fn, flops):
         t = timing.time_cuda(fn, warmup=3, min_iters=iters, max_iters=iters, budget_s=0.05)
         return flops / (t.median_ms * 1e-3) / 1e12
 
-    refs = {}
-    for causal in (False, True):
-        fn, out, lse, p = ours(causal)
-        fn()
-        torch.cuda.synchronize()
-        ref = out
-        if fa4 is not None:
-            try:
-                r_ = fa4(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk,
-                         causal=causal)
-                ref = r_[0] if isinstance(r_, tuple) else r_
-                print(f"shipped ({p.kernels}) vs FA4, causal={causal}: rel err "
-                      f"{float((out.float() - ref.float()).norm() / ref.float().norm()):.1e}", flush=True)
-            except Exception as e:
-                print(f"FA4 failed ({first_line(e)}): checking against the shipped variant", flush=True)
-                fa4 = None
-        refs[causal] = (ref.float(), lse.clone(), p.kernels)
     for name in names:
-        causal = bool(json.loads((home / "manifests" / f"{name}.json").read_text())["axes"]["causal"])
-        flops = fl_causal if causal else fl_full
+        ax = axes_of[name]
+        causal, dims = bool(ax["causal"]), (ax["head_dim"], ax.get("head_dim_v", ax["head_dim"]))
+        flops = case(dims)[10 if causal else 9]
         pin = _PinnedSource(base, name)
         pins.append(pin)  # kept alive: the runtime caches by id()
-        rec = {"variant": name, "causal": causal}
+        rec = {"variant": name, "causal": causal, "head_dims": list(dims)}
         try:
-            fn, out, lse, p = ours(causal, pin)
+            ref_o, ref_lse, shipped = ref(dims, causal)
+            fn, out, lse, p = ours(dims, causal, pin)
             fn()
             torch.cuda.synchronize()
-            ref_o, ref_lse, shipped = refs[causal]
             rel = float((out.float() - ref_o).norm() / ref_o.norm())
             lse_err = float((lse - ref_lse).abs().max())
             ok = rel <= 2e-3 and lse_err <= 1e-3 and not bool(out.isnan().any()) and not bool(lse.isnan().any())
             rec.update(rel_err=rel, lse_err=lse_err, ok=ok, kernels=p.kernels, shipped=shipped)
             if ok:
-                fns = {"ab": fn, "shipped": ours(causal)[0]}
+                fns = {"ab": fn, "shipped": ours(dims, causal)[0]}
                 if fa4 is not None:
-                    kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk, causal=causal)
-                    fns["fa4"] = lambda: fa4(q, k, v, **kw)
+                    fns["fa4"] = fa4_call(dims, causal)
                 ts = {b: [] for b in fns}
                 for b in timing.alternating(fns):
                     ts[b].append(tf(fns[b], flops))
@@ -219,14 +233,15 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         rows.append(rec)
         print(json.dumps(rec), flush=True)
     print()
-    print(f"| candidate | causal | correct | rel err (vs {'FA4' if fa4 else 'shipped'}) | TFLOPS | shipped | FA4 "
-          "| / shipped | / FA4 |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| candidate | head dims | causal | correct | rel err (vs {'FA4' if fa4 else 'shipped'}) | TFLOPS | shipped "
+          "| FA4 | / shipped | / FA4 |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         a, sh, f = r.get("ab"), r.get("shipped"), r.get("fa4")
         pct = lambda x, y: f"{x / y:.3f}" if x and y else "-"  # noqa: E731
         num = lambda x: f"{x:.0f}" if x else "-"  # noqa: E731
-        print(f"| {r['variant'].split('+', 1)[-1]} | {r['causal']} | {'yes' if r['ok'] else 'NO ' + r.get('error', '')}"
+        print(f"| {r['variant'].split('+', 1)[-1]} | {tuple(r['head_dims'])} | {r['causal']} | "
+              f"{'yes' if r['ok'] else 'NO ' + r.get('error', '')}"
               f" | {r.get('rel_err', float('nan')):.1e} | {num(a)} | {num(sh)} | {num(f)} | {pct(a, sh)} | {pct(a, f)} |")
     return failed
 
