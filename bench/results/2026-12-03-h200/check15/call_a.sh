@@ -6,7 +6,7 @@
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-03-h200/check15/call_a.sh
 # carry: .stage_fa4x .cubinforge-new
 set -uo pipefail
-export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} CUBINFORGE_HOME=$PWD/.cubinforge-new
+export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} CUBINFORGE_HOME=$PWD/.cubinforge-new  # renamed .cubinforge after call C
 O=$OUT/a1; mkdir -p $O
 bash bench/stage_fa4.sh park
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $O/gpu.txt 2>&1

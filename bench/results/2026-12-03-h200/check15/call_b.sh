@@ -5,7 +5,7 @@
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-03-h200/check15/call_b.sh
 # carry: .stage_fa4y .cubinforge-new
 set -uo pipefail
-export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} CUBINFORGE_HOME=$PWD/.cubinforge-new
+export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} CUBINFORGE_HOME=$PWD/.cubinforge-new  # renamed .cubinforge after call C
 O=$OUT/b1; mkdir -p $O
 bash bench/stage_fa4.sh unpack $O/fa4-install.log
 export PYTHONPATH=$PWD:/tmp/site/nvidia_cutlass_dsl/dsl_packages:/tmp/site

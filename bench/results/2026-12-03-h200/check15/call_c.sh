@@ -6,7 +6,7 @@
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-03-h200/check15/call_c.sh
 # carry: .cubinforge-new .cubinforge-ab-vw
 set -uo pipefail
-export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} CUBINFORGE_HOME=$PWD/.cubinforge-new
+export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} CUBINFORGE_HOME=$PWD/.cubinforge-new  # renamed .cubinforge after call C
 O=$OUT/c1; mkdir -p $O
 timeout 400 python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab-vw --iters 20 > $O/varlen-wide-ab.log 2>&1
 echo "rc=$?" >> $O/varlen-wide-ab.log
