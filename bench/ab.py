@@ -974,6 +974,19 @@ VARLEN_WIDE_AB = [
            ("persistent", "+mask-bits+chunked-p-convert+in-order-sum",
             dict(mask_bits=True, chunked_p_convert=True, in_order_row_sum=True))) if causal else ()))
 ]
+# Round 2 (after c1): O staged in shared memory and stored by 16-byte rows (o_smem_store, hd128
+# varlen's winner; (192, 128) through a (tile_m, 128) view of Q's buffer), and by one TMA store
+# through the ragged map (o_tma_ragged); FA4's conditional rescale (now built for varlen), alone
+# and with the staged O. Each beside its control (the shipped walk, as in c1).
+VARLEN_WIDE_2 = [
+    (f"persistent{tag}", dict(form, **_VW, causal=causal, **over))
+    for form in (dict(head_dim=192, head_dim_v=128), dict(head_dim=256))
+    for causal in (False, True)
+    for tag, over in (("", {}), ("+o-smem", dict(o_smem_store=True)),
+                      ("+o-smem+tma-o", dict(o_smem_store=True, o_tma_ragged=True)),
+                      ("+lazy-rescale-8", dict(rescale_threshold=8.0)),
+                      ("+o-smem+lazy-rescale-8", dict(o_smem_store=True, rescale_threshold=8.0)))
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -994,7 +1007,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "short-n64-wide-nc": SHORT_N64_WIDE_NC, "short-n64-nc": SHORT_N64_NC, "long-lazy": LONG_LAZY,
                "dv128-lazy": DV128_LAZY,
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
-               "short-sections-2": SHORT_SECTIONS_2, "varlen-wide": VARLEN_WIDE_AB}
+               "short-sections-2": SHORT_SECTIONS_2, "varlen-wide": VARLEN_WIDE_AB,
+               "varlen-wide-2": VARLEN_WIDE_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

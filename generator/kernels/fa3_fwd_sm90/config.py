@@ -636,12 +636,12 @@ class FwdConfig:
             raise ValueError("mask_bits counts kept columns per token row: pack_gqa's rows are (token, head)")
         if self.inference and self.head_dim_v != self.head_dim:
             # Packed varlen (DeepSeek MLA prefill is (192, 128) over ragged batches): V's tiles and
-            # O are head_dim_v wide and O leaves from registers; the other forms read V as K.
-            other = [n for n in ("split_kv", "pack_gqa", "paged_kv", "o_smem_store", "o_tma_ragged", "fp8")
-                     if getattr(self, n)]
+            # O are head_dim_v wide (O staged in a (tile_m, head_dim_v) view of Q's buffer where it
+            # goes through shared memory); the other forms read V as K.
+            other = [n for n in ("split_kv", "pack_gqa", "paged_kv", "fp8") if getattr(self, n)]
             if not self.varlen or other:
                 raise ValueError(f"head_dim_v = {self.head_dim_v} != head_dim = {self.head_dim} is built for the dense "
-                                 f"forward and packed varlen (O from registers) only; got "
+                                 f"forward and packed varlen only; got "
                                  f"{', '.join(other) if self.varlen else 'an inference form without varlen'} "
                                  f"(use head_dim_v = head_dim there)")
         if self.varlen and (self.split_kv or self.pack_gqa):
@@ -685,9 +685,13 @@ class FwdConfig:
             if not 0 <= self.p_scale_log2 <= room or self.p_scale_log2 != int(self.p_scale_log2):
                 raise ValueError(f"p_scale_log2 must be a whole number in [0, {room:g}] (P <= 2^(rescale_threshold "
                                  f"+ p_scale_log2) <= 2^{cap:g} must fit e4m3), got {self.p_scale_log2}")
-        if self.inference and (self.exp2_emu_eighths or self.rescale_threshold or self.p_scale_log2):
-            raise ValueError("exp2_emu_eighths, rescale_threshold and p_scale_log2 are built for the dense forward "
+        if self.inference and (self.exp2_emu_eighths or self.p_scale_log2):
+            raise ValueError("exp2_emu_eighths and p_scale_log2 are built for the dense forward "
                              "only, not split_kv, pack_gqa, paged_kv or varlen")
+        if self.rescale_threshold and self.inference and (self.split_kv or self.pack_gqa or not self.varlen):
+            # The varlen forms run the dense kernel's overlapped loop and finish (inference.py).
+            raise ValueError("rescale_threshold is built for the dense forward and varlen only, "
+                             "not split_kv, pack_gqa or paged decode")
 
     def _check_descale_block(self):
         bq, bk = parse_descale_block(self.descale_block)

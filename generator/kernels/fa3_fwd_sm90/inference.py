@@ -127,9 +127,10 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         sV_layout = smem_layout(self.dtype, self.tile_n, self.hdim_v, self.stages)
 
         fields = self._storage_fields(sQ_layout, sK_layout, sV_layout)
+        sO_layout = self.o_stage_layout(sQ_layout)
         if const_expr(self.separate_o):
-            # o_tma_ragged with O's own buffer (Q's layout): Q goes back after the last QK^T.
-            fields["sO"] = _smem_buffer(sQ_layout, self.dtype)
+            # o_tma_ragged with O's own buffer: Q goes back after the last QK^T.
+            fields["sO"] = _smem_buffer(sO_layout, self.dtype)
         if const_expr(self.v_transpose):
             # e4m3: V arrives row-major as a cache stores it; the producer's spare warps
             # transpose each stage into sVt (v_transpose.py), the dense kernel's way.
@@ -159,11 +160,11 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             rows = mO.shape[0]
             mO_r = cute.make_tensor(
                 mO.iterator - ragged_shift(rows, mO.stride[0]),
-                cute.make_layout((rows, self.hdim, mO.shape[1], ragged_extent(rows)),
+                cute.make_layout((rows, self.hdim_v, mO.shape[1], ragged_extent(rows)),
                                  stride=(mO.stride[0], 1, mO.stride[1], mO.stride[0])))
-            tma_o, tOr = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO_r, sQ_layout,
-                                                     (self.tile_m, self.hdim))
-            self.tma_boxes["o"] = (_inner_cols(sQ_layout), self.tile_m)
+            tma_o, tOr = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mO_r, sO_layout,
+                                                     (self.tile_m, self.hdim_v))
+            self.tma_boxes["o"] = (_inner_cols(sO_layout), self.tile_m)
         tma_kc, tKc, tma_vc, tVc = None, None, None, None
         if const_expr(self.paged):
             # One swizzle atom's columns by PAGE_CHUNK rows: the chunk of a stage tile at
@@ -258,7 +259,13 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         cute.arch.sync_threads()
 
         sQ, sK, sV = self._smem_qkv(storage, sQ_layout, sK_layout, sV_layout)
-        sO = storage.sO.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner) if const_expr(self.separate_o) else None
+        sO = None
+        sO_layout = self.o_stage_layout(sQ_layout)
+        if const_expr(self.separate_o):
+            sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
+        elif const_expr(self.cfg.o_smem_store and self.hdim_v != self.hdim):
+            # O through Q's buffer, V narrower than Q: a (tile_m, head_dim_v) view of its bytes.
+            sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
         # The V the PV GEMM reads and the pipeline that hands it over.
         sV_mma, pipe_v_mma = sV, pipe_v
         if const_expr(self.v_transpose):
@@ -309,7 +316,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 scale_log2, ctidx, m_block, split, head, batch, group, seqlen_q, seqlen_k, lo, hi,
                 seq.offset_q, v_descale,
                 softcap_pre=softcap_pre, window_left=window_left, window_right=window_right, mSink=mSink,
-                mOr=mOr, tma_o=tma_o,
+                mOr=mOr, tma_o=tma_o, sO=sO,
             )
 
     @cute.jit
@@ -680,6 +687,13 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                         )
                         cute.copy(tma_xc, tCgC, tCsC, tma_bar_ptr=bar)
 
+    def o_stage_layout(self, sQ_layout):
+        """Where O is staged in shared memory (o_smem_store, o_tma_ragged): Q's layout, or
+        (tile_m, head_dim_v) where V is narrower than Q (in Q's buffer or O's own)."""
+        if self.hdim_v == self.hdim:
+            return sQ_layout
+        return smem_layout(self.dtype, self.tile_m, self.hdim_v)
+
     @property
     def chunk_cols(self) -> int:
         from .layouts import swizzle_bytes
@@ -724,7 +738,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         s_shape = wg_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
         coords_rc = acc_as_rows_cols(thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
         softmax = OnlineSoftmax(
-            softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum
+            softmax_scale_log2, cute.size(acc_as_rows_cols(acc_O), mode=[0]), self.cfg.in_order_row_sum,
+            rescale_threshold=self.cfg.rescale_threshold,
         )
         sink = None
         if const_expr(self.sink):
@@ -756,8 +771,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             descale.fold_v(inv_sum, v_descale)
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
-            self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q,
-                                 mOr, tma_o)
+            self.store_rows_smem(acc_O, lse, mO, mLSE, sQ if const_expr(sO is None) else sO, tiled_mma_pv, tidx,
+                                 m_block, head, seqlen_q, offset_q, mOr, tma_o)
             return
         self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q,
                         offset_q)
@@ -782,8 +797,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
             if hi > lo:
-                self.store_rows_smem(acc_O, lse, mO, mLSE, sQ, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q,
-                                     mOr, tma_o)
+                self.store_rows_smem(acc_O, lse, mO, mLSE, sQ if const_expr(sO is None) else sO, tiled_mma_pv,
+                                     tidx, m_block, head, seqlen_q, offset_q, mOr, tma_o)
                 # This thread's reads of O in Q's buffer are done (registers loaded): order
                 # them and the stmatrix writes before the next Q's TMA writes, then release.
                 cute.arch.fence_view_async_shared()
@@ -1017,8 +1032,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         thread copies 16-byte pieces of rows to the packed o, rows past the sequence skipped;
         LSE as store_rows writes it. With o_tma_ragged (tma_o over the ragged view mOr), one
         thread stores the tile by TMA instead, the map clipping the rows past the sequence.
-        `sQ` is the staging buffer: Q's, or with separate_o_smem O's own (sO), whose store
-        nobody waits for until the next tile's O needs the buffer (the dense kernel's way)."""
+        `sQ` is the staging buffer: Q's (a (tile_m, head_dim_v) view of it where V is narrower),
+        or with separate_o_smem O's own (sO), whose store nobody waits for until the next tile's
+        O needs the buffer (the dense kernel's way)."""
         rO = cute.make_rmem_tensor(acc_O.shape, self.dtype)
         rO.store(acc_O.load().to(self.dtype))
         if const_expr(self.separate_o):
@@ -1033,7 +1049,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         thr_store = cute.make_tiled_copy_C(store_atom, tiled_mma_pv).get_slice(tidx)
         cute.copy(store_atom, thr_store.retile(rO), thr_store.partition_D(sQ))
         thr_mma = tiled_mma_pv.get_slice(tidx)
-        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim))))
+        cO = acc_as_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.hdim_v))))
         for r in cutlass.range_constexpr(cute.size(cO, mode=[0])):
             token = m_block * self.tile_m + cO[r, 0][0]
             if token < seqlen_q:
@@ -1047,7 +1063,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             if tidx == 0:
                 row0, outer = ragged_coords(mO.shape[0], offset_q, seqlen_q)
                 gO = cute.local_tile(cute.domain_offset((row0, 0), mOr[None, None, head, outer]),
-                                     (self.tile_m, self.hdim), (m_block, 0))
+                                     (self.tile_m, self.hdim_v), (m_block, 0))
                 tOsO, tOgO = cpasync.tma_partition(
                     tma_o, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gO, 0, 2))
                 cute.copy(tma_o, tOsO, tOgO)
@@ -1061,17 +1077,17 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 cute.arch.sync_warp()
             return
         vec = 128 // self.dtype.width
-        per_row = self.hdim // vec
+        per_row = self.hdim_v // vec
         atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128)
         tiled = cute.make_tiled_copy_tv(
             atom, cute.make_layout((self.consumer_threads // per_row, per_row), stride=(per_row, 1)),
             cute.make_layout((1, vec)))
         thr = tiled.get_slice(tidx)
-        gO = cute.local_tile(cute.domain_offset((offset_q, 0), mO[None, head, None]), (self.tile_m, self.hdim),
+        gO = cute.local_tile(cute.domain_offset((offset_q, 0), mO[None, head, None]), (self.tile_m, self.hdim_v),
                              (m_block, 0))
         tOsO = thr.partition_S(sQ)
         tOgO = thr.partition_D(gO)
-        tOcO = thr.partition_D(cute.make_identity_tensor((self.tile_m, self.hdim)))
+        tOcO = thr.partition_D(cute.make_identity_tensor((self.tile_m, self.hdim_v)))
         tOrO = cute.make_fragment_like(tOsO)
         cute.autovec_copy(tOsO, tOrO)
         for m in cutlass.range_constexpr(cute.size(tOgO, mode=[1])):
