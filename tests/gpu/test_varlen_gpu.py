@@ -19,7 +19,7 @@ import pytest
 
 from cubinforge.runtime import InputError
 from cubinforge.runtime.registry_source import LocalSource, manifests
-from _helpers import ATOL_LSE, RTOL_O, download, softmax_rows
+from _helpers import ATOL_LSE, RTOL_O, download, from_bits, softmax_rows, to_bits
 from test_inference_gpu import NO_GPU, poisoned, rand, upload
 
 SRC = LocalSource()
@@ -64,7 +64,7 @@ def attend(q, k, v, causal, scale):
 
 
 def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=None, page_size=None, d=128,
-               dtype="bf16", spare=3, check=False, host_cu=False, dv=None):
+               dtype="bf16", spare=3, check=False, host_cu=False, dv=None, k_ramp=False):
     from cubinforge.runtime import flash_attn_varlen_func
 
     b = len(slots_q)
@@ -77,6 +77,15 @@ def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=No
     if page_size is None:
         cu_k = cumsum0(slots_k)
         kh, kd = rand(rng, (cu_k[-1] + spare, hkv, d), dtype)
+        if k_ramp:
+            # Keys scaled 8x down to 1x along each sequence: the kernel walks key blocks last to
+            # first, so every block raises the rows' maximum (the conditional rescale's case).
+            ramp = np.ones(kh.shape[0])
+            for i in range(b):
+                n = slots_k[i]
+                ramp[cu_k[i]:cu_k[i] + n] = 1 + 7 * np.arange(n)[::-1] / max(n - 1, 1)
+            bits = to_bits(kh * ramp[:, None, None], dtype)
+            kh, kd = from_bits(bits, dtype), upload(bits, dtype)
         vh, vd = rand(rng, (cu_k[-1] + spare, hkv, dv), dtype)
         k_rows = [kh[cu_k[i]:cu_k[i] + nk[i]] for i in range(b)]
         v_rows = [vh[cu_k[i]:cu_k[i] + nk[i]] for i in range(b)]

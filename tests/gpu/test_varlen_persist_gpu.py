@@ -75,8 +75,9 @@ def pin(monkeypatch):
             pytest.skip(f"no persistent varlen candidate in {HOME} (bench.ab build --experiments varlen-persist)")
         monkeypatch.setattr(vg, "SRC", _Pinned(name))  # run_varlen launches with source=SRC
         # ... on inputs of the variant's own dtype and head dim (a home may hold fp16 forms too)
-        monkeypatch.setattr(vg, "run_varlen", functools.partial(_RUN_VARLEN, dtype=AXES[name]["dtype"],
-                                                                d=AXES[name]["head_dim"]))
+        monkeypatch.setattr(vg, "run_varlen", functools.partial(
+            _RUN_VARLEN, dtype=AXES[name]["dtype"], d=AXES[name]["head_dim"],
+            dv=AXES[name].get("head_dim_v", AXES[name]["head_dim"])))
         return AXES[name]["causal"]
     return use
 
@@ -146,3 +147,13 @@ def test_no_row_past_a_sequence_end_is_written(pin, name):
     keys = [u + 40 for u in used]
     for hq, hkv, spare in ((16, 4, 0), (8, 8, 3)):
         vg.run_varlen(rng, slots, keys, hq=hq, hkv=hkv, causal=causal, used_q=used, spare=spare)
+
+
+@pytest.mark.parametrize("name", PACKED)
+def test_rising_scores(pin, name):
+    """Scores that rise block after block in the kernel's order (keys scaled up towards each
+    sequence's start): every block moves the rows' maximum, FA4's conditional rescale's case
+    (a form without it checks the same way)."""
+    causal = pin(name)
+    vg.run_varlen(np.random.default_rng(17), [300, 1, 700, 129], [300, 5, 900, 129], hq=8, hkv=8, causal=causal,
+                  k_ramp=True)
