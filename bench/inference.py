@@ -217,7 +217,7 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
             rel = float((out.float() - ref_o).norm() / ref_o.norm())
             lse_err = float((lse - ref_lse).abs().max())
             ok = rel <= 2e-3 and lse_err <= 1e-3 and not bool(out.isnan().any()) and not bool(lse.isnan().any())
-            rec.update(rel_err=rel, lse_err=lse_err, ok=ok, kernels=p.kernels, shipped=shipped)
+            rec.update(rel_err=rel, lse_err=lse_err, ok=ok, kernels=p.kernels, shipped_kernels=shipped)
             if ok:
                 fns = {"ab": fn, "shipped": ours(dims, causal)[0]}
                 if fa4 is not None:

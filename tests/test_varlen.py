@@ -119,7 +119,10 @@ def test_varlen_refuses_what_is_not_built():
 def test_a_value_head_dim_of_its_own_is_packed_varlens_only():
     mla = dict(arch="sm_90a", dtype="bf16", head_dim=192, head_dim_v=128, causal=True, varlen=True)
     assert FwdConfig(**mla, scheduler="persistent").head_dim_v == 128
-    for over, word in ((dict(paged_kv=True), "paged_kv"), (dict(o_smem_store=True), "o_smem_store"),
+    # O staged in Q's buffer takes a (tile_m, head_dim_v) view of it (config.TUNED_VARLEN_DTYPE's bf16 forms)
+    assert FwdConfig(**mla, scheduler="persistent").o_smem_store
+    assert not FwdConfig(**{**mla, "dtype": "fp16"}, scheduler="persistent").o_smem_store
+    for over, word in ((dict(paged_kv=True), "paged_kv"), (dict(dtype="e4m3"), "e4m3"),
                        (dict(varlen=False, split_kv=True, pack_gqa=True, tile_m=64), "without varlen")):
         with pytest.raises(ValueError, match=word):
             FwdConfig(**{**mla, **over})

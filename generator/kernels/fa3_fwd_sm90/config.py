@@ -206,6 +206,15 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
                                                "stages": 2},
     ("bf16", 128, True, "persistent", None): {"o_smem_store": False, "separate_o_smem": True, "o_tma_ragged": True,
                                               "mask_bits": True, "in_order_row_sum": True, "stages": 2},
+    # (192, 128) and hd256 (spec.VARLEN_WIDE), session 15 (check15/e1, bench.ab varlen-wide-2, the
+    # 16-sequence case beside the walk storing O from registers, alternating rounds): O staged in
+    # Q's buffer ((192, 128): a (128, 128) view of it; no O buffer of its own fits) and stored by
+    # one ragged TMA store, TFLOPS 548 / 688 against 540 / 681 ((192, 128) causal / non-causal),
+    # 538 / 692 against 508 / 680 (hd256); O by 16-byte rows 1.018 / 0.988 and 1.053 / 1.023;
+    # the conditional rescale 0.993 / 1.002 on causal. c1's candidates (bit mask, in-order sum, P
+    # in pairs, one tile per CTA) gave nothing. Measured on bf16: fp16 keeps the register store.
+    **{("bf16", *pre, causal, "persistent", None): {"o_smem_store": True, "o_tma_ragged": True}
+       for pre in (("dv128", 192), (256,)) for causal in (False, True)},
 }
 # The decode forms (split_kv / pack_gqa / paged_kv, not varlen, e4m3 or a model variant),
 # keyed (head_dim, tile, paged_kv): FwdConfig fields a tile is built with. H200 session 7
@@ -531,10 +540,14 @@ class FwdConfig:
         # TUNED_VARIANTS names them (all off otherwise, so their cubins stay as built).
         key = (self.head_dim, self.causal, self.scheduler, tile)
         if self.inference:
-            plain_varlen = self.varlen and not (self.paged_kv or self.fp8 or self.model_variant)
-            tuned = TUNED_VARLEN.get(key, {}) if plain_varlen else {}
+            # Packed varlen with no model axis but a value head dim of its own is keyed with a
+            # leading "dv<N>", as TUNED_VARIANTS names it.
+            plain_varlen = self.varlen and not (self.paged_kv or self.fp8 or self.softcap or self.local
+                                                or self.learnable_sink)
+            vkey = key if self.head_dim_v == self.head_dim else (f"dv{self.head_dim_v}", *key)
+            tuned = TUNED_VARLEN.get(vkey, {}) if plain_varlen else {}
             if plain_varlen and not self.o_smem_store:
-                tuned = TUNED_VARLEN_DTYPE.get((self.dtype, *key), tuned)
+                tuned = TUNED_VARLEN_DTYPE.get((self.dtype, *vkey), tuned)
             if not (self.varlen or self.fp8 or self.model_variant):
                 tuned = TUNED_DECODE.get((self.head_dim, (self.tile_m, self.tile_n), self.paged_kv), tuned)
         elif self.model_variant:
