@@ -987,6 +987,18 @@ VARLEN_WIDE_2 = [
                       ("+lazy-rescale-8", dict(rescale_threshold=8.0)),
                       ("+o-smem+lazy-rescale-8", dict(o_smem_store=True, rescale_threshold=8.0)))
 ]
+# Round 3 (after the promotion of e1's O store, bf16): the same store on fp16 beside fp16's
+# shipped register store, and hd256 causal at 128 x 64 (the dense form's tile) with it, alone
+# and with the conditional rescale, beside the promoted bf16 form.
+_VWO = dict(o_smem_store=True, o_tma_ragged=True)
+VARLEN_WIDE_3 = [
+    *[(f"persistent{tag}", dict(form, **_VW, causal=causal, dtype="fp16", **over))
+      for form in (dict(head_dim=192, head_dim_v=128), dict(head_dim=256)) for causal in (False, True)
+      for tag, over in (("", {}), ("+o-smem+tma-o", _VWO))],
+    ("persistent+o-smem+tma-o+tile-128x64", dict(head_dim=256, **_VW, causal=True, **_VWO, tile_m=128, tile_n=64)),
+    ("persistent+o-smem+tma-o+tile-128x64+lazy-rescale-8",
+     dict(head_dim=256, **_VW, causal=True, **_VWO, tile_m=128, tile_n=64, rescale_threshold=8.0)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1008,7 +1020,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "dv128-lazy": DV128_LAZY,
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
                "short-sections-2": SHORT_SECTIONS_2, "varlen-wide": VARLEN_WIDE_AB,
-               "varlen-wide-2": VARLEN_WIDE_2}
+               "varlen-wide-2": VARLEN_WIDE_2, "varlen-wide-3": VARLEN_WIDE_3}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

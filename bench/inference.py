@@ -60,11 +60,11 @@ VARLEN_CASES = [
 CHUNKED = dict(requests=8, new=2048, ctx=8192, page=256, hq=32, hkv=8)
 
 
-def varlen_case(torch, kind, d=D, dv=D):
+def varlen_case(torch, kind, d=D, dv=D, dtype="bf16"):
     """(q, k, v, cu_q, cu_k, seqused_k, page_table, max_q, max_k, flops non-causal, flops causal);
-    varlen: q/k (d) and v (dv) head dims, the FLOPs 2 n^2 (d + dv) a head."""
+    varlen: q/k (d) and v (dv) head dims, the FLOPs 2 n^2 (d + dv) a head; bf16 or fp16."""
     g = torch.Generator(device="cuda").manual_seed(0)
-    bf = dict(device="cuda", dtype=torch.bfloat16)
+    bf = dict(device="cuda", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
     if kind == "varlen":
         lens, h = VARLEN_LENS, 16
         total = sum(lens)
@@ -190,7 +190,7 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
                 try:
                     r_ = fa4_call(dims, causal)()
                     r_o = r_[0] if isinstance(r_, tuple) else r_
-                    print(f"shipped ({p.kernels}) vs FA4, hd{dims}, causal={causal}: rel err "
+                    print(f"shipped ({p.kernels}) vs FA4, {dims}, causal={causal}: rel err "
                           f"{float((out.float() - r_o.float()).norm() / r_o.float().norm()):.1e}", flush=True)
                 except Exception as e:
                     print(f"FA4 failed ({first_line(e)}): checking against the shipped variant", flush=True)
@@ -204,11 +204,12 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
 
     for name in names:
         ax = axes_of[name]
-        causal, dims = bool(ax["causal"]), (ax["head_dim"], ax.get("head_dim_v", ax["head_dim"]))
+        causal = bool(ax["causal"])
+        dims = (ax["head_dim"], ax.get("head_dim_v", ax["head_dim"]), ax.get("dtype", "bf16"))
         flops = case(dims)[10 if causal else 9]
         pin = _PinnedSource(base, name)
         pins.append(pin)  # kept alive: the runtime caches by id()
-        rec = {"variant": name, "causal": causal, "head_dims": list(dims)}
+        rec = {"variant": name, "causal": causal, "head_dims": list(dims[:2]), "dtype": dims[2]}
         try:
             ref_o, ref_lse, shipped = ref(dims, causal)
             fn, out, lse, p = ours(dims, causal, pin)
@@ -240,7 +241,7 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         a, sh, f = r.get("ab"), r.get("shipped"), r.get("fa4")
         pct = lambda x, y: f"{x / y:.3f}" if x and y else "-"  # noqa: E731
         num = lambda x: f"{x:.0f}" if x else "-"  # noqa: E731
-        print(f"| {r['variant'].split('+', 1)[-1]} | {tuple(r['head_dims'])} | {r['causal']} | "
+        print(f"| {r['variant'].split('+', 1)[-1]} | {r['dtype']} {tuple(r['head_dims'])} | {r['causal']} | "
               f"{'yes' if r['ok'] else 'NO ' + r.get('error', '')}"
               f" | {r.get('rel_err', float('nan')):.1e} | {num(a)} | {num(sh)} | {num(f)} | {pct(a, sh)} | {pct(a, f)} |")
     return failed
