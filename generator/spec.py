@@ -236,14 +236,8 @@ def pack_gqa_tile(head_dim: int, split_kv: bool, paged_kv: bool) -> dict[str, li
 VARLEN_WIDE = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
                  "causal": [False, True], "varlen": [True], "scheduler": ["persistent"]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [256], "causal": [False],
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [256], "causal": [False, True],
                  "varlen": [True], "scheduler": ["persistent"]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["fp16"], "head_dim": [256], "causal": [True],
-                 "varlen": [True], "scheduler": ["persistent"]}),
-    # bf16 hd256 causal at 128 x 64 with FA4's conditional rescale (config.TUNED_VARLEN_DTYPE;
-    # check15/i1: 1.037x the 128 x 80 form), as the dense hd256 causal form.
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [256], "causal": [True],
-                 "varlen": [True], "scheduler": ["persistent"], "tile_m": [128], "tile_n": [64]}),
 ]
 INFERENCE_SET = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [d], "causal": [False, True],

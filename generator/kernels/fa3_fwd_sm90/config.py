@@ -216,13 +216,12 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
     **{("bf16", *pre, causal, "persistent", None): {"o_smem_store": True, "o_tma_ragged": True}
        for pre in (("dv128", 192), (256,)) for causal in (False, True)},
     # Round 3 (check15/i1): fp16 hd256 with the same store 498 / 648 against 478 / 628 causal /
-    # non-causal (1.041 / 1.032; fp16 (192, 128) 1.012 / 0.987: kept); bf16 hd256 causal at 128 x
-    # 64 with it and FA4's conditional rescale 536 against the 128 x 80 form's 517 (1.037; without
-    # the rescale 0.994).
+    # non-causal (1.041 / 1.032; its O bit-identical to the register store's on the 17,850-token
+    # case; fp16 (192, 128) 1.012 / 0.987: kept). Not shipped: bf16 hd256 causal at 128 x 64 with
+    # the store and FA4's conditional rescale, 536 against 517 (1.037; 0.994 without the
+    # rescale), whose float64 GPU tests could not run this session (no device time left).
     **{("fp16", 256, causal, "persistent", None): {"o_smem_store": True, "o_tma_ragged": True}
        for causal in (False, True)},
-    ("bf16", 256, True, "persistent", (128, 64)): {"o_smem_store": True, "o_tma_ragged": True,
-                                                   "rescale_threshold": 8.0},
 }
 # The decode forms (split_kv / pack_gqa / paged_kv, not varlen, e4m3 or a model variant),
 # keyed (head_dim, tile, paged_kv): FwdConfig fields a tile is built with. H200 session 7
