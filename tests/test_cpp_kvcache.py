@@ -103,24 +103,29 @@ def test_cpp_chooses_what_python_chooses(exe: Path):
     assert "hd192-causal" in got[-1] and "dv128" not in got[-1]
 
 
-# dtype head_dim causal paged: the varlen forward each side picks (varlen.select_varlen_variant).
-VARLEN = [(dt, d, c, p) for dt in ("bf16", "fp16") for d in (64, 128, 192) for c in (0, 1) for p in (0, 1)]
+# dtype head_dim causal paged head_dim_v (-1: as head_dim): the varlen forward each side picks
+# (varlen.select_varlen_variant); (192, 128) and hd256 are spec.VARLEN_WIDE's.
+VARLEN = [(dt, d, c, p, -1) for dt in ("bf16", "fp16") for d in (64, 128, 192, 256) for c in (0, 1)
+          for p in (0, 1)] + [(dt, 192, c, p, 128) for dt in ("bf16", "fp16") for c in (0, 1) for p in (0, 1)]
 
 
 def test_cpp_chooses_the_varlen_variant_python_chooses(exe: Path):
     import subprocess
     from cubinforge.runtime import varlen
 
-    lines = "".join(f"varlen {dt} {d} {c} {p}\n" for dt, d, c, p in VARLEN)
+    lines = "".join(f"varlen {dt} {d} {c} {p} {dv}\n" for dt, d, c, p, dv in VARLEN)
     got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True).stdout.splitlines()
     want = []
-    for dt, d, c, p in VARLEN:
+    for dt, d, c, p, dv in VARLEN:
         try:
-            want.append(varlen.select_varlen_variant("sm_90a", dt, d, bool(c), bool(p), SRC).variant)
+            want.append(varlen.select_varlen_variant("sm_90a", dt, d, bool(c), bool(p), SRC,
+                                                     head_dim_v=None if dv < 0 else dv).variant)
         except VariantNotFound:
             want.append("error")
     assert got == want
     assert sum(w != "error" for w in want) >= 4, want  # the default set's varlen forms are there
+    if any("dv128" in w for w in want):  # a registry with spec.VARLEN_WIDE: hd192 means v as wide
+        assert all(("dv128" in w) == (dv == 128) for w, (_, _, _, _, dv) in zip(want, VARLEN) if w != "error")
 
 
 # The model variants (issue 12): causal window_left window_right softcap sink, then

@@ -2,7 +2,7 @@
 // count (choose_kvcache), and the dispatcher's choice for flash_attn (select with sizes and
 // its num_splits parameter). tests/test_cpp_kvcache.py compares every line with Python's.
 // Input lines: batch seqlen_q seqlen_k heads_q heads_kv head_dim causal paged sm_count num_splits pack_gqa dtype,
-// or "varlen dtype head_dim causal paged": the varlen forward choose_varlen picks, or
+// or "varlen dtype head_dim causal paged [head_dim_v]": the varlen forward choose_varlen picks, or
 // "model causal window_left window_right softcap sink batch seqlen_q seqlen_k heads_q heads_kv
 // head_dim paged sm_count num_splits dtype": the model variant resolve_variant makes of the
 // arguments, and what choose_kvcache, select (dense) and choose_varlen pick for it; a miss
@@ -78,10 +78,12 @@ int main() {
     }
     if (line.rfind("varlen", 0) == 0) {
       std::string word;
+      long long dv = -1;  // optional: v's head dim (head_dim_v), -1 as head_dim
       in >> word >> dtype >> d >> causal >> paged;
+      if (!(in >> dv)) dv = -1;
       const cf::Variant* v = nullptr;
       const cf::Status st = cf::choose_varlen(bundle, "sm_90a", dtype.c_str(), static_cast<int>(d), causal != 0,
-                                              paged != 0, &v);
+                                              paged != 0, &v, nullptr, static_cast<int>(dv));
       std::printf("%s\n", st.ok() ? v->name : "error");
       continue;
     }
