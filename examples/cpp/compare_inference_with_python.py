@@ -124,6 +124,13 @@ VL_MODEL_CASES = [
     (([64, 129, 3, 1000], [64, 200, 3000, 1000], 8, 8, 128, 0, 0, None, [64, 150, 2000, 1000]),
      {"window": (128, 128)}),                                                          # both sides, seqused_k < slot
 ]
+# Packed varlen at the default set's wider head dims (spec.VARLEN_WIDE): DeepSeek MLA prefill's
+# (192, 128), v narrower than q and k (head_dim_v), and Gemma's hd256.
+VL_WIDE_CASES = [
+    (([0, 1, 17, 300, 129], [5, 1, 40, 700, 129], 16, 16, 192, 1, 0, None, None), {"head_dim_v": 128}),
+    (([64, 200, 3], [64, 300, 1000], 8, 8, 192, 0, 0, [60, 200, 3], None), {"head_dim_v": 128}),
+    (([1, 17, 300], [1, 40, 300], 8, 4, 256, 1, 0, None, None), {}),
+]
 
 CASES = ([{"entry": "dense", **dict(zip(DENSE, c)), **NO_MODEL} for c in DENSE_CASES + DENSE_DECODE_CASES]
          + [{"entry": "kvcache", **dict(zip(KV, c)), "head_dim": D, **NO_MODEL} for c in KV_CASES]
@@ -131,7 +138,8 @@ CASES = ([{"entry": "dense", **dict(zip(DENSE, c)), **NO_MODEL} for c in DENSE_C
          + [{"entry": "combine", **dict(zip(CB, c))} for c in CB_CASES]
          + [{"entry": "dense", **dict(zip(DENSE, c)), **NO_MODEL, **m} for c, m in DENSE_MODEL_CASES]
          + [{"entry": "kvcache", **dict(zip(KV, c)), "head_dim": D, **NO_MODEL, **m} for c, m in KV_MODEL_CASES]
-         + [{"entry": "varlen", **dict(zip(VL, c)), **NO_MODEL, **m} for c, m in VL_MODEL_CASES])
+         + [{"entry": "varlen", **dict(zip(VL, c)), **NO_MODEL, **m} for c, m in VL_MODEL_CASES]
+         + [{"entry": "varlen", **dict(zip(VL, c)), **NO_MODEL, **m} for c, m in VL_WIDE_CASES])
 for _i, _c in enumerate(CASES):
     _c["seed"] = _i
 
@@ -189,14 +197,15 @@ def tensors(case: dict) -> dict:
         ql, kl, hq, hkv, d, ps = (case[k] for k in ("q_lens", "k_lens", "heads_q", "heads_kv", "head_dim",
                                                      "page_size"))
         b, tq = len(ql), sum(ql)
-        t = {"q": ((tq, hq, d), "bf16"), "o": ((tq, hq, d), "bf16"), "lse": ((hq, tq), "f32"),
+        dv = case.get("head_dim_v", d)  # v's head dim, and o's
+        t = {"q": ((tq, hq, d), "bf16"), "o": ((tq, hq, dv), "bf16"), "lse": ((hq, tq), "f32"),
              "cu_seqlens_q": ((b + 1,), "i32")}
         if ps:
             mp = max(_pages(n, ps) for n in case["used_k"])
             t["k"] = t["v"] = ((b * mp + 3, ps, hkv, d), "bf16")
             t["page_table"] = ((b, mp), "i32")
         else:
-            t["k"] = t["v"] = ((sum(kl), hkv, d), "bf16")
+            t["k"], t["v"] = ((sum(kl), hkv, d), "bf16"), ((sum(kl), hkv, dv), "bf16")
             t["cu_seqlens_k"] = ((b + 1,), "i32")
         if case["used_q"] is not None:
             t["seqused_q"] = ((b,), "i32")
