@@ -18,8 +18,11 @@ softmax, and changes what the inference axes change:
   zigzag rounds; non-causal tiles ordered by their sequence's key blocks, varlen_tile_by_keys),
   the pipeline states carried from tile to tile, so the producer loads the next tile's K and Q
   while the consumers finish this one's last PV and epilogue.
-O and LSE leave from registers (rows map to (token, head) at run time). The dense default
-variants never reach this module, so their cubins stay as they were.
+O and LSE leave from registers (rows map to (token, head) at run time), or for packed varlen
+through Q's buffer (o_smem_store, o_tma_ragged) or O's own. Packed varlen also takes a value
+head dim of its own (head_dim_v, DeepSeek MLA prefill's (192, 128)): V's tiles, the PV GEMM and
+O are hdim_v wide, O staged in a (tile_m, hdim_v) view of Q's buffer (o_stage_layout). The dense
+default variants never reach this module, so their cubins stay as they were.
 
 The model variants (issue 12) through the dense kernel's own rules: softcap
 (softmax.apply_softcap before the mask), a sliding window (block_range's range and counts,
