@@ -962,9 +962,10 @@ DV128_LAZY = [
 # in-order row sum; not the conditional rescale), and one tile per CTA. Timed by
 # bench/inference.py --ab-home beside the shipped variant and FA4 on its head dims.
 _VW = dict(varlen=True, scheduler="persistent")
+_VW_FORMS = (dict(head_dim=192, head_dim_v=128), dict(head_dim=256))  # spec.VARLEN_WIDE's head dims
 VARLEN_WIDE_AB = [
     (f"{walk}{tag}", dict(form, **{**_VW, "scheduler": walk}, causal=causal, **over))
-    for form in (dict(head_dim=192, head_dim_v=128), dict(head_dim=256))
+    for form in _VW_FORMS
     for causal in (False, True)
     for walk, tag, over in (
         ("persistent", "", {}), ("persistent", "+chunked-p-convert", dict(chunked_p_convert=True)),
@@ -980,7 +981,7 @@ VARLEN_WIDE_AB = [
 # and with the staged O. Each beside its control (the shipped walk, as in c1).
 VARLEN_WIDE_2 = [
     (f"persistent{tag}", dict(form, **_VW, causal=causal, **over))
-    for form in (dict(head_dim=192, head_dim_v=128), dict(head_dim=256))
+    for form in _VW_FORMS
     for causal in (False, True)
     for tag, over in (("", {}), ("+o-smem", dict(o_smem_store=True)),
                       ("+o-smem+tma-o", dict(o_smem_store=True, o_tma_ragged=True)),
@@ -993,7 +994,7 @@ VARLEN_WIDE_2 = [
 _VWO = dict(o_smem_store=True, o_tma_ragged=True)
 VARLEN_WIDE_3 = [
     *[(f"persistent{tag}", dict(form, **_VW, causal=causal, dtype="fp16", **over))
-      for form in (dict(head_dim=192, head_dim_v=128), dict(head_dim=256)) for causal in (False, True)
+      for form in _VW_FORMS for causal in (False, True)
       for tag, over in (("", {}), ("+o-smem+tma-o", _VWO))],
     ("persistent+o-smem+tma-o+tile-128x64", dict(head_dim=256, **_VW, causal=True, **_VWO, tile_m=128, tile_n=64)),
     ("persistent+o-smem+tma-o+tile-128x64+lazy-rescale-8",

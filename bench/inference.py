@@ -206,7 +206,8 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         ax = axes_of[name]
         causal = bool(ax["causal"])
         dims = (ax["head_dim"], ax.get("head_dim_v", ax["head_dim"]), ax.get("dtype", "bf16"))
-        flops = case(dims)[10 if causal else 9]
+        *_, fl_full, fl_causal = case(dims)
+        flops = fl_causal if causal else fl_full
         pin = _PinnedSource(base, name)
         pins.append(pin)  # kept alive: the runtime caches by id()
         rec = {"variant": name, "causal": causal, "head_dims": list(dims[:2]), "dtype": dims[2]}

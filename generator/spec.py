@@ -231,8 +231,8 @@ def pack_gqa_tile(head_dim: int, split_kv: bool, paged_kv: bool) -> dict[str, li
 
 
 # Packed varlen beyond hd64 / hd128 (default and SET=inference): DeepSeek MLA prefill, (192, 128)
-# over ragged batches, and Gemma's hd256, on the persistent walk as hd128 (O from registers:
-# no O buffer fits beside (192, 128)'s K and V stages).
+# over ragged batches, and Gemma's hd256, on the persistent walk as hd128; how O leaves is
+# config.TUNED_VARLEN_DTYPE's (no O buffer of its own fits beside (192, 128)'s K and V stages).
 VARLEN_WIDE = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
                  "causal": [False, True], "varlen": [True], "scheduler": ["persistent"]}),

@@ -262,13 +262,16 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         cute.arch.sync_threads()
 
         sQ, sK, sV = self._smem_qkv(storage, sQ_layout, sK_layout, sV_layout)
+        # Where O is staged before its store (None: it leaves from registers). o_smem_store comes
+        # first, as in the epilogues: Q's buffer, as Q or, V narrower than Q, a (tile_m,
+        # head_dim_v) view of its bytes; else separate_o_smem's own buffer.
         sO = None
         sO_layout = self.o_stage_layout(sQ_layout)
-        if const_expr(self.separate_o):
+        if const_expr(self.cfg.o_smem_store):
+            sO = sQ if const_expr(self.hdim_v == self.hdim) else storage.sQ.get_tensor(
+                sO_layout.outer, swizzle=sO_layout.inner)
+        elif const_expr(self.separate_o):
             sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
-        elif const_expr(self.cfg.o_smem_store and self.hdim_v != self.hdim):
-            # O through Q's buffer, V narrower than Q: a (tile_m, head_dim_v) view of its bytes.
-            sO = storage.sQ.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
         # The V the PV GEMM reads and the pipeline that hands it over.
         sV_mma, pipe_v_mma = sV, pipe_v
         if const_expr(self.v_transpose):
@@ -774,8 +777,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             descale.fold_v(inv_sum, v_descale)
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
-            self.store_rows_smem(acc_O, lse, mO, mLSE, sQ if const_expr(sO is None) else sO, tiled_mma_pv, tidx,
-                                 m_block, head, seqlen_q, offset_q, mOr, tma_o)
+            self.store_rows_smem(acc_O, lse, mO, mLSE, sO, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q,
+                                 mOr, tma_o)
             return
         self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q,
                         offset_q)
@@ -800,8 +803,8 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
             if hi > lo:
-                self.store_rows_smem(acc_O, lse, mO, mLSE, sQ if const_expr(sO is None) else sO, tiled_mma_pv,
-                                     tidx, m_block, head, seqlen_q, offset_q, mOr, tma_o)
+                self.store_rows_smem(acc_O, lse, mO, mLSE, sO, tiled_mma_pv, tidx, m_block, head, seqlen_q, offset_q,
+                                     mOr, tma_o)
                 # This thread's reads of O in Q's buffer are done (registers loaded): order
                 # them and the stmatrix writes before the next Q's TMA writes, then release.
                 cute.arch.fence_view_async_shared()
@@ -1035,9 +1038,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         thread copies 16-byte pieces of rows to the packed o, rows past the sequence skipped;
         LSE as store_rows writes it. With o_tma_ragged (tma_o over the ragged view mOr), one
         thread stores the tile by TMA instead, the map clipping the rows past the sequence.
-        `sQ` is the staging buffer: Q's (a (tile_m, head_dim_v) view of it where V is narrower),
-        or with separate_o_smem O's own (sO), whose store nobody waits for until the next tile's
-        O needs the buffer (the dense kernel's way)."""
+        `sQ` is the staging buffer (the kernel's sO): Q's (a (tile_m, head_dim_v) view of it where
+        V is narrower), or with separate_o_smem O's own, whose store nobody waits for until the
+        next tile's O needs the buffer (the dense kernel's way)."""
         rO = cute.make_rmem_tensor(acc_O.shape, self.dtype)
         rO.store(acc_O.load().to(self.dtype))
         if const_expr(self.separate_o):
