@@ -1000,6 +1000,19 @@ VARLEN_WIDE_3 = [
     ("persistent+o-smem+tma-o+tile-128x64+lazy-rescale-8",
      dict(head_dim=256, **_VW, causal=True, **_VWO, tile_m=128, tile_n=64, rescale_threshold=8.0)),
 ]
+# Round 4: the dense forms' pinned loop invariants (pin_loop_invariants: hd256 causal lpt 541 ->
+# 490 loop instructions, (192, 128) +0.6%) in the varlen kernel, alone and on i1's best hd256
+# causal candidate (128 x 64 with the conditional rescale, 1.037x), and that candidate with the
+# bit mask as the dense 128 x 64 form has it, each beside the shipped bf16 form.
+_VWP = dict(_VWO, pin_loop_invariants=True)
+_T64 = dict(tile_m=128, tile_n=64, rescale_threshold=8.0)
+VARLEN_WIDE_4 = [
+    *[(f"persistent+o-smem+tma-o{tag}", dict(form, **_VW, causal=causal, **over))
+      for form in _VW_FORMS for causal in (False, True)
+      for tag, over in (("", _VWO), ("+pin", _VWP))],
+    *[(f"persistent+o-smem+tma-o+tile-128x64+lazy-rescale-8{tag}", dict(head_dim=256, **_VW, causal=True, **_T64, **over))
+      for tag, over in (("", _VWO), ("+pin", _VWP), ("+pin+mask-bits", dict(_VWP, mask_bits=True)))],
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1021,7 +1034,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "dv128-lazy": DV128_LAZY,
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
                "short-sections-2": SHORT_SECTIONS_2, "varlen-wide": VARLEN_WIDE_AB,
-               "varlen-wide-2": VARLEN_WIDE_2, "varlen-wide-3": VARLEN_WIDE_3}
+               "varlen-wide-2": VARLEN_WIDE_2, "varlen-wide-3": VARLEN_WIDE_3,
+               "varlen-wide-4": VARLEN_WIDE_4}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
