@@ -107,6 +107,12 @@ def target_command(backend: str, cell, repeat: int = 1) -> tuple[list[str], list
              "--batch", str(cell.batch), "--seqlen", str(cell.seqlen_q), "--heads", str(cell.heads)]
     if getattr(cell, "head_dim_v", None) not in (None, cell.head_dim):
         shape += ["--head-dim-v", str(cell.head_dim_v)]
+    if getattr(cell, "varlen", False):  # both through the torch child, each kernel by name
+        from ._ncu_torch_child import KERNEL_REGEX
+
+        return (["--kernel-name", KERNEL_REGEX[backend]],
+                [sys.executable, str(HERE / "_ncu_torch_child.py"), "--backend", backend, *shape, "--varlen",
+                 "--repeat", str(repeat)])
     if backend == "ours":
         return [], [sys.executable, str(HERE / "_cold_ours.py"), "--repo", str(REPO), *shape,
                     "--arrays", "raw", "--repeat", str(repeat), "--verify", "0"]
@@ -121,7 +127,7 @@ def run_ncu(cell, out_dir: Path, log=print, backends=BACKENDS) -> dict:
     ncu = find_ncu()
     if ncu is None:
         return {"skipped": "ncu not found on PATH or in /usr/local/cuda/bin", "cell": cell.id}
-    if cell.seqlen_q != cell.seqlen_k or cell.heads != cell.heads_kv:
+    if (cell.seqlen_q != cell.seqlen_k or cell.heads != cell.heads_kv) and not getattr(cell, "varlen", False):
         return {"skipped": "--ncu profiles square, non-GQA cells only", "cell": cell.id}
     q = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=120)
     names = metric_names(q.stdout) if q.returncode == 0 else []
@@ -166,6 +172,7 @@ class Shape:
     batch: int
     heads: int
     seqlen: int
+    varlen: bool = False  # bench/inference.py's 16-sequence packed case (batch, seqlen, heads ignored)
 
     seqlen_q = property(lambda self: self.seqlen)
     seqlen_k = property(lambda self: self.seqlen)
@@ -174,6 +181,8 @@ class Shape:
     @property
     def id(self) -> str:
         dv = f"-dv{self.head_dim_v}" if self.head_dim_v != self.head_dim else ""
+        if self.varlen:
+            return f"{self.dtype}-hd{self.head_dim}{dv}-varlen16-" + ("causal" if self.causal else "full")
         return f"{self.dtype}-hd{self.head_dim}{dv}-b{self.batch}-h{self.heads}-s{self.seqlen}-" + (
             "causal" if self.causal else "full")
 
@@ -190,9 +199,12 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--backends", default="ours,fa4")
+    ap.add_argument("--varlen", action="store_true",
+                    help="bench/inference.py's 16-sequence packed varlen case (--batch/--seqlen/--heads ignored)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    cell = Shape(a.dtype, a.head_dim, a.head_dim_v or a.head_dim, bool(a.causal), a.batch, a.heads, a.seqlen)
+    cell = Shape(a.dtype, a.head_dim, a.head_dim_v or a.head_dim, bool(a.causal), a.batch, a.heads, a.seqlen,
+                 varlen=a.varlen)
     a.out.mkdir(parents=True, exist_ok=True)
     res = run_ncu(cell, a.out, backends=tuple(a.backends.split(",")))
     (a.out / "ncu.json").write_text(json.dumps(res, indent=1))

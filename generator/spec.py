@@ -236,8 +236,13 @@ def pack_gqa_tile(head_dim: int, split_kv: bool, paged_kv: bool) -> dict[str, li
 VARLEN_WIDE = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [192], "head_dim_v": [128],
                  "causal": [False, True], "varlen": [True], "scheduler": ["persistent"]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [256], "causal": [False, True],
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["fp16"], "head_dim": [256], "causal": [False, True],
                  "varlen": [True], "scheduler": ["persistent"]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [256], "causal": [False],
+                 "varlen": [True], "scheduler": ["persistent"]}),
+    # bf16 hd256 causal at 128 x 64 (config.TUNED_VARLEN_DTYPE: 1.041x the 128 x 80 form, check16/l1).
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [256], "causal": [True],
+                 "varlen": [True], "scheduler": ["persistent"], "tile_m": [128], "tile_n": [64]}),
 ]
 INFERENCE_SET = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [d], "causal": [False, True],

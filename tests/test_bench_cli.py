@@ -163,6 +163,19 @@ RAW = '''==PROF== Connected to process 123
 '''
 
 
+def test_ncu_varlen_profiles_both_backends_by_kernel_name_in_the_torch_child():
+    cell = N.Shape("bf16", 256, 256, True, 1, 16, 0, varlen=True)
+    assert cell.id == "bf16-hd256-varlen16-causal"
+    for backend in ("ours", "fa4"):
+        filters, cmd = N.target_command(backend, cell)
+        assert filters[0] == "--kernel-name" and cmd[1].endswith("_ncu_torch_child.py")
+        assert "--varlen" in cmd and cmd[cmd.index("--backend") + 1] == backend
+        assert cmd[cmd.index("--head-dim") + 1] == "256" and cmd[cmd.index("--causal") + 1] == "1"
+    dense = N.Shape("bf16", 256, 256, True, 1, 16, 4096)
+    assert "--varlen" not in N.target_command("fa4", dense)[1]
+    assert N.target_command("ours", dense)[1][1].endswith("_cold_ours.py")
+
+
 def test_ncu_metric_choice():
     names = N.metric_names(QUERY)
     assert "dram__bytes" in names and "Metric" not in names

@@ -222,6 +222,14 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
     # rescale), whose float64 GPU tests could not run this session (no device time left).
     **{("fp16", 256, causal, "persistent", None): {"o_smem_store": True, "o_tma_ragged": True}
        for causal in (False, True)},
+    # Round 4 (session 16, check16/l1, bench.ab varlen-wide-4 beside the shipped form and FA4):
+    # bf16 hd256 causal at the dense short form's 128 x 64 with the store, the conditional
+    # rescale, the pinned loop invariants and the bit mask, 567 TFLOPS against 544 (1.041x;
+    # 0.922x FA4, the shipped 128 x 80 0.885x); without the bit mask 1.026-1.028; the pin alone
+    # on 128 x 80 0.999, and on the other wide forms 0.990-1.004 (not taken). Float64 GPU tests:
+    # check16/k1 (every candidate of the set, pinned). spec.VARLEN_WIDE builds this tile.
+    ("bf16", 256, True, "persistent", (128, 64)): {"o_smem_store": True, "o_tma_ragged": True, "rescale_threshold": 8.0,
+                                                   "pin_loop_invariants": True, "mask_bits": True},
 }
 # The decode forms (split_kv / pack_gqa / paged_kv, not varlen, e4m3 or a model variant),
 # keyed (head_dim, tile, paged_kv): FwdConfig fields a tile is built with. H200 session 7
