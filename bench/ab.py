@@ -1013,6 +1013,34 @@ VARLEN_WIDE_4 = [
     *[(f"persistent+o-smem+tma-o+tile-128x64+lazy-rescale-8{tag}", dict(head_dim=256, **_VW, causal=True, **_T64, **over))
       for tag, over in (("", _VWO), ("+pin", _VWP), ("+pin+mask-bits", dict(_VWP, mask_bits=True)))],
 ]
+# The tile counter (varlen_dynamic): each CTA's next tile from an atomicAdd, in
+# varlen_tile_by_keys's order for both masks, against the static zigzag stride (whose causal
+# rounds keep every sequence's K/V in flight: 3.4x FA4's DRAM bytes at hd256, check16/n1). Each
+# row is a shipped form as session 16 ships it (its tile, stages and switches written out, so
+# the row keeps its meaning), plus the counter.
+_O_SQ = dict(o_smem_store=True, o_tma_ragged=True)
+_O_OWN = dict(separate_o_smem=True, o_tma_ragged=True)
+_CM = dict(mask_bits=True, in_order_row_sum=True)
+_SHIPPED_VARLEN_S16 = [  # (dtype, causal, form)
+    ("bf16", True, dict(head_dim=256, tile_m=128, tile_n=64, stages=2, mask_bits=True, pin_loop_invariants=True,
+                        rescale_threshold=8.0, **_O_SQ)),
+    ("bf16", False, dict(head_dim=256, stages=2, **_O_SQ)),
+    ("bf16", True, dict(head_dim=192, head_dim_v=128, stages=2, **_O_SQ)),
+    ("bf16", False, dict(head_dim=192, head_dim_v=128, stages=2, **_O_SQ)),
+    ("bf16", True, dict(head_dim=128, stages=2, **_O_OWN, **_CM)),
+    ("bf16", False, dict(head_dim=128, stages=2, **_O_OWN)),
+    ("fp16", True, dict(head_dim=256, stages=2, **_O_SQ)),
+    ("fp16", False, dict(head_dim=256, stages=2, **_O_SQ)),
+    ("fp16", True, dict(head_dim=192, head_dim_v=128, stages=2)),
+    ("fp16", False, dict(head_dim=192, head_dim_v=128, stages=2)),
+    ("fp16", True, dict(head_dim=128, stages=3, o_smem_store=True, **_CM)),
+    ("fp16", False, dict(head_dim=128, stages=3, o_smem_store=True)),
+]
+VARLEN_DYNAMIC = [
+    ("persistent+dynamic", dict(form, dtype=dtype, causal=causal, varlen=True, scheduler="persistent",
+                                varlen_dynamic=True))
+    for dtype, causal, form in _SHIPPED_VARLEN_S16
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1035,7 +1063,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
                "short-sections-2": SHORT_SECTIONS_2, "varlen-wide": VARLEN_WIDE_AB,
                "varlen-wide-2": VARLEN_WIDE_2, "varlen-wide-3": VARLEN_WIDE_3,
-               "varlen-wide-4": VARLEN_WIDE_4}
+               "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

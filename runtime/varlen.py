@@ -45,7 +45,7 @@ from .arrays import DeviceArray, OwnedDeviceArray
 from .axes import axis_value
 from .errors import InputError
 from .fp8 import OUT_DTYPE, _stack_descales
-from .kvcache import (FAMILY, FP8, GATHER_FAMILY, PAGE_CHUNK, DecodePlan, PreparedAttention, _check_inner,
+from .kvcache import (FAMILY, FP8, GATHER_FAMILY, PAGE_CHUNK, DecodePlan, PreparedAttention, _check_inner, _fill_i32,
                       _family_kernel, _kernel, _model_text, _to_host_i32, _wrap, check_sink, model_axes_match,
                       nearest_error)
 from .variants import VariantArgs, refuse_e4m3, resolve as resolve_variant
@@ -364,6 +364,11 @@ def prepare_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     if "seqused_k" not in arrays:
         arrays["seqused_k"] = _prefix_view(arrays["cu_seqlens_k"], batch)
     fwd: Kernel = _kernel(select_varlen_variant(arch, qa.dtype, d, causal, paged, source, variant, dv), source)
+    if "tile_counter" in fwd.contract.tensors:
+        # The walk's tile counter (a variant that hands tiles out by atomicAdd): zero now, and
+        # every launch leaves it zero, so the plan's runs (stream-ordered, as its outputs are)
+        # and CUDA-graph replays share it.
+        arrays["tile_counter"] = _fill_i32(0, 2, device, stream, handle)
     kern = {n: arrays[n] for n in fwd.contract.tensors}
     launches.append((fwd, fwd.plan(kern, scalars, handle)))
     return PreparedAttention(out, lse, plan, launches, arrays)

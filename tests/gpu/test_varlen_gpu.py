@@ -19,7 +19,7 @@ import pytest
 
 from cubinforge.runtime import InputError
 from cubinforge.runtime.registry_source import LocalSource, manifests
-from _helpers import ATOL_LSE, RTOL_O, download, from_bits, softmax_rows, to_bits
+from _helpers import ATOL_LSE, NAN_BITS, RTOL_O, download, from_bits, softmax_rows, to_bits
 from test_inference_gpu import NO_GPU, poisoned, rand, upload
 
 SRC = LocalSource()
@@ -64,8 +64,11 @@ def attend(q, k, v, causal, scale):
 
 
 def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=None, page_size=None, d=128,
-               dtype="bf16", spare=3, check=False, host_cu=False, dv=None, k_ramp=False):
-    from cubinforge.runtime import flash_attn_varlen_func
+               dtype="bf16", spare=3, check=False, host_cu=False, dv=None, k_ramp=False, runs=1):
+    """`runs` > 1: one prepared plan run that many times, O and LSE NaN-poisoned again before
+    each run and every run checked (a variant's state across launches: the tile counter)."""
+    from cubinforge.runtime import as_device_array, flash_attn_varlen_func, prepare_varlen
+    from cubinforge.runtime.fill import fill
 
     b = len(slots_q)
     dv = d if dv is None else dv
@@ -105,11 +108,20 @@ def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=No
             used_k = slots_k  # a paged cache has no packed offsets: the key counts are seqused_k
     out, lse = poisoned((total_q, hq, dv), dtype), poisoned((hq, total_q), "f32")
     scale = 1 / math.sqrt(d)
-    flash_attn_varlen_func(
-        qd, kd, vd, cu_q if host_cu else i32(cu_q), cu_k_arg, max(slots_q), max(slots_k),
-        seqused_q=None if used_q is None else i32(used_q), seqused_k=None if used_k is None else i32(used_k),
-        page_table=table, causal=causal, out=out, lse=lse, check=check, source=SRC)
-    got_o, got_lse = download(out), download(lse)
+    args = (qd, kd, vd, cu_q if host_cu else i32(cu_q), cu_k_arg, max(slots_q), max(slots_k))
+    kw = dict(seqused_q=None if used_q is None else i32(used_q), seqused_k=None if used_k is None else i32(used_k),
+              page_table=table, causal=causal, out=out, lse=lse, check=check, source=SRC)
+    results = []
+    if runs == 1:
+        flash_attn_varlen_func(*args, **kw)
+        results.append((download(out), download(lse)))
+    else:
+        plan = prepare_varlen(*args, **kw)
+        for _ in range(runs):
+            fill(as_device_array(out, dtype=dtype), NAN_BITS[dtype][1], 0)
+            fill(as_device_array(lse), NAN_BITS["f32"][1], 0)
+            plan.run(0)
+            results.append((download(out), download(lse)))
     want_o = np.full((total_q, hq, dv), np.nan)
     want_lse = np.full((hq, total_q), np.nan)
     for i in range(b):
@@ -118,7 +130,8 @@ def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=No
         want_o[r0:r0 + nq[i]], want_lse[:, r0:r0 + nq[i]] = o, l
     what = (f"slots_q={list(slots_q)[:8]} slots_k={list(slots_k)[:8]} used_q={used_q and list(used_q)[:8]} "
             f"used_k={used_k and list(used_k)[:8]} {hq}/{hkv} causal={causal} page={page_size} {dtype} hd{d} dv{dv}")
-    compare(got_o, got_lse, want_o, want_lse, what)
+    for run, (got_o, got_lse) in enumerate(results):
+        compare(got_o, got_lse, want_o, want_lse, what + (f" run {run + 1} of {runs}" if runs > 1 else ""))
 
 
 def compare(o, lse, ref_o, ref_lse, what):

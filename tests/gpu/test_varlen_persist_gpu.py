@@ -113,6 +113,15 @@ def test_cross_lengths_tile_edges_and_seqused(pin, name):
 
 
 @pytest.mark.parametrize("name", PACKED)
+def test_a_plan_run_again_and_again(pin, name):
+    """One prepared plan run four times, poisoned before each: a form that hands tiles out from
+    a counter (varlen_dynamic) must leave it as it found it; the first run after preparing and
+    every replay walk every tile."""
+    causal = pin(name)
+    vg.run_varlen(np.random.default_rng(13), WALK_Q, WALK_K, hq=16, hkv=4, causal=causal, runs=4)
+
+
+@pytest.mark.parametrize("name", PACKED)
 def test_more_sequences_than_a_warp(pin, name):
     causal = pin(name)
     rng = np.random.default_rng(7)

@@ -174,6 +174,8 @@ def _compile_varlen(cfg, dt, sym, heads_q, heads_kv, scale, options):
     kernel = FlashFwdSm90Inference(cfg)
     t0 = time.perf_counter()
     fp8 = {"mDescale": fake_descale(batch, heads_kv, sym)} if cfg.fp8 else {}
+    if cfg.varlen_dynamic:  # the walk's tile counter: two int32, a fixed shape (a bare pointer)
+        fp8["mTileCounter"] = make_fake_tensor(cutlass.Int32, (2,), stride=(1,), assumed_align=4)
     compiled = aot_compile(kernel, q, k, v, o, lse, scale, i32(batch), page_table, i32(batch1), i32(batch1),
                             i32(batch), cutlass.Int32(0), cutlass.Int32(0), **fp8, **variant_args(cfg, heads_q),
                             options=options)

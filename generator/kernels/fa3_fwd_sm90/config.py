@@ -249,7 +249,7 @@ TUNED_DECODE: dict[tuple[int, tuple[int, int], bool], dict] = {
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem")
+            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem", "varlen_dynamic")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -448,6 +448,15 @@ class FwdConfig:
     # stages then fit). None: as TUNED_VARLEN_DTYPE says (bf16 hd128 on the persistent walk),
     # else off; the C++ loader encodes its ragged map as runtime/tensormap.py does.
     o_tma_ragged: bool | None = None
+    # varlen, scheduler "persistent": each CTA takes its next tile from a global counter (the
+    # producer's atomicAdd, handed to the consumers through shared memory) instead of the
+    # static zigzag stride, in varlen_tile_by_keys's order for both masks (sequences longest
+    # first, each one's m blocks from the last, heads fastest). The static stride balances the
+    # causal walk only in rounds across every sequence, which keeps every sequence's K and V
+    # in flight at once: ncu on the 16-sequence hd256 case read 3.4x FA4's DRAM bytes, L2 hit
+    # 35% against 76% (check16/n1). The kernel takes a 2-int32 `tile_counter` (zero before the
+    # first launch; the last CTA to finish zeroes it again, so replays need nothing).
+    varlen_dynamic: bool | None = None
     # Short-sequence overlaps (issue 10; bench.ab's `short-overlap` set); None like the switches
     # above (TUNED names none of them yet, so off).
     # Q in two shared-memory stages: a persistent CTA's producer loads tile t+1's Q as soon as
@@ -660,6 +669,9 @@ class FwdConfig:
         if self.o_tma_ragged and self.scheduler != "persistent":
             # Its GPU tests (tests/gpu/test_varlen_persist_gpu.py) cover the walk's forms only.
             raise ValueError("o_tma_ragged is built for the persistent varlen walk: use scheduler 'persistent'")
+        if self.varlen_dynamic and not (self.varlen and self.scheduler == "persistent" and not self.paged_kv):
+            raise ValueError("varlen_dynamic hands out the persistent varlen walk's tiles: it needs varlen=True, "
+                             "scheduler 'persistent' and packed k/v (no paged_kv)")
         if self.pack_gqa and self.mask_bits:
             raise ValueError("mask_bits counts kept columns per token row: pack_gqa's rows are (token, head)")
         if self.inference and self.head_dim_v != self.head_dim:

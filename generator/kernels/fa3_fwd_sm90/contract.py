@@ -404,6 +404,8 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
     if cfg.o_tma_ragged:
         for p in ragged_o_params(cfg.out_dtype, boxes["o"], swz["o"]):
             add(p)
+    if cfg.varlen_dynamic:
+        add(tensor_struct("tile_counter", 0, "tile_counter", [], []))
 
     thd = {"contiguous_dim": 2, "align_bytes": 16}
     i32_vec = {"role": "input", "dtype": "i32", "contiguous_dim": 0, "align_bytes": 4}
@@ -440,6 +442,12 @@ def varlen_contract(cfg: FwdConfig, boxes: dict[str, tuple[int, int]], swizzle: 
         tensors["page_table"] = {**i32_vec, "dims": ["batch", "max_pages"], "contiguous_dim": 1}
     if cfg.fp8:
         tensors["descale"] = DESCALE_TENSOR
+    if cfg.varlen_dynamic:
+        # The walk's tile counter (inference.py fetch_tile): the runtime's, zero before the first
+        # launch and left zero by every launch (the last CTA resets it), so a plan keeps one.
+        symbols["tile_counter_slots"] = {"tensor": "tile_counter", "dim": 0, "fixed": 2}
+        tensors["tile_counter"] = {"role": "output", "dtype": "i32", "dims": ["tile_counter_slots"],
+                                   "contiguous_dim": 0, "align_bytes": 4}
     tensors.update(var_tensors)
     checks = [
         {"expr": ["batch_plus_1", "batch", 1, "+", "=="],

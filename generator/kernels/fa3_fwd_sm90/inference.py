@@ -48,6 +48,10 @@ from .barriers import Barrier
 from .config import PAGE_CHUNK, FwdConfig
 from .fp8_p import check_layouts, check_local_layouts, convert_p_fp8, convert_p_fp8_local
 from .kernel import PERSISTENT_CTAS, FlashFwdSm90, _inner_cols, _smem_buffer
+
+# varlen_dynamic: linear tiles in flight from the producer to the consumers (the producer runs
+# at most this many tiles ahead; its K/V stages hold it closer still).
+TILE_STAGES = 2
 from . import block_range
 from .mask import apply_mask_bits, apply_window_mask, apply_window_mask_bits
 from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, smem_store_atom, transpose_view
@@ -70,6 +74,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self.paged = cfg.paged_kv
         self.varlen = cfg.varlen
         self.persistent_varlen = cfg.varlen and cfg.scheduler == "persistent"
+        self.dynamic = bool(cfg.varlen_dynamic)
         # The persistent varlen walk (schedule.varlen_persistent_walk); single keeps one tile
         # per CTA and its code as it was.
         self.vsched = TileScheduler("persistent", cfg.causal, varlen=True)
@@ -112,6 +117,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         window_left: Int32 | None = None,
         window_right: Int32 | None = None,
         mSink: cute.Tensor | None = None,
+        mTileCounter: cute.Tensor | None = None,  # varlen_dynamic: (2,) int32, the walk's counter
     ):
         bshd_to_sdhb = [1, 3, 2, 0]
         if const_expr(self.varlen):
@@ -134,6 +140,10 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         if const_expr(self.separate_o):
             # o_tma_ragged with O's own buffer: Q goes back after the last QK^T.
             fields["sO"] = _smem_buffer(sO_layout, self.dtype)
+        if const_expr(self.dynamic):
+            # The walk's tile hand-over: TILE_STAGES linear tiles, producer to consumers.
+            fields["mbar_tile"] = cute.struct.MemRange[cutlass.Int64, 2 * TILE_STAGES]
+            fields["s_tile"] = cute.struct.MemRange[cutlass.Int32, TILE_STAGES]
         if const_expr(self.v_transpose):
             # e4m3: V arrives row-major as a cache stores it; the producer's spare warps
             # transpose each stage into sVt (v_transpose.py), the dense kernel's way.
@@ -198,7 +208,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             softmax_scale_log2, mSeqUsedK, mPageTable,
             mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
             sQ_layout, sK_layout, sV_layout, tiled_mma_qk, tiled_mma_pv, mDescale,
-            softcap_pre, window_left, window_right, mSink, tOr, tma_o,
+            softcap_pre, window_left, window_right, mSink, tOr, tma_o, mTileCounter,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], min_blocks_per_mp=self.cfg.ctas_per_sm,
                  # A carveout named here keeps the DSL from asking a device for its shared memory
                  # per SM when min_blocks_per_mp > 1 (the build machine has none); only the DSL's
@@ -241,6 +251,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         mSink: cute.Tensor | None = None,
         mOr: cute.Tensor | None = None,
         tma_o: cute.CopyAtom | None = None,
+        mTileCounter: cute.Tensor | None = None,
     ):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -258,6 +269,16 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         )
         if const_expr(self.v_transpose):
             pipe_vt = self._vt_pipeline(storage)
+        tiles = None
+        if const_expr(self.dynamic):
+            # One producer thread writes a slot, every consumer thread reads it (_vt_pipeline's
+            # kind of pipeline).
+            tiles = (pipeline.PipelineAsync.create(
+                barrier_storage=storage.mbar_tile.data_ptr(), num_stages=TILE_STAGES,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads),
+                defer_sync=True,
+            ), storage.s_tile.get_tensor(cute.make_layout(TILE_STAGES)), mTileCounter)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -284,7 +305,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
                 pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
                 mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
-                mOr=mOr, tma_o=tma_o, sO=sO,
+                mOr=mOr, tma_o=tma_o, sO=sO, tiles=tiles,
             )
             return
         m_block, split, head, batch, group, seq, lo, hi = self.tile_work(
@@ -330,12 +351,16 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self, warp_idx, tidx, mQ, mK, mV, mO, mLSE, mKc, mVc, sQ, sK, sV, tma_q, tma_k, tma_v, tma_kc, tma_vc,
         pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
         mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
-        mOr=None, tma_o=None, sO=None,
+        mOr=None, tma_o=None, sO=None, tiles=None,
     ):
         """The persistent varlen loop: CTA blockIdx.x of gridDim.x walks linear tiles
         L = tile * heads + head by self.vsched's stride while L < real tiles * heads (each warp
         counts the real tiles itself), carrying the pipeline states across tiles. A tile with
-        no key blocks loads nothing (its O = 0, LSE = -inf leave from registers)."""
+        no key blocks loads nothing (its O = 0, LSE = -inf leave from registers).
+        varlen_dynamic (`tiles`: the hand-over pipeline, its slots, the counter): the first
+        tile is blockIdx.x, each next one gridDim.x + the counter's old value, fetched by the
+        producer once it has issued a tile's loads and passed to the consumers, who stop at
+        the first L past the last tile."""
         cta = cute.arch.block_idx()[0]
         ctas = cute.arch.grid_dim()[0]
         heads = mQ.shape[2]
@@ -348,6 +373,11 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
                 k = Int32(0)
                 lin = self.vsched.first(k, cta, ctas)
+                t_state = None
+                if const_expr(self.dynamic):
+                    lin = cta
+                    t_state = self.publish_tile(tiles, pipeline.make_pipeline_state(
+                        pipeline.PipelineUserType.Producer, TILE_STAGES), lin)
                 while lin < num_lin:
                     m_block, split, head, batch, group, seq, lo, hi = self.tile_work(*work, lin=lin)
                     if hi > lo:
@@ -357,7 +387,13 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                             mPageTable, seq.offset_q, seq.offset_k, q_state, kv_state,
                         )
                     k += 1
-                    lin = self.vsched.next(k, lin, cta, ctas)
+                    if const_expr(self.dynamic):
+                        lin = self.fetch_tile(tiles, ctas)
+                        t_state = self.publish_tile(tiles, t_state, lin)
+                    else:
+                        lin = self.vsched.next(k, lin, cta, ctas)
+                if const_expr(self.dynamic):
+                    self.retire_counter(tiles, ctas)
                 # Keep the CTA alive until the consumers released every slot filled.
                 pipe_v.producer_tail(kv_state)
         else:
@@ -370,6 +406,10 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             k = Int32(0)
             lin = self.vsched.first(k, cta, ctas)
+            t_state = None
+            if const_expr(self.dynamic):
+                lin, t_state = self.receive_tile(tiles, pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Consumer, TILE_STAGES))
             while lin < num_lin:
                 m_block, split, head, batch, group, seq, lo, hi = self.tile_work(*work, lin=lin)
                 q_state, kv_state = self.consume_range(
@@ -378,11 +418,55 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                     lo, hi, seq.offset_q, q_state=q_state, kv_state=kv_state, mOr=mOr, tma_o=tma_o, sO=sO,
                 )
                 k += 1
-                lin = self.vsched.next(k, lin, cta, ctas)
+                if const_expr(self.dynamic):
+                    lin, t_state = self.receive_tile(tiles, t_state)
+                else:
+                    lin = self.vsched.next(k, lin, cta, ctas)
             if const_expr(self.separate_o):
                 # The last tile's O store must have read its buffer before the CTA exits.
                 if ctidx == 0:
                     cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+    @cute.jit
+    def publish_tile(self, tiles, state, lin):
+        """The producer warp hands linear tile `lin` to the consumers (lane 0 writes the slot);
+        returns the state after."""
+        pipe, slots, _ = tiles
+        pipe.producer_acquire(state)
+        if cute.arch.lane_idx() == 0:
+            slots[state.index] = lin
+            pipe.producer_commit(state)
+        return self._advanced(state)
+
+    @cute.jit
+    def receive_tile(self, tiles, state):
+        """(the next linear tile, the state after): every consumer thread reads the slot."""
+        pipe, slots, _ = tiles
+        pipe.consumer_wait(state)
+        lin = slots[state.index]
+        pipe.consumer_release(state)
+        return lin, self._advanced(state)
+
+    @cute.jit
+    def fetch_tile(self, tiles, ctas):
+        """The producer warp's next linear tile: gridDim.x + the counter's old value (the first
+        gridDim.x tiles are the CTAs' own), lane 0's atomicAdd broadcast to the warp."""
+        counter = tiles[2]
+        taken = Int32(0)
+        if cute.arch.lane_idx() == 0:
+            taken = cute.arch.atomic_add(counter.iterator, Int32(1))
+        return ctas + cute.arch.shuffle_sync(taken, 0)
+
+    @cute.jit
+    def retire_counter(self, tiles, ctas):
+        """Counts this CTA out after its last fetch; the last CTA out zeroes the counter for the
+        next launch (every CTA has stopped fetching by then: each counts out after its last)."""
+        counter = tiles[2]
+        if cute.arch.lane_idx() == 0:
+            out = cute.arch.atomic_add(counter.iterator + 1, Int32(1))
+            if out == ctas - 1:
+                cute.arch.atomic_exch(counter.iterator, Int32(0))
+                cute.arch.atomic_exch(counter.iterator + 1, Int32(0))
 
     @cute.jit
     def tile_work(self, mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
@@ -404,7 +488,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             else:
                 t = lin // heads
                 head = lin - t * heads
-                if const_expr(self.causal):
+                if const_expr(self.causal and not self.dynamic):
                     batch, m_block, valid = self.varlen_tile(t, mCuSeqlensQ, mSeqUsedQ, has_seqused_q)
                 else:
                     batch, m_block, valid = self.varlen_tile_by_keys(

@@ -364,7 +364,16 @@ inline Status prepare_varlen(const Bundle& bundle, const std::string& bundle_dir
                                &s.variant, static_cast<int>(s.head_dim_v)));
   const Kernel* fwd = nullptr;
   CUBINFORGE_TRY(p.load(*p.forward_, bundle_dir, &fwd));
-  CUBINFORGE_TRY(p.add(*fwd, detail::for_contract(fwd->contract(), pool), scalars));
+  const Contract& c = fwd->contract();
+  if (find_tensor(c, "tile_counter") >= 0) {
+    // The walk's tile counter (a variant that hands tiles out by atomicAdd): zero now, and every
+    // launch leaves it zero, so the plan's stream-ordered runs and graph replays share it.
+    CUdeviceptr counter = 0;
+    CUBINFORGE_TRY(p.buffer(8, "tile counter", &counter));
+    CUBINFORGE_TRY(check_cu(cuMemsetD32Async(counter, 0, 2, stream), "cuMemsetD32Async (tile counter)"));
+    pool.push_back({"tile_counter", make_contiguous(counter, DType::i32, {2})});
+  }
+  CUBINFORGE_TRY(p.add(*fwd, detail::for_contract(c, pool), scalars));
   *out = std::move(p);
   return Status::Ok();
 }
