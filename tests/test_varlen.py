@@ -143,7 +143,7 @@ def test_a_value_head_dim_of_its_own_in_the_varlen_contract():
     t = {"q": arr((total_q, hq, 192), "bf16"), "k": arr((total_k, hkv, 192), "bf16"),
          "v": arr((total_k, hkv, 128), "bf16"), "o": arr((total_q, hq, 128), "bf16"),
          "lse": arr((hq, total_q), "f32"), "cu_seqlens_q": arr((b + 1,), "i32"), "cu_seqlens_k": arr((b + 1,), "i32"),
-         "seqused_q": arr((b,), "i32"), "seqused_k": arr((b,), "i32")}
+         "seqused_q": arr((b,), "i32"), "seqused_k": arr((b,), "i32"), "tile_counter": arr((2,), "i32")}
     bound = bind(c, t, {}, {"sm_count": 132})
     for p in c.params:
         if p.kind == "tensormap":
@@ -151,6 +151,30 @@ def test_a_value_head_dim_of_its_own_in_the_varlen_contract():
     for name, wrong in (("o", arr((total_q, hq, 192), "bf16")), ("v", arr((total_k, hkv, 192), "bf16"))):
         with pytest.raises(InputError, match="head_dim_v"):
             bind(c, {**t, name: wrong}, {}, {"sm_count": 132})
+
+
+def test_the_persistent_walk_takes_a_tile_counter_the_runtime_owns():
+    """The shipped persistent packed forms hand tiles out from a counter (varlen_dynamic): the
+    contract's last parameter, a bare pointer to two int32; the static walk and the one tile
+    per CTA form take none; a counter of another size is refused at bind time."""
+    dyn = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True, scheduler="persistent")
+    assert dyn.varlen_dynamic
+    c = varlen_contract_of(dyn)
+    assert c.params[-1].name == "tile_counter" and c.params[-1].size == 8
+    assert c.tensors["tile_counter"].role == "output" and c.tensors["tile_counter"].dtype == "i32"
+    for other in (dict(scheduler="persistent", varlen_dynamic=False), dict(scheduler="single")):
+        cfg = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True, **other)
+        assert "tile_counter" not in varlen_contract_of(cfg).tensors
+    with pytest.raises(ValueError, match="varlen_dynamic hands out the persistent varlen walk's tiles"):
+        FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True, scheduler="single",
+                  varlen_dynamic=True)
+    b, total = 2, 300
+    t = {"q": arr((total, 8, 128), "bf16"), "k": arr((total, 8, 128), "bf16"), "v": arr((total, 8, 128), "bf16"),
+         "o": arr((total, 8, 128), "bf16"), "lse": arr((8, total), "f32"), "cu_seqlens_q": arr((b + 1,), "i32"),
+         "cu_seqlens_k": arr((b + 1,), "i32"), "seqused_q": arr((b,), "i32"), "seqused_k": arr((b,), "i32")}
+    bind(c, {**t, "tile_counter": arr((2,), "i32")}, {}, {"sm_count": 132})
+    with pytest.raises(InputError, match="tile_counter"):
+        bind(c, {**t, "tile_counter": arr((3,), "i32")}, {}, {"sm_count": 132})
 
 
 # --------------------------------------------------------------------------- contract
@@ -237,6 +261,12 @@ def fake_driver(monkeypatch):
 
     monkeypatch.setattr(varlen, "_upload_i32", upload)
 
+    def fill_i32(value, n, device, stream, handle):
+        uploads.append(("fill", value, n))
+        return arr((n,), "i32")
+
+    monkeypatch.setattr(varlen, "_fill_i32", fill_i32)
+
     monkeypatch.setattr(launcher.Kernel, "plan", checked_plan)
     monkeypatch.setattr(launcher.Kernel, "run", lambda self, plan, stream: launched.append((self.variant, plan)))
     kvcache.clear_cache()
@@ -263,7 +293,8 @@ def test_packed_launch_binds_its_contract(fake_driver, causal, with_used):
     assert name == f"fa3-fwd-sm_90a-bf16-hd128-{'causal' if causal else 'noncausal'}-varlen-persistent"
     assert plan.grid == (min(varlen_tile_bound(40, 4, 128) * 16, 132), 1, 1)
     assert plan.scalars == {"has_seqused_q": int(with_used), "has_seqused_k": int(with_used)}
-    assert uploads == [cu, [0, 5, 5, 30, 60]]  # host cu_seqlens checked and copied over
+    # host cu_seqlens checked and copied over; the walk's tile counter zeroed, bound by the plan
+    assert uploads == [cu, [0, 5, 5, 30, 60], ("fill", 0, 2)]
     assert out.shape == (40, 16, 128) and lse.shape == (16, 40)
 
 
@@ -290,7 +321,8 @@ def test_page_size_1_gathers_then_runs_the_packed_form(fake_driver):
                                   page_table=arr((4, 100), "i32"), causal=True, source=SRC)
     names = [n for n, _ in launched]
     assert names[0].startswith("kv-gather") and names[1] == "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-persistent"
-    assert uploads[-1] == [0, 100, 200, 300, 400]  # each sequence's gathered rows: one capacity apart
+    assert uploads[-2] == [0, 100, 200, 300, 400]  # each sequence's gathered rows: one capacity apart
+    assert uploads[-1] == ("fill", 0, 2)  # then the packed walk's tile counter
 
 
 @need_built

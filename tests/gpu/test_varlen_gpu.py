@@ -20,7 +20,7 @@ import pytest
 from cubinforge.runtime import InputError
 from cubinforge.runtime.registry_source import LocalSource, manifests
 from _helpers import ATOL_LSE, NAN_BITS, RTOL_O, download, from_bits, softmax_rows, to_bits
-from test_inference_gpu import NO_GPU, poisoned, rand, upload
+from test_inference_gpu import BACKEND, NO_GPU, XP, poisoned, rand, upload
 
 SRC = LocalSource()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
@@ -64,9 +64,10 @@ def attend(q, k, v, causal, scale):
 
 
 def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=None, page_size=None, d=128,
-               dtype="bf16", spare=3, check=False, host_cu=False, dv=None, k_ramp=False, runs=1):
+               dtype="bf16", spare=3, check=False, host_cu=False, dv=None, k_ramp=False, runs=1, graph=False):
     """`runs` > 1: one prepared plan run that many times, O and LSE NaN-poisoned again before
-    each run and every run checked (a variant's state across launches: the tile counter)."""
+    each run and every run checked (a variant's state across launches: the tile counter);
+    `graph` (CuPy): the plan captured once in a CUDA graph, the graph replayed `runs` times."""
     from cubinforge.runtime import as_device_array, flash_attn_varlen_func, prepare_varlen
     from cubinforge.runtime.fill import fill
 
@@ -116,11 +117,25 @@ def run_varlen(rng, slots_q, slots_k, *, hq, hkv, causal, used_q=None, used_k=No
         flash_attn_varlen_func(*args, **kw)
         results.append((download(out), download(lse)))
     else:
-        plan = prepare_varlen(*args, **kw)
+        stream = XP.cuda.Stream(non_blocking=True) if graph else None
+        handle = stream.ptr if graph else 0
+        plan = prepare_varlen(*args, **kw, stream=handle)
+        replay = plan.run
+        if graph:
+            plan.run(handle)  # loads the module outside the capture (the counter is left zero)
+            with stream:
+                stream.begin_capture()
+                try:
+                    plan.run(handle)
+                finally:
+                    captured = stream.end_capture()  # never leave the stream capturing
+            replay = lambda h: captured.launch(stream)  # noqa: E731
         for _ in range(runs):
-            fill(as_device_array(out, dtype=dtype), NAN_BITS[dtype][1], 0)
-            fill(as_device_array(lse), NAN_BITS["f32"][1], 0)
-            plan.run(0)
+            fill(as_device_array(out, dtype=dtype), NAN_BITS[dtype][1], handle)
+            fill(as_device_array(lse), NAN_BITS["f32"][1], handle)
+            replay(handle)
+            if graph:
+                stream.synchronize()
             results.append((download(out), download(lse)))
     want_o = np.full((total_q, hq, dv), np.nan)
     want_lse = np.full((hq, total_q), np.nan)
@@ -268,6 +283,19 @@ def test_wide_head_dims_ragged(hq, hkv, causal, d, dv):
     need("bf16", d, causal, head_dim_v=dv)
     rng = np.random.default_rng(d * 100 + hq + causal)
     run_varlen(rng, RAGGED, RAGGED, hq=hq, hkv=hkv, causal=causal, d=d, dv=dv)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d,dv", [(128, 128), *WIDE])
+def test_a_plan_replays_in_a_cuda_graph(causal, d, dv):
+    """The shipped persistent forms hand tiles out from a counter the plan owns: a CUDA graph of
+    the plan, replayed three times (poisoned before each), walks every tile every time."""
+    if BACKEND != "cupy":
+        pytest.skip("capture test written against CuPy's stream capture API")
+    need("bf16", d, causal, head_dim_v=dv)
+    rng = np.random.default_rng(17 + d + causal)
+    run_varlen(rng, [0, 1, 17, 600, 129, 700, 5, 300], [5, 1, 17, 600, 129, 800, 0, 300], hq=16, hkv=4,
+               causal=causal, d=d, dv=dv, runs=3, graph=True)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -572,6 +572,14 @@ class FwdConfig:
             tuned = TUNED_VARLEN.get(vkey, {}) if plain_varlen else {}
             if plain_varlen and not self.o_smem_store:
                 tuned = TUNED_VARLEN_DTYPE.get((self.dtype, *vkey), tuned)
+            if plain_varlen and self.scheduler == "persistent" and not self.paged_kv:
+                # Every persistent packed form takes its tiles from the counter: session 16
+                # (check16/p1, bench.ab varlen-dynamic, the 16-sequence case beside the static
+                # walk and FA4 in alternating rounds) 1.004-1.178x the static walk on all twelve
+                # (bf16 causal hd128 / (192, 128) / hd256 1.059 / 1.130 / 1.178, 1.08 / 1.03 / 1.07x
+                # FA4; non-causal 1.02-1.03); hd256 causal's DRAM reads 1.70 GB -> 0.57 GB (FA4
+                # 0.49), L2 hit 35% -> 72% (ncu, n1 / p1). Float64 tests: check16/o1.
+                tuned = {**tuned, "varlen_dynamic": True}
             if not (self.varlen or self.fp8 or self.model_variant):
                 tuned = TUNED_DECODE.get((self.head_dim, (self.tile_m, self.tile_n), self.paged_kv), tuned)
         elif self.model_variant:
