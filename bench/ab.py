@@ -1036,9 +1036,21 @@ _SHIPPED_VARLEN_S16 = [  # (dtype, causal, form)
     ("fp16", True, dict(head_dim=128, stages=3, o_smem_store=True, **_CM)),
     ("fp16", False, dict(head_dim=128, stages=3, o_smem_store=True)),
 ]
+_FORM_TOKENS = (("o_smem_store", "o-smem"), ("separate_o_smem", "separate-o"), ("o_tma_ragged", "tma-o"),
+                ("in_order_row_sum", "in-order-sum"), ("mask_bits", "mask-bits"), ("pin_loop_invariants", "pin"))
+
+
+def _form_label(form: dict) -> str:
+    """The label tokens of a written-out form, so the label names every switch that is on."""
+    tile = f"+tile-{form['tile_m']}x{form['tile_n']}" if "tile_m" in form else ""
+    lazy = f"+lazy-rescale-{form['rescale_threshold']:g}" if "rescale_threshold" in form else ""
+    return tile + lazy + "".join(f"+{token}" for switch, token in _FORM_TOKENS if form.get(switch))
+
+
+# (check16/p1 ran these rows as "persistent+dynamic" before the labels named their switches.)
 VARLEN_DYNAMIC = [
-    ("persistent+dynamic", dict(form, dtype=dtype, causal=causal, varlen=True, scheduler="persistent",
-                                varlen_dynamic=True))
+    (f"persistent+dynamic{_form_label(form)}", dict(form, dtype=dtype, causal=causal, varlen=True,
+                                                    scheduler="persistent", varlen_dynamic=True))
     for dtype, causal, form in _SHIPPED_VARLEN_S16
 ]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,

@@ -93,7 +93,9 @@ def _cases():
              "lse": (base + (4 << 32), (hq, total_q), None, "f32"),
              "cu_seqlens_q": (base + (5 << 32), (b + 1,), None, "i32"),
              "cu_seqlens_k": (base + (6 << 32), (b + 1,), None, "i32"),
-             "seqused_q": (base + (7 << 32), (b,), None, "i32"), "seqused_k": (base + (8 << 32), (b,), None, "i32")}
+             "seqused_q": (base + (7 << 32), (b,), None, "i32"), "seqused_k": (base + (8 << 32), (b,), None, "i32"),
+             # every form here is a packed persistent walk: its tiles come from the counter
+             "tile_counter": (base + (9 << 32), (2,), None, "i32")}
         scalars = {"has_seqused_q": i % 2, "has_seqused_k": 0}
         out.append((_name(dt, causal, qbuf), t, scalars))
     return out

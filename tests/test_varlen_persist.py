@@ -186,7 +186,9 @@ def test_contract_grid_is_the_schedulers_rule(paged, causal):
         if paged:
             t["page_table"] = arr((b, 32), "i32")
         for c, persistent in ((cfg, True), (single, False)):
-            got = bind(varlen_contract_of(c), t, {}, {"sm_count": sms}).grid
+            # the packed persistent walk takes its tiles from the counter (varlen_dynamic)
+            counter = {"tile_counter": arr((2,), "i32")} if c.varlen_dynamic else {}
+            got = bind(varlen_contract_of(c), {**t, **counter}, {}, {"sm_count": sms}).grid
             assert got == (varlen_ctas(total_q, b, 128, hq, sms, persistent), 1, 1)
         assert varlen_ctas(total_q, b, 128, hq, sms, True) == min(varlen_tile_bound(total_q, b, 128) * hq, sms)
 

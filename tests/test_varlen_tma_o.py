@@ -103,8 +103,9 @@ def test_ragged_map_refusals():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_contract_adds_the_coordinates_and_the_map_last(causal):
+    # The static walk: the tile counter (varlen_dynamic) would add its own parameter after these.
     kw = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=causal, varlen=True, scheduler="persistent",
-              o_smem_store=True)
+              o_smem_store=True, varlen_dynamic=False)
     plain, ragged = varlen_contract_of(FwdConfig(**kw)), varlen_contract_of(FwdConfig(**kw, o_tma_ragged=True))
     assert [p.name for p in ragged.params] == [p.name for p in plain.params] + ["o_tma_coords", "tma_o"]
     b, total_q, hq, hkv = 5, 1234, 16, 4
@@ -176,13 +177,14 @@ def test_ab_set_pairs_each_shipped_form_with_its_ragged_twin():
         assert cfg.varlen and cfg.scheduler == "persistent" and cfg.o_tma_ragged == label.endswith("+o-tma-ragged")
         assert cfg.separate_o_smem == ("separate-o" in label) and cfg.o_smem_store == ("o-smem" in label), label
         assert cfg.stages == (2 if cfg.separate_o_smem else 3), label   # O's own buffer leaves room for 2
+        # These rows predate the tile counter (bench.ab varlen-dynamic): the shipped form without it.
         shipped = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=cfg.causal, varlen=True,
-                            scheduler="persistent")
+                            scheduler="persistent", varlen_dynamic=False)
         others = set(TUNED_VARLEN[(128, cfg.causal, "persistent", None)]) - {"o_smem_store"}
         assert {s: getattr(cfg, s) for s in others} == {s: getattr(shipped, s) for s in others}, label
         if not cfg.o_tma_ragged:   # the baseline: the Q-buffer form shipped before the promotion
             assert cfg == FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=cfg.causal, varlen=True,
-                                    scheduler="persistent", o_smem_store=True), label
+                                    scheduler="persistent", o_smem_store=True, varlen_dynamic=False), label
         # promoted (config.TUNED_VARLEN_DTYPE): O's own buffer + the ragged store is the bf16 build
         assert (cfg == shipped) == ("separate-o" in label), label
 
