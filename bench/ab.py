@@ -1053,6 +1053,23 @@ VARLEN_DYNAMIC = [
                                                     scheduler="persistent", varlen_dynamic=True))
     for dtype, causal, form in _SHIPPED_VARLEN_S16
 ]
+# The counter where varlen still runs one tile per CTA: paged varlen (chunked prefill against
+# a paged cache: 0.94-1.12x FA4 across checks 14-16), the static persistent walk and the
+# counter's, alone and with the packed hd128 forms' switches (O by one ragged TMA store from its
+# own buffer; causal's bit mask and in-order sum); and packed hd64, bf16 and fp16. Not run yet.
+_PG = dict(_VL, scheduler="persistent", paged_kv=True)
+_PG_DYN = dict(_PG, varlen_dynamic=True)
+_PG_TMA_O = dict(separate_o_smem=True, o_tma_ragged=True, stages=2)
+VARLEN_DYNAMIC_2 = [
+    *[(label, dict(base, causal=c)) for c in (False, True) for label, base in (
+        ("persistent", _PG), ("persistent+dynamic", _PG_DYN),
+        ("persistent+dynamic+separate-o+tma-o", dict(_PG_DYN, **_PG_TMA_O)))],
+    ("persistent+dynamic+in-order-sum+mask-bits", dict(_PG_DYN, causal=True, **_CM)),
+    ("persistent+dynamic+separate-o+tma-o+in-order-sum+mask-bits", dict(_PG_DYN, causal=True, **_PG_TMA_O, **_CM)),
+    *[(label, dict(head_dim=64, varlen=True, scheduler="persistent", dtype=dt, causal=c, **over))
+      for dt in ("bf16", "fp16") for c in (False, True)
+      for label, over in (("persistent", {}), ("persistent+dynamic", dict(varlen_dynamic=True)))],
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1075,7 +1092,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "short-pairs": SHORT_PAIRS, "short-sections": SHORT_SECTIONS,
                "short-sections-2": SHORT_SECTIONS_2, "varlen-wide": VARLEN_WIDE_AB,
                "varlen-wide-2": VARLEN_WIDE_2, "varlen-wide-3": VARLEN_WIDE_3,
-               "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC}
+               "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC,
+               "varlen-dynamic-2": VARLEN_DYNAMIC_2}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -82,7 +82,8 @@ def varlen_case(torch, kind, d=D, dv=D, dtype="bf16"):
     cu_q = torch.arange(0, c["requests"] * c["new"] + 1, c["new"], dtype=torch.int32, device="cuda")
     used = torch.full((c["requests"],), c["ctx"], dtype=torch.int32, device="cuda")
     pairs = c["requests"] * sum(c["ctx"] - c["new"] + i + 1 for i in range(c["new"]))
-    return q, k, v, cu_q, None, used, table, c["new"], c["ctx"], None, 4 * c["hq"] * D * pairs
+    full = 4 * c["hq"] * D * c["requests"] * c["new"] * c["ctx"]  # non-causal: every new token sees every key
+    return q, k, v, cu_q, None, used, table, c["new"], c["ctx"], full, 4 * c["hq"] * D * pairs
 
 
 def run_varlen_cases(torch, timing, want) -> list:
@@ -138,9 +139,9 @@ def run_varlen_cases(torch, timing, want) -> list:
 def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     """Each varlen candidate of bench.ab's registry at `home` (`bench.ab build --experiments
     varlen` or `varlen-wide`), pinned to itself, on the varlen prefill case of its mask and head
-    dims: output poisoned, checked against FA4's (else the shipped variant's) O, then timed beside
-    the shipped variant and FA4 in alternating rounds in this process. Returns the number of
-    failed candidates."""
+    dims (a paged candidate: the paged chunked prefill case, bf16 hd128): output poisoned, checked
+    against FA4's (else the shipped variant's) O, then timed beside the shipped variant and FA4 in
+    alternating rounds in this process. Returns the number of failed candidates."""
     from pathlib import Path
 
     from cubinforge.runtime import LocalSource, prepare_varlen
@@ -153,29 +154,34 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     home = Path(home)
     base = LocalSource(home)
     axes_of = {n: json.loads((home / "manifests" / f"{n}.json").read_text())["axes"] for n in sorted(base.list())}
-    names = [n for n, ax in axes_of.items() if ax.get("varlen") and not ax.get("paged_kv")]
+    names = [n for n, ax in axes_of.items() if ax.get("varlen")]
     if not names:
         return 0
     stream = torch.cuda.current_stream().cuda_stream
     cases, refs = {}, {}
     rows, failed, pins = [], 0, []
 
+    # dims: (head_dim, head_dim_v, dtype, kind), kind "varlen" (packed) or "chunked" (paged).
     def case(dims):
         if dims not in cases:
-            cases[dims] = varlen_case(torch, "varlen", *dims)
+            if dims[3] == "chunked" and dims[:3] != (D, D, "bf16"):
+                raise ValueError(f"the paged chunked prefill case is bf16 hd{D}, not {dims[:3]}")
+            cases[dims] = varlen_case(torch, dims[3], *dims[:3])
         return cases[dims]
 
     def ours(dims, causal, source=None):
-        q, k, v, cu_q, cu_k, _, _, mq, mk, _, _ = case(dims)
+        q, k, v, cu_q, cu_k, used, table, mq, mk, _, _ = case(dims)
         out = torch.full((*q.shape[:2], v.shape[-1]), float("nan"), dtype=q.dtype, device="cuda")
         lse = torch.full((q.shape[1], q.shape[0]), float("nan"), dtype=torch.float32, device="cuda")
-        p = prepare_varlen(q, k, v, cu_q, cu_k, mq, mk, causal=causal, out=out, lse=lse, stream=stream,
-                           source=source)
+        p = prepare_varlen(q, k, v, cu_q, cu_k, mq, mk, seqused_k=used, page_table=table, causal=causal,
+                           out=out, lse=lse, stream=stream, source=source)
         return (lambda: p.run(stream)), out, lse, p
 
     def fa4_call(dims, causal):
-        q, k, v, cu_q, cu_k, _, _, mq, mk, _, _ = case(dims)
-        kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk, causal=causal)
+        q, k, v, cu_q, cu_k, used, table, mq, mk, _, _ = case(dims)
+        kw = dict(cu_seqlens_q=cu_q, max_seqlen_q=mq, causal=causal)
+        kw.update(dict(seqused_k=used, page_table=table) if table is not None
+                  else dict(cu_seqlens_k=cu_k, max_seqlen_k=mk))
         return lambda: fa4(q, k, v, **kw)
 
     def ref(dims, causal):
@@ -205,13 +211,14 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     for name in names:
         ax = axes_of[name]
         causal = bool(ax["causal"])
-        dims = (ax["head_dim"], ax.get("head_dim_v", ax["head_dim"]), ax.get("dtype", "bf16"))
-        *_, fl_full, fl_causal = case(dims)
-        flops = fl_causal if causal else fl_full
+        dims = (ax["head_dim"], ax.get("head_dim_v", ax["head_dim"]), ax.get("dtype", "bf16"),
+                "chunked" if ax.get("paged_kv") else "varlen")
         pin = _PinnedSource(base, name)
         pins.append(pin)  # kept alive: the runtime caches by id()
-        rec = {"variant": name, "causal": causal, "head_dims": list(dims[:2]), "dtype": dims[2]}
+        rec = {"variant": name, "causal": causal, "head_dims": list(dims[:2]), "dtype": dims[2], "case": dims[3]}
         try:
+            *_, fl_full, fl_causal = case(dims)
+            flops = fl_causal if causal else fl_full
             ref_o, ref_lse, shipped = ref(dims, causal)
             fn, out, lse, p = ours(dims, causal, pin)
             fn()
@@ -242,7 +249,8 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         a, sh, f = r.get("ab"), r.get("shipped"), r.get("fa4")
         pct = lambda x, y: f"{x / y:.3f}" if x and y else "-"  # noqa: E731
         num = lambda x: f"{x:.0f}" if x else "-"  # noqa: E731
-        print(f"| {r['variant'].split('+', 1)[-1]} | {r['dtype']} {tuple(r['head_dims'])} | {r['causal']} | "
+        paged = " paged" if r["case"] == "chunked" else ""
+        print(f"| {r['variant'].split('+', 1)[-1]} | {r['dtype']} {tuple(r['head_dims'])}{paged} | {r['causal']} | "
               f"{'yes' if r['ok'] else 'NO ' + r.get('error', '')}"
               f" | {r.get('rel_err', float('nan')):.1e} | {num(a)} | {num(sh)} | {num(f)} | {pct(a, sh)} | {pct(a, f)} |")
     return failed

@@ -168,6 +168,11 @@ def test_the_persistent_walk_takes_a_tile_counter_the_runtime_owns():
     with pytest.raises(ValueError, match="varlen_dynamic hands out the persistent varlen walk's tiles"):
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True, scheduler="single",
                   varlen_dynamic=True)
+    # A paged cache keeps the static walk unless a config asks (bench.ab varlen-dynamic-2).
+    paged = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True, paged_kv=True,
+                 scheduler="persistent")
+    assert not FwdConfig(**paged).varlen_dynamic
+    assert varlen_contract_of(FwdConfig(**paged, varlen_dynamic=True)).params[-1].name == "tile_counter"
     b, total = 2, 300
     t = {"q": arr((total, 8, 128), "bf16"), "k": arr((total, 8, 128), "bf16"), "v": arr((total, 8, 128), "bf16"),
          "o": arr((total, 8, 128), "bf16"), "lse": arr((8, total), "f32"), "cu_seqlens_q": arr((b + 1,), "i32"),

@@ -140,6 +140,15 @@ def test_paged(pin, name, page_size):
                   used_q=[0, 1, 17, 600, 100, 700, 5, 0, 300])
 
 
+@pytest.mark.parametrize("name", PAGED)
+def test_a_paged_plan_run_again_and_again(pin, name):
+    """test_a_plan_run_again_and_again through a shuffled page table (a paged candidate with the
+    tile counter must leave it zero too)."""
+    causal = pin(name)
+    vg.run_varlen(np.random.default_rng(19), WALK_Q, [max(n, 1) for n in WALK_K], hq=16, hkv=4, causal=causal,
+                  page_size=64, runs=4)
+
+
 @pytest.mark.parametrize("name", PACKED)
 def test_no_row_past_a_sequence_end_is_written(pin, name):
     """Every sequence but the last is followed by 129 rows no sequence owns (seqused_q short of

@@ -677,9 +677,10 @@ class FwdConfig:
         if self.o_tma_ragged and self.scheduler != "persistent":
             # Its GPU tests (tests/gpu/test_varlen_persist_gpu.py) cover the walk's forms only.
             raise ValueError("o_tma_ragged is built for the persistent varlen walk: use scheduler 'persistent'")
-        if self.varlen_dynamic and not (self.varlen and self.scheduler == "persistent" and not self.paged_kv):
-            raise ValueError("varlen_dynamic hands out the persistent varlen walk's tiles: it needs varlen=True, "
-                             "scheduler 'persistent' and packed k/v (no paged_kv)")
+        if self.varlen_dynamic and not (self.varlen and self.scheduler == "persistent"):
+            # With paged_kv an A/B candidate (bench.ab varlen-dynamic-2): shipped packed only.
+            raise ValueError("varlen_dynamic hands out the persistent varlen walk's tiles: it needs varlen=True "
+                             "and scheduler 'persistent'")
         if self.pack_gqa and self.mask_bits:
             raise ValueError("mask_bits counts kept columns per token row: pack_gqa's rows are (token, head)")
         if self.inference and self.head_dim_v != self.head_dim:
