@@ -60,6 +60,9 @@ if [ "${PART:-tests}" = cpp ]; then
 elif [ "${PART:-tests}" = tests ]; then
     mkdir -p /root/stage && cp .stage_fa4a/part_aa /root/stage/ 2>/dev/null   # the older staging's part 1
     [ -d .stage_fa4x ] && bash bench/stage_fa4.sh park
+    # What the GPU tests compare against float64 becomes verification records
+    # (tests/gpu_verification_log.py), merged into $OUT/verified.json below.
+    export CUBINFORGE_VERIFIED_OUT=${CUBINFORGE_VERIFIED_OUT:-$OUT/verified/gpu-tests.json}
     if [ -n "${GPU_SHARDS:-}" ]; then
         # GPU_SHARDS=n: the files of GPU_TESTS in n parallel pytest processes on the one GPU
         # (tests/conftest.py's CUBINFORGE_TEST_SHARD), since their float64 references are
@@ -86,6 +89,9 @@ elif [ "${PART:-tests}" = tests ]; then
         TAIL=40 step gpu-tests ${GPU_TESTS_S:-330} python3 -m pytest -q -ra -m gpu -p no:cacheprovider \
             --continue-on-collection-errors ${GPU_TESTS:-tests}
     fi
+    vfiles=$(ls "$(dirname "$CUBINFORGE_VERIFIED_OUT")"/*.json 2>/dev/null)
+    [ -n "$vfiles" ] && python3 -m cubinforge.bench.verified --merge $vfiles --out "$OUT/verified.json"
+    unset CUBINFORGE_VERIFIED_OUT
     [ -n "${CORRECTNESS:-}" ] && step correctness ${CORRECTNESS_S:-120} python3 -m bench --out "$OUT/correctness" \
         --skip grid,cold_start --no-plots $CORRECTNESS
     [ -n "${NCU:-}" ] && step ncu ${NCU_S:-150} python3 -m bench --out "$OUT/ncu" --skip correctness,grid,cold_start \

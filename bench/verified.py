@@ -1,11 +1,15 @@
-"""verified.json: which cubins the correctness sweep checked, for `cubinforge verify import`.
+"""verified.json: which cubins a GPU run checked, for `cubinforge verify import`.
 
-One record per variant the sweep ran: its cubin sha256 (read from the manifest it launched),
-the device, driver, commit and date of the run, and `passed` only when every case of that
-variant passed. Format: registry/verification.py (the stdlib only here: this runs on the GPU
-machine, which has no install).
+From the bench's correctness sweep: one record per variant the sweep ran, its cubin sha256
+(read from the manifest it launched), the device, driver, commit and date of the run, and
+`passed` only when every case of that variant passed. From the GPU test-suite
+(tests/gpu_verification_log.py, CUBINFORGE_VERIFIED_OUT): `records_from_gpu_tests`, one record per variant a
+float64 comparison checked, `failed` when any test that launched it failed. Several files
+(one per shard) merge into one with --merge. Format: registry/verification.py (the stdlib only
+here: this runs on the GPU machine, which has no install).
 
     python3 -m bench.verified RESULTS_JSON [--home DIR] [--out verified.json]
+    python3 -m bench.verified --merge SHARD.json ... --out verified.json
 """
 
 from __future__ import annotations
@@ -39,6 +43,53 @@ def verified_doc(results: dict, manifest_of, source: str) -> dict:
     return {"verification_version": VERIFICATION_VERSION, "records": records}
 
 
+def records_from_gpu_tests(tests: list[dict], *, device, driver, commit, date, source: str) -> dict:
+    """Records from the GPU tests' outcomes: each test {"outcome": "passed" | "failed" |
+    "skipped", "launched": {variant: (family, arch, sha256)}, "checked": [variant, ...]} (the
+    variants launched before a float64 comparison found nothing wrong). A variant is `failed`
+    when a test that launched it failed, `passed` when a passing test checked it and none that
+    launched it failed; launched and never checked, it gets no record (it stays unverified)."""
+    seen, failed, checked = {}, {}, {}
+    for t in tests:
+        seen.update(t["launched"])
+        if t["outcome"] == "failed":
+            for v in t["launched"]:
+                failed[v] = failed.get(v, 0) + 1
+        elif t["outcome"] == "passed":
+            for v in t["checked"]:
+                checked[v] = checked.get(v, 0) + 1
+    records = []
+    for v in sorted(set(failed) | set(checked)):
+        family, arch, sha = seen[v]
+        bad = v in failed
+        records.append({
+            "variant": v, "family": family, "arch": arch, "cubin_sha256": sha, "device": device, "driver": driver,
+            "commit": commit, "date": date, "result": "failed" if bad else "passed",
+            "cases": failed[v] if bad else checked[v],
+            "source": (f"{source}: {failed[v]} test(s) that launched it failed" if bad else
+                       f"{source}: {checked[v]} test(s) compared it against a float64 reference; "
+                       f"every test that launched it passed"),
+        })
+    return {"verification_version": VERIFICATION_VERSION, "records": records}
+
+
+def merge_docs(docs: list[dict]) -> dict:
+    """One record per (variant, cubin sha256) across files (shards of one run): `failed` if any
+    file says so, else `passed` with the cases summed."""
+    out: dict[tuple, dict] = {}
+    for doc in docs:
+        for r in doc["records"]:
+            key = (r["variant"], r["cubin_sha256"])
+            have = out.get(key)
+            if have is None:
+                out[key] = dict(r)
+            elif (have["result"] == "failed") == (r["result"] == "failed"):
+                have["cases"] = (have.get("cases") or 0) + (r.get("cases") or 0)
+            elif r["result"] == "failed":
+                out[key] = dict(r)
+    return {"verification_version": VERIFICATION_VERSION, "records": [out[k] for k in sorted(out)]}
+
+
 def manifest_reader(home: Path):
     def manifest_of(name: str):
         try:
@@ -53,10 +104,20 @@ def main(argv=None) -> int:
     import os
 
     p = argparse.ArgumentParser(prog="python3 -m bench.verified", description=__doc__.splitlines()[0])
-    p.add_argument("results", type=Path)
+    p.add_argument("results", type=Path, nargs="?")
     p.add_argument("--home", type=Path, default=Path(os.environ.get("CUBINFORGE_HOME", ".cubinforge")))
     p.add_argument("--out", type=Path)
+    p.add_argument("--merge", type=Path, nargs="+", metavar="FILE", help="merge record files (needs --out)")
     args = p.parse_args(argv)
+    if args.merge:
+        if args.out is None:
+            p.error("--merge needs --out")
+        doc = merge_docs([json.loads(f.read_text()) for f in args.merge])
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"{args.out}: {len(doc['records'])} records from {len(args.merge)} files")
+        return 0
+    if args.results is None:
+        p.error("give RESULTS_JSON or --merge FILE ...")
     results = json.loads(args.results.read_text())
     doc = verified_doc(results, manifest_reader(args.home), str(args.results))
     out = args.out or args.results.with_name("verified.json")

@@ -17,8 +17,10 @@ _NEEDS = {
     "test_client_remote.py": ("sqlalchemy", "fastapi"), "test_service_*.py": ("sqlalchemy", "fastapi"),
     "test_fp8_attention.py": ("sqlalchemy",), "test_fp8_quant.py": ("sqlalchemy",),
     "test_build_order.py": ("sqlalchemy",), "test_sass_batch.py": ("sqlalchemy", "elftools"),
-    "test_wgmma_serialized.py": ("sqlalchemy", "elftools"),
+    "test_wgmma_serialized.py": ("sqlalchemy", "elftools"), "test_gpu_verification_log.py": ("sqlalchemy",),
 }
+# CUBINFORGE_VERIFIED_OUT=FILE: verification records of what the GPU tests checked (the plugin says how).
+pytest_plugins = ("gpu_verification_log",)
 collect_ignore_glob = [
     pattern for pattern, mods in _NEEDS.items()
     if any(importlib.util.find_spec(m) is None for m in mods)

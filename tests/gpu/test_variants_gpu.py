@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _helpers import numerics_checked  # noqa: E402
 from test_runtime_gpu import (ATOL_LSE, NO_GPU, RTOL_O, download, from_bits, host_bits,  # noqa: E402
                               poisoned, upload, wrap)
 
@@ -136,6 +137,8 @@ def compare(o, lse, ref_o, ref_lse, no_key_rows, what, extra_tol: float = 0.0) -
         lerr = np.abs(lse[fin] - ref_lse[fin]).max()
         if not lerr <= atol_lse:
             errs.append(f"{what}: LSE abs err {lerr:.2e} > {atol_lse:.2e}")
+    if not errs:
+        numerics_checked()
     return errs
 
 

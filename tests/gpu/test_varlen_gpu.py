@@ -19,7 +19,7 @@ import pytest
 
 from cubinforge.runtime import InputError
 from cubinforge.runtime.registry_source import LocalSource, manifests
-from _helpers import ATOL_LSE, NAN_BITS, RTOL_O, download, from_bits, softmax_rows, to_bits
+from _helpers import ATOL_LSE, NAN_BITS, RTOL_O, download, from_bits, numerics_checked, softmax_rows, to_bits
 from test_inference_gpu import BACKEND, NO_GPU, XP, poisoned, rand, upload
 
 SRC = LocalSource()
@@ -172,6 +172,7 @@ def compare(o, lse, ref_o, ref_lse, what):
         if fin.any() and not np.abs(lse[fin] - ref_lse[fin]).max() <= ATOL_LSE:
             errs.append(f"{what}: LSE abs err {np.abs(lse[fin] - ref_lse[fin]).max():.2e} > {ATOL_LSE}")
     assert not errs, "\n".join(errs)
+    numerics_checked()
 
 
 # --------------------------------------------------------------------------- packed
