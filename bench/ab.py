@@ -960,7 +960,9 @@ DV128_LAZY = [
 # no switch): 0.97 / 0.89 and 0.92 / 0.82 of FA4 non-causal / causal (check15/b1). The dense
 # forms' winners that the inference kernel takes (P converted in pairs, the bit mask, the
 # in-order row sum; not the conditional rescale), and one tile per CTA. Timed by
-# bench/inference.py --ab-home beside the shipped variant and FA4 on its head dims.
+# bench/inference.py --ab-home beside the shipped variant and FA4 on its head dims. (When
+# check15/c1 ran them the inference kernel ignored chunked_p_convert; it takes it since session
+# 17, so a rebuild of these rows differs from c1's cubins.)
 _VW = dict(varlen=True, scheduler="persistent")
 _VW_FORMS = (dict(head_dim=192, head_dim_v=128), dict(head_dim=256))  # spec.VARLEN_WIDE's head dims
 VARLEN_WIDE_AB = [
@@ -1053,6 +1055,18 @@ VARLEN_DYNAMIC = [
                                                     scheduler="persistent", varlen_dynamic=True))
     for dtype, causal, form in _SHIPPED_VARLEN_S16
 ]
+# The dense hd192/256 non-causal winner (chunked_p_convert: S's registers converted to P in
+# their own order, in pairs; bench.ab chunked-p, 0.96 -> 1.00 of the best anchor) in the
+# inference kernel, which ignored the switch until session 17 (check15/c1's rows were A/A
+# controls): the shipped wide varlen forms (with the counter; each rebuilds sha256-equal to its
+# shipped cubin without the switch) with it. SASS: bf16 hd256 non-causal's key-block loop 499 ->
+# 451 instructions; the other seven loops move by 0-3. Not run yet.
+VARLEN_WIDE_5 = [
+    (f"persistent+dynamic{_form_label(form)}+chunked-p", dict(form, dtype=dtype, causal=causal, varlen=True,
+                                                             scheduler="persistent", varlen_dynamic=True,
+                                                             chunked_p_convert=True))
+    for dtype, causal, form in _SHIPPED_VARLEN_S16 if form["head_dim"] > 128
+]
 # The counter where varlen still runs one tile per CTA: paged varlen (chunked prefill against
 # a paged cache: 0.94-1.12x FA4 across checks 14-16), the static persistent walk and the
 # counter's, alone and with the packed hd128 forms' switches (O by one ragged TMA store from its
@@ -1093,7 +1107,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "short-sections-2": SHORT_SECTIONS_2, "varlen-wide": VARLEN_WIDE_AB,
                "varlen-wide-2": VARLEN_WIDE_2, "varlen-wide-3": VARLEN_WIDE_3,
                "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC,
-               "varlen-dynamic-2": VARLEN_DYNAMIC_2}
+               "varlen-dynamic-2": VARLEN_DYNAMIC_2, "varlen-wide-5": VARLEN_WIDE_5}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -357,7 +357,8 @@ class FwdConfig:
     # Convert S to P (bf16/fp16) in runs of registers instead of through the A-operand view:
     # the same values in the same registers (checked at trace time), but hd192/256 then
     # convert in pairs (F2FP 40 -> 20, no PRMT; 499 -> 449 instructions per key block at
-    # hd256). hd64/128 cubins come out the same either way.
+    # hd256). hd64/128 cubins come out the same either way. The inference kernel takes it too
+    # (session 17; until then it ignored it): varlen bf16 hd256 non-causal 499 -> 451.
     chunked_p_convert: bool | None = None
     # Sum softmax rows in order instead of as a tree (softmax.py says why).
     in_order_row_sum: bool | None = None

@@ -54,7 +54,8 @@ from .kernel import PERSISTENT_CTAS, FlashFwdSm90, _inner_cols, _smem_buffer
 TILE_STAGES = 2
 from . import block_range
 from .mask import apply_mask_bits, apply_window_mask, apply_window_mask_bits
-from .layouts import acc_as_operand_a, acc_as_rows_cols, smem_layout, smem_store_atom, transpose_view
+from .layouts import (acc_as_operand_a, acc_as_rows_cols, convert_in_register_order, register_order_matches,
+                      smem_layout, smem_store_atom, transpose_view)
 from .schedule import TileScheduler, split_range, varlen_ctas
 from .seqlens import SeqLens
 from .softmax import OnlineSoftmax, apply_softcap, rescale_rows
@@ -951,6 +952,12 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 convert_p_fp8_local(acc_S, tOrP)  # sVt's keys are in the accumulator's order
             elif const_expr(self.fp8):
                 convert_p_fp8(acc_S, tOrP, tidx % 32)
+            elif const_expr(self.cfg.chunked_p_convert):
+                # As the dense kernel's: S's registers converted in their own order, in runs
+                # ptxas packs in pairs (valid only where P's fragment keeps that order).
+                if const_expr(not register_order_matches(acc_as_operand_a(acc_S), tOrP)):
+                    raise ValueError("chunked_p_convert: P's fragment is not S's registers in order")
+                convert_in_register_order(acc_S, tOrP, self.dtype)
             else:
                 tOrP.store(acc_as_operand_a(acc_S).load().to(self.dtype))
 
