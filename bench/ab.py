@@ -1084,6 +1084,27 @@ VARLEN_DYNAMIC_2 = [
       for dt in ("bf16", "fp16") for c in (False, True)
       for label, over in (("persistent", {}), ("persistent+dynamic", dict(varlen_dynamic=True)))],
 ]
+# The model variants on the persistent walk (one tile per CTA until session 17, which threads the
+# window, softcap and sink through the walk): the shipped window varlen prefill (bf16 hd128,
+# Mistral) on the static walk, with the counter, and with the packed hd128 forms' switches;
+# softcap (Gemma-2) and the gpt-oss sink forms (full and windowed, hd64) with the counter.
+# bench.inference --ab-home times them on the 16-sequence case with the axis (VARLEN_AB_MODEL).
+# Not run yet.
+_VM = dict(varlen=True, scheduler="persistent", head_dim=128)
+_VM_O = dict(separate_o_smem=True, o_tma_ragged=True, stages=2)
+VARLEN_MODEL = [
+    ("persistent", dict(_VM, causal=False, local=True)),
+    ("persistent+dynamic", dict(_VM, causal=False, local=True, varlen_dynamic=True)),
+    ("persistent+dynamic+separate-o+tma-o", dict(_VM, causal=False, local=True, varlen_dynamic=True, **_VM_O)),
+    ("persistent+dynamic+separate-o+tma-o+in-order-sum+mask-bits",
+     dict(_VM, causal=False, local=True, varlen_dynamic=True, **_VM_O, **_CM)),
+    ("persistent+dynamic+separate-o+tma-o+in-order-sum+mask-bits",
+     dict(_VM, causal=True, softcap=True, varlen_dynamic=True, **_VM_O, **_CM)),
+    ("persistent+dynamic", dict(_VM, head_dim=64, causal=True, learnable_sink=True, varlen_dynamic=True)),
+    # (at hd64's default 192 x 128 the window's two-edge mask spills 224 B: spec.py's 128 x 128)
+    ("persistent+dynamic+tile-128x128", dict(_VM, head_dim=64, causal=False, local=True, learnable_sink=True,
+                                            varlen_dynamic=True, tile_m=128, tile_n=128)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1107,7 +1128,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "short-sections-2": SHORT_SECTIONS_2, "varlen-wide": VARLEN_WIDE_AB,
                "varlen-wide-2": VARLEN_WIDE_2, "varlen-wide-3": VARLEN_WIDE_3,
                "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC,
-               "varlen-dynamic-2": VARLEN_DYNAMIC_2, "varlen-wide-5": VARLEN_WIDE_5}
+               "varlen-dynamic-2": VARLEN_DYNAMIC_2, "varlen-wide-5": VARLEN_WIDE_5,
+               "varlen-model": VARLEN_MODEL}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -152,3 +152,22 @@ def test_rising_scores_move_the_max_past_the_rescale_threshold_and_pass_a_correc
     assert (jumps[..., -5:] <= 8).float().mean() > 0.8  # past the cap: the stale max stays
     assert check_variant(FakeOurs(), "x", hd, False, device="cpu", shapes=((1, 40, 300, 2, 1),),
                          rising_scores=True)[2]
+
+
+def test_varlen_ab_runs_each_model_axis_with_its_own_arguments():
+    """bench/inference.py --ab-home: a varlen-model candidate is timed with its axis's
+    arguments, and a window's FLOPs count only the pairs it lets through."""
+    from cubinforge.bench.inference import VARLEN_LENS, varlen_flops, varlen_model_kwargs
+    from cubinforge.bench.ab import EXPERIMENTS, experiment_config
+
+    for _, over in EXPERIMENTS["varlen-model"]:
+        cfg = experiment_config(over)
+        kw = dict(varlen_model_kwargs({a: getattr(cfg, a) for a in ("local", "softcap", "learnable_sink")}))
+        assert ("window_size" in kw) == cfg.local and ("softcap" in kw) == cfg.softcap
+        assert ("learnable_sink" in kw) == cfg.learnable_sink
+    full = varlen_flops(VARLEN_LENS, 16, 128, 128, False)
+    assert full == sum(2 * n * n * 16 * 256 for n in VARLEN_LENS)
+    assert varlen_flops(VARLEN_LENS, 16, 128, 128, False, (-1, 0)) == varlen_flops(VARLEN_LENS, 16, 128, 128, True)
+    # a window of 1,024 to the left: sequences up to 1,025 tokens see what causal sees, longer ones a band
+    band = varlen_flops([4096], 1, 128, 128, False, (1024, 0))
+    assert band == 2 * 256 * (1025 * 1026 // 2 + (4096 - 1025) * 1025)

@@ -22,7 +22,7 @@ from cubinforge.runtime.registry_source import LocalSource, manifests
 from cubinforge.runtime.variants import resolve
 
 from test_fa3_block_range import visible
-from test_runtime_fixtures import checked_plan
+from test_runtime_fixtures import checked_plan, varlen_contract_of
 
 BOXES = {"q": (64, 64), "k": (64, 128), "v": (64, 128), "kc": (64, 16), "vc": (64, 16), "o": (64, 64)}
 
@@ -316,14 +316,17 @@ def test_head_dim_v_in_the_inference_apis_says_where_it_is_built(fake_driver):
 # --------------------------------------------------------------------------- beside e4m3 and the persistent walk
 
 @pytest.mark.parametrize("variant", [{"local": True}, {"softcap": True}, {"learnable_sink": True}])
-def test_persistent_varlen_walk_refuses_the_model_variants(variant):
-    """The walk's tile_work / consume_range pass no window, softcap or sink: refused by name,
-    while the one-tile-per-CTA varlen form takes them."""
-    FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, **variant)
-    FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, scheduler="persistent")
-    with pytest.raises(ValueError, match="persistent varlen walk is built without the model variants"):
-        FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, scheduler="persistent",
-                  **variant)
+def test_the_persistent_varlen_walk_takes_the_model_variants_as_a_candidate(variant):
+    """The walk passes the window, softcap and sink as the one-tile form does (bench.ab
+    varlen-model); a config that names no scheduler stays one tile per CTA, without the counter,
+    and the walk's contract takes the variant's own arguments too."""
+    plain = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, **variant)
+    assert plain.scheduler == "single" and not plain.varlen_dynamic
+    walk = FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True, scheduler="persistent",
+                     varlen_dynamic=True, **variant)
+    one, many = (varlen_contract_of(c) for c in (plain, walk))
+    assert set(one.scalars) == set(many.scalars)
+    assert set(many.tensors) - set(one.tensors) == {"tile_counter"}
 
 
 @pytest.mark.parametrize("variant", [{"local": True}, {"softcap": True}, {"learnable_sink": True}])

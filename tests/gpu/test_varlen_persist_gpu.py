@@ -42,8 +42,11 @@ def _candidates() -> list[tuple[str, dict]]:
 
 
 CANDIDATES = _candidates()
-PACKED = [n for n, a in CANDIDATES if not a.get("paged_kv")] or ["(no packed candidate)"]
-PAGED = [n for n, a in CANDIDATES if a.get("paged_kv")] or ["(no paged candidate)"]
+MODEL_AXES = ("local", "softcap", "learnable_sink")  # checked by test_model_variants_on_the_walk
+_model = lambda a: any(a.get(m) for m in MODEL_AXES)  # noqa: E731
+PACKED = [n for n, a in CANDIDATES if not a.get("paged_kv") and not _model(a)] or ["(no packed candidate)"]
+PAGED = [n for n, a in CANDIDATES if a.get("paged_kv") and not _model(a)] or ["(no paged candidate)"]
+MODEL = [n for n, a in CANDIDATES if _model(a)] or ["(no model-variant candidate)"]
 AXES = dict(CANDIDATES)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
 
@@ -175,3 +178,24 @@ def test_rising_scores(pin, name):
     causal = pin(name)
     vg.run_varlen(np.random.default_rng(17), [300, 1, 700, 129], [300, 5, 900, 129], hq=8, hkv=8, causal=causal,
                   k_ramp=True)
+
+
+@pytest.mark.parametrize("name", MODEL)
+def test_model_variants_on_the_walk(pin, monkeypatch, name):
+    """A window / softcap / sink candidate (bench.ab varlen-model) pinned, against the float64
+    reference of test_inference_variants_gpu.run_varlen: windows narrower than a tile, one
+    tile wide, one side unbounded and wider than most sequences; the ragged batch there and a
+    batch with several tiles per CTA (empty tiles among them); GQA 4."""
+    import test_inference_variants_gpu as iv
+
+    causal = pin(name)
+    monkeypatch.setattr(iv, "SRC", _Pinned(name))
+    a = AXES[name]
+    windows = ([(0, 0), (1, 1), (63, 0), (127, 127), (128, 0), (16, -1), (2000, 0)] if a.get("local")
+               else [(-1, -1)])
+    rng = np.random.default_rng(23)
+    for window in windows:
+        for slots_q, slots_k in ((iv.SLOTS_Q, iv.SLOTS_K), (WALK_Q, WALK_K)):
+            iv.run_varlen(rng, slots_q, slots_k, hq=16, hkv=4, d=a["head_dim"], causal=causal, window=window,
+                          softcap=30.0 if a.get("softcap") else 0.0, sink=bool(a.get("learnable_sink")),
+                          dtype=a["dtype"])

@@ -307,6 +307,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
                 mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
                 mOr=mOr, tma_o=tma_o, sO=sO, tiles=tiles,
+                softcap_pre=softcap_pre, window_left=window_left, window_right=window_right, mSink=mSink,
             )
             return
         m_block, split, head, batch, group, seq, lo, hi = self.tile_work(
@@ -353,6 +354,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         pipe_q, pipe_k, pipe_v, softmax_scale_log2, mSeqUsedK, mPageTable,
         mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k, tiled_mma_qk, tiled_mma_pv,
         mOr=None, tma_o=None, sO=None, tiles=None,
+        softcap_pre=None, window_left=None, window_right=None, mSink=None,
     ):
         """The persistent varlen loop: CTA blockIdx.x of gridDim.x walks linear tiles
         L = tile * heads + head by self.vsched's stride while L < real tiles * heads (each warp
@@ -361,11 +363,13 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         varlen_dynamic (`tiles`: the hand-over pipeline, its slots, the counter): the first
         tile is blockIdx.x, each next one gridDim.x + the counter's old value, fetched by the
         producer once it has issued a tile's loads and passed to the consumers, who stop at
-        the first L past the last tile."""
+        the first L past the last tile. The model variants (softcap, window, sink) as the one-tile
+        form takes them: a window narrows each tile's key blocks in tile_work."""
         cta = cute.arch.block_idx()[0]
         ctas = cute.arch.grid_dim()[0]
         heads = mQ.shape[2]
-        work = (mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k)
+        work = (mQ, mK, mO, mSeqUsedK, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, has_seqused_q, has_seqused_k,
+                window_left, window_right)
         num_lin = self.varlen_tile_count(mCuSeqlensQ, mSeqUsedQ, has_seqused_q) * heads
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -417,6 +421,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                     mQ, mO, mLSE, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
                     softmax_scale_log2, ctidx, m_block, split, head, batch, group, seq.seqlen_q, seq.seqlen_k,
                     lo, hi, seq.offset_q, q_state=q_state, kv_state=kv_state, mOr=mOr, tma_o=tma_o, sO=sO,
+                    softcap_pre=softcap_pre, window_left=window_left, window_right=window_right, mSink=mSink,
                 )
                 k += 1
                 if const_expr(self.dynamic):
@@ -846,6 +851,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 mQ, mO, mLSE, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
                 tiled_mma_pv, pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k,
                 lo, hi, offset_q, q_state, kv_state, mOr, tma_o, sO,
+                softcap_pre=softcap_pre, window_left=window_left, window_right=window_right, sink=sink,
             )
         if hi > lo:
             self.mainloop(
@@ -873,8 +879,9 @@ class FlashFwdSm90Inference(FlashFwdSm90):
         self, mQ, mO, mLSE, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk,
         tiled_mma_pv, pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k,
         lo, hi, offset_q, q_state, kv_state, mOr=None, tma_o=None, sO=None,
+        softcap_pre=None, window_left=None, window_right=None, sink=None,
     ):
-        """consume_range's tile in the persistent walk. An empty tile (no key blocks: no Q was
+        """consume_range's tile in the persistent walk (`sink`: its rows' sink logits). An empty tile (no key blocks: no Q was
         loaded for it) writes its O = 0 from registers even with o_smem_store, since the
         producer may already be filling Q's buffer with the next tile's Q. With O's own buffer
         (o_tma_ragged + separate_o_smem) every tile's O leaves through it by TMA."""
@@ -882,9 +889,12 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             q_state, kv_state = self.mainloop(
                 mQ, sQ, tSrQ, tSrK, tOrV, tOrP, acc_O, s_shape, coords_rc, softmax, tiled_mma_qk, tiled_mma_pv,
                 pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
-                q_state, kv_state,
+                q_state, kv_state, softcap_pre=softcap_pre, window_left=window_left, window_right=window_right,
             )
-        inv_sum, lse = softmax.finish()
+        if const_expr(self.sink):
+            inv_sum, lse = softmax.finish(sink, per_row=True)
+        else:
+            inv_sum, lse = softmax.finish()
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
             if hi > lo:
