@@ -62,6 +62,7 @@ elif [ "${PART:-tests}" = tests ]; then
     [ -d .stage_fa4x ] && bash bench/stage_fa4.sh park
     # What the GPU tests compare against float64 becomes verification records
     # (tests/gpu_verification_log.py), merged into $OUT/verified.json below.
+    [ -z "${CUBINFORGE_VERIFIED_OUT:-}" ] && rm -rf "$OUT/verified"   # no stale records merged in
     export CUBINFORGE_VERIFIED_OUT=${CUBINFORGE_VERIFIED_OUT:-$OUT/verified/gpu-tests.json}
     if [ -n "${GPU_SHARDS:-}" ]; then
         # GPU_SHARDS=n: the files of GPU_TESTS in n parallel pytest processes on the one GPU
@@ -89,8 +90,13 @@ elif [ "${PART:-tests}" = tests ]; then
         TAIL=40 step gpu-tests ${GPU_TESTS_S:-330} python3 -m pytest -q -ra -m gpu -p no:cacheprovider \
             --continue-on-collection-errors ${GPU_TESTS:-tests}
     fi
-    vfiles=$(ls "$(dirname "$CUBINFORGE_VERIFIED_OUT")"/*.json 2>/dev/null)
-    [ -n "$vfiles" ] && python3 -m cubinforge.bench.verified --merge $vfiles --out "$OUT/verified.json"
+    vdir=$(dirname "$CUBINFORGE_VERIFIED_OUT")
+    vfiles=$(ls "$vdir"/*.json 2>/dev/null)
+    if ls "$vdir"/*.running > /dev/null 2>&1; then   # a killed or crashed process lost its failures
+        echo "verification records NOT merged: a test process did not finish ($(ls "$vdir"/*.running))"
+    elif [ -n "$vfiles" ]; then
+        python3 -m cubinforge.bench.verified --merge $vfiles --out "$OUT/verified.json"
+    fi
     unset CUBINFORGE_VERIFIED_OUT
     [ -n "${CORRECTNESS:-}" ] && step correctness ${CORRECTNESS_S:-120} python3 -m bench --out "$OUT/correctness" \
         --skip grid,cold_start --no-plots $CORRECTNESS

@@ -25,10 +25,17 @@ _tests: list[dict] = []   # every finished test's outcome
 
 def _out_path() -> Path:
     path = Path(OUT)
+    # One file per process (a shard, or one of several per-file runs into one folder).
     shard = os.environ.get("CUBINFORGE_TEST_SHARD")
-    if shard:
-        path = path.with_name(f"{path.stem}.shard{shard.split('/')[0]}{path.suffix}")
-    return path
+    tag = f"shard{shard.split('/')[0]}" if shard else f"pid{os.getpid()}"
+    return path.with_name(f"{path.stem}.{tag}{path.suffix}")
+
+
+def _marker() -> Path:
+    """Present from configure to a finished session: left behind by a process that was killed
+    or crashed, whose failures are then missing (bench/h200_check.sh merges nothing then)."""
+    path = _out_path()
+    return path.with_name(path.name + ".running")
 
 
 def _device() -> tuple[str, str]:
@@ -67,6 +74,8 @@ def pytest_configure(config):
         return rec
 
     Kernel.run = noted_run
+    _marker().parent.mkdir(parents=True, exist_ok=True)
+    _marker().write_text(f"{os.getpid()}\n")
     _gpu_helpers().CHECK_LISTENERS.append(lambda: _test and _test["checked"].update(_test["launched"]))
 
 
@@ -79,7 +88,7 @@ def pytest_runtest_logstart(nodeid, location):
 def pytest_runtest_logreport(report):
     if not (OUT and _test):
         return
-    if report.failed:
+    if report.failed or hasattr(report, "wasxfail"):   # an xfail fails for verification too
         _test["outcome"] = "failed"
     elif report.skipped and _test["outcome"] != "failed":
         _test["outcome"] = "skipped"
@@ -89,7 +98,10 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if not OUT or not any(t["launched"] for t in _tests):
+    if not OUT:
+        return
+    _marker().unlink(missing_ok=True)
+    if not any(t["launched"] for t in _tests):
         return
     from cubinforge.bench.verified import records_from_gpu_tests
 

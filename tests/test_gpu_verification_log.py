@@ -88,8 +88,10 @@ def test_checked_launches_become_records_and_a_failing_test_fails_what_it_launch
         mod.pytest_runtest_logstart("t::five", None)
         call(False, hd=64)
         _finish(mod)
+    assert mod._marker().exists()   # a process that dies before the end leaves it
     mod.pytest_sessionfinish(None, 0)
-    records = {r["variant"]: r for r in load_records(out)}
+    assert not mod._marker().exists()
+    records = {r["variant"]: r for r in load_records(mod._out_path())}
     assert sorted(records) == sorted([nc, c]) and other not in records
     assert (records[nc]["result"], records[nc]["cases"]) == ("passed", 2)
     assert (records[c]["result"], records[c]["cases"]) == ("failed", 1)
