@@ -103,8 +103,10 @@ FA3_FWD = Family(
     constraints=(
         (lambda ax: ax["scheduler"] != "lpt" or ax["causal"],
          "scheduler=lpt orders causal tiles by cost; non-causal tiles all cost the same (use single or persistent)"),
-        (lambda ax: ax["scheduler"] == "single" or not (ax["split_kv"] or ax["pack_gqa"] or ax["paged_kv"]),
-         "split_kv, pack_gqa and paged_kv run one tile per CTA: use scheduler=single"),
+        (lambda ax: ax["scheduler"] == "single" or not (ax["split_kv"] or ax["pack_gqa"]
+                                                        or (ax["paged_kv"] and not ax["varlen"])),
+         "split_kv, pack_gqa and paged decode (paged_kv without varlen) run one tile per CTA: use "
+         "scheduler=single"),
         (lambda ax: ax["head_dim_v"] == ax["head_dim"] or (ax["head_dim"], ax["head_dim_v"]) in _dv_pairs(),
          "head_dim_v must equal head_dim or make a pair the kernel builds: (192, 128), (128, 64), (96, 64)"),
         (lambda ax: not (ax["local"] and ax["causal"]),
@@ -116,11 +118,13 @@ FA3_FWD = Family(
          "e4m3 varlen reads V as wide as K (head_dim_v = head_dim); bf16/fp16 varlen takes the pairs"),
         (lambda ax: not ax["varlen"] or (
             (ax["scheduler"] == "single" or (ax["scheduler"] == "persistent" and ax["dtype"] != "e4m3"
-                                             and not (ax["softcap"] or ax["local"] or ax["learnable_sink"])))
+                                             and not (ax["paged_kv"] and (ax["softcap"] or ax["local"]
+                                                                          or ax["learnable_sink"]))))
             and not (ax["split_kv"] or ax["pack_gqa"])),
-         "varlen runs one tile per CTA (scheduler=single) or, packed bf16/fp16 without a model variant, the "
-         "persistent walk (scheduler=persistent), alone or with paged_kv: not with split_kv or pack_gqa yet (it "
-         "takes e4m3 and the model variants, not both: the dtype=e4m3 rule below)"),
+         "varlen runs one tile per CTA (scheduler=single) or, bf16/fp16, the persistent walk "
+         "(scheduler=persistent), which takes paged_kv or the model variants (softcap, local, "
+         "learnable_sink), not both yet; not with split_kv or pack_gqa yet (it takes e4m3 and the model "
+         "variants, not both: the dtype=e4m3 rule below)"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128, 256),
          "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,

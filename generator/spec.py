@@ -248,13 +248,15 @@ INFERENCE_SET = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [d], "causal": [False, True],
                  "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **(pack_gqa_tile(d, s, g) if p else {})})
     for s, p, g in _INFERENCE_FORMS for d in (64, 128)
-] + [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
+] + [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["fp16"], "head_dim": [64, 128], "causal": [False, True],
                  "varlen": [True], "paged_kv": [True]}),
-      ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [False, True],
-                   "varlen": [True]}),
-      # hd128 packed on the persistent walk, as the default set (config.TUNED_VARLEN).
-      ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [False, True],
+      ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False, True],
+                   "varlen": [True], "paged_kv": [True]}),
+      # Packed hd64 / hd128 and bf16 hd128 paged on the persistent walk, as the default set.
+      ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
                    "varlen": [True], "scheduler": ["persistent"]}),
+      ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
+                   "varlen": [True], "paged_kv": [True], "scheduler": ["persistent"]}),
       *VARLEN_WIDE,
       ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]}),
       ("kv_append", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "paged_kv": [False, True]}),
@@ -303,14 +305,15 @@ FP8_DECODE = [
 ]
 # Varlen prefill (flash_attn_varlen_func): packed q/k/v, and paged chunked prefill at hd128.
 VARLEN_DEFAULT = [
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [False, True],
-                 "varlen": [True]}),
-    # hd128 on the persistent walk (config.TUNED_VARLEN: 0.97x / 0.98x FA4 against 0.79x / 0.87x
-    # one tile per CTA, H200 session 5).
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [False, True],
+    # hd64 and hd128 on the persistent walk with the tile counter (config.py, varlen_dynamic):
+    # hd128 0.97x / 0.98x FA4 against 0.79x / 0.87x one tile per CTA (H200 session 5), hd64
+    # 1.10-1.12x the one-tile form (H200 2026-12-04, bench/results/2026-12-04-h200/check17/s1).
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
                  "varlen": [True], "scheduler": ["persistent"]}),
+    # Paged chunked prefill on the walk too (config.TUNED_VARLEN_FORMS: 1.08x / 1.09x the one-tile
+    # form non-causal / causal, check17/s1).
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
-                 "varlen": [True], "paged_kv": [True]}),
+                 "varlen": [True], "paged_kv": [True], "scheduler": ["persistent"]}),
     *VARLEN_WIDE,
 ]
 # The model variants in the inference forms (issue 12): what serving hosts of Mistral/Gemma
@@ -327,7 +330,7 @@ MODEL_INFERENCE_DEFAULT = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False], "local": [True],
                  **_PAGED_SPLIT}),
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False], "local": [True],
-                 "varlen": [True]}),
+                 "varlen": [True], "scheduler": ["persistent"]}),
     # Gemma-2: softcap at hd256, paged decode.
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [256], "causal": [True], "softcap": [True],
                  **_PAGED_SPLIT}),
@@ -347,13 +350,30 @@ MODEL_INFERENCE = MODEL_INFERENCE_DEFAULT + [
     # Split-KV without pack-GQA (heads_q = heads_kv, or a caller's pack_gqa=False).
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64, 128], "causal": [False], "local": [True],
                  "learnable_sink": [False, True], "split_kv": [True], "paged_kv": [False, True]}),
-    # Varlen prefill: windows (packed and paged chunked prefill), gpt-oss's sinks, softcap.
+    # Varlen prefill: windows (packed and paged chunked prefill), gpt-oss's sinks, softcap. On the
+    # persistent walk where it was timed (config.TUNED_VARLEN_FORMS, check17/s1: bf16 hd128's
+    # window (the default set's) and softcap, hd64's causal sink and windowed sink at 128 x 128);
+    # the rest one tile per CTA.
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False],
-                 "local": [True], "varlen": [True], "paged_kv": [False, True]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False, True],
-                 "local": [False, True], "learnable_sink": [True], "varlen": [True]}),
+                 "local": [True], "varlen": [True], "paged_kv": [True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["fp16"], "head_dim": [64, 128], "causal": [False],
+                 "local": [True], "varlen": [True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False],
+                 "local": [True], "varlen": [True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
+                 "local": [True], "varlen": [True], "scheduler": ["persistent"]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False],
+                 "learnable_sink": [True], "varlen": [True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [True],
+                 "learnable_sink": [True], "varlen": [True], "scheduler": ["persistent"]}),
+    # (at hd64's 192 x 128 the window's two-edge mask spills 224 B on the walk)
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False], "local": [True],
+                 "learnable_sink": [True], "varlen": [True], "scheduler": ["persistent"], "tile_m": [128],
+                 "tile_n": [128]}),
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True], "softcap": [True],
-                 "varlen": [True], "paged_kv": [False, True]}),
+                 "varlen": [True], "paged_kv": [True]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True], "softcap": [True],
+                 "varlen": [True], "scheduler": ["persistent"]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128, 256]}),
 ]
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -521,7 +541,8 @@ SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {
 
 
 def expand_set(set_name: str) -> list[Variant]:
-    """Every variant of a named set (combinations that break a constraint are left out)."""
+    """Every variant of a named set (combinations that break a constraint are left out; an entry
+    none of whose combinations holds is an error, so a set never drops a form it names)."""
     if set_name not in SETS:
         raise SpecError(f"unknown set {set_name!r} (sets: {', '.join(SETS)})")
     out: dict[str, Variant] = {}
@@ -529,12 +550,17 @@ def expand_set(set_name: str) -> list[Variant]:
         fam = get_family(family)
         axes = [a for a in fam.axes if a in choice]
         pools = [fam.supported[a] if choice[a] == ALL else choice[a] for a in axes]
+        made, why = 0, None
         for combo in itertools.product(*pools):
             try:
                 v = make_variant(family, **dict(zip(axes, combo)))
-            except SpecError:
+            except SpecError as e:
+                why = why or e
                 continue
             out[v.name] = v
+            made += 1
+        if not made:
+            raise SpecError(f"set {set_name!r}: the entry {family} {dict(choice)} makes no variant: {why}")
     return sorted(out.values(), key=sort_key)
 
 

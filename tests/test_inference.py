@@ -98,12 +98,8 @@ def test_inference_set_has_every_form_and_the_combine():
     forms = {(v["split_kv"], v["pack_gqa"], v["paged_kv"]) for v in vs if v.family == "fa3_fwd" and not v["varlen"]}
     assert len(forms) == 7 and (False, False, False) not in forms
     assert any(v.family == "attn_combine" for v in vs)
-    # One tile per CTA, but for packed varlen's persistent walk at hd128 (config.TUNED_VARLEN),
-    # (192, 128) and hd256 (spec.VARLEN_WIDE).
-    model = ("local", "softcap", "learnable_sink")
-    assert all(v["scheduler"] == ("persistent" if v["varlen"] and v["head_dim"] >= 128 and not v["paged_kv"]
-                                  and not any(v[a] for a in model) else "single")
-               for v in vs if v.family == "fa3_fwd")
+    # The decode forms run one tile per CTA (varlen's walk: tests/test_varlen.py).
+    assert all(v["scheduler"] == "single" for v in vs if v.family == "fa3_fwd" and not v["varlen"])
 
 
 def test_inference_axes_need_one_tile_per_cta():

@@ -118,7 +118,7 @@ NEW_DEFAULT = [
     "fa3-fwd-sm_90a-bf16-hd64-causal-paged-packgqa-splitkv-sink-m64n128",
     "fa3-fwd-sm_90a-bf16-hd64-noncausal-paged-packgqa-splitkv-local-sink-m64n128",
     "fa3-fwd-sm_90a-bf16-hd128-noncausal-paged-packgqa-splitkv-local-m64n128",
-    "fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-local",
+    "fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-local-persistent",
     "fa3-fwd-sm_90a-bf16-hd256-causal-paged-packgqa-splitkv-softcap-m64n80",
     "attn-combine-sm_90a-bf16-hd64",
     "attn-combine-sm_90a-bf16-hd256",
@@ -130,7 +130,7 @@ def test_default_set_has_the_model_inference_variants_and_names_round_trip():
     assert set(NEW_DEFAULT) <= names
     inference = {v.name for v in spec.expand_set("inference")}
     assert set(NEW_DEFAULT) <= inference
-    assert "fa3-fwd-sm_90a-bf16-hd64-causal-varlen-sink" in inference
+    assert "fa3-fwd-sm_90a-bf16-hd64-causal-varlen-sink-persistent" in inference
     for n in NEW_DEFAULT:
         assert spec.parse_name(n).name == n
 
@@ -189,6 +189,8 @@ def fake_driver(monkeypatch):
                         classmethod(lambda cls, shape, dtype, device, stream=None, strides=None: arr(shape, dtype)))
     monkeypatch.setattr(kvcache, "_fill_i32", lambda value, n, device, stream, handle: arr((n,), "i32"))
     monkeypatch.setattr(varlen, "_upload_i32", lambda values, device, stream, handle: arr((len(values),), "i32"))
+    # the persistent walk's tile counter (the window varlen prefill is on it)
+    monkeypatch.setattr(varlen, "_fill_i32", lambda value, n, device, stream, handle: arr((n,), "i32"))
 
     monkeypatch.setattr(launcher.Kernel, "plan", checked_plan)
     monkeypatch.setattr(launcher.Kernel, "run", lambda self, plan, stream: launched.append((self.variant, plan)))
@@ -212,12 +214,12 @@ def test_gpt_oss_paged_decode_with_sink_binds_its_contract(fake_driver, window):
 
 
 def test_window_varlen_prefill_binds_its_contract(fake_driver):
-    need("fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-local")
+    need("fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-local-persistent")
     q, k = arr((40, 16, 128), "bf16"), arr((60, 4, 128), "bf16")
     varlen.flash_attn_varlen_func(q, k, k, [0, 0, 1, 18, 40], [0, 5, 5, 30, 60], 22, 30, causal=True,
                                   window_size=(63, -1), source=SRC)
     (name, plan), = fake_driver
-    assert name == "fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-local"
+    assert name == "fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-local-persistent"
     assert plan.scalars["window_left"] == 63 and plan.scalars["window_right"] == 0
 
 

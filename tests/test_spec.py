@@ -135,3 +135,26 @@ def test_lpt_scheduler_is_a_causal_axis_value():
     default_lpt = {(x.axes["head_dim"], x.axes["dtype"]) for x in expand_set("default")
                    if x.axes.get("scheduler") == "lpt"}
     assert default_lpt == {(hd, dt) for hd in (128, 192, 256) for dt in ("bf16", "fp16")} | {(256, "e4m3")}
+
+
+def test_a_set_entry_that_makes_no_variant_is_an_error(monkeypatch):
+    # Until 2026-12-04 such an entry was dropped without a word (the paged and windowed varlen
+    # forms on the persistent walk vanished from the default set when a constraint refused them).
+    monkeypatch.setitem(spec.SETS, "broken", [
+        ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True], "local": [True]})])
+    with pytest.raises(SpecError, match=r"set 'broken': the entry fa3_fwd .* makes no variant: .*local=1"):
+        spec.expand_set("broken")
+
+
+def test_the_varlen_walk_takes_paged_or_a_model_variant_not_both():
+    for axes in (dict(paged_kv=True), dict(local=True), dict(softcap=True, causal=True),
+                 dict(learnable_sink=True, causal=True)):
+        v = make_variant("fa3_fwd", **{"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": False,
+                                       "varlen": True, "scheduler": "persistent", **axes})
+        assert v.name.endswith("-persistent")
+    with pytest.raises(SpecError, match="paged_kv or the model variants .* not both yet"):
+        make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True,
+                     paged_kv=True, local=True, scheduler="persistent")
+    with pytest.raises(SpecError, match="paged decode .* scheduler=single"):
+        make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=False, paged_kv=True,
+                     scheduler="persistent")

@@ -84,19 +84,24 @@ def test_varlen_tile_bound_covers_any_ragged_batch(tile_m):
 def test_default_set_has_varlen_prefill_and_paged_chunked_prefill():
     names = {v.name for v in spec.expand_set("default")}
     for dt in ("bf16", "fp16"):
-        for hd, walk in ((64, ""), (128, "-persistent")):   # hd128: config.TUNED_VARLEN
+        for hd in (64, 128):   # on the persistent walk (config.TUNED_VARLEN, varlen_dynamic)
             for c in ("causal", "noncausal"):
-                assert f"fa3-fwd-sm_90a-{dt}-hd{hd}-{c}-varlen{walk}" in names
+                assert f"fa3-fwd-sm_90a-{dt}-hd{hd}-{c}-varlen-persistent" in names
             for form in ("hd192-dv128", "hd256"):   # DeepSeek MLA prefill, Gemma
                 assert f"fa3-fwd-sm_90a-{dt}-{form}-{c}-varlen-persistent" in names
-    assert "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-paged" in names
-    assert "fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-paged" in names
+    assert "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-paged-persistent" in names   # config.TUNED_VARLEN_FORMS
+    assert "fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-paged-persistent" in names
     inf = [v for v in spec.expand_set("inference") if v.family == "fa3_fwd" and v["varlen"]]
     plain = [v for v in inf if not (v["local"] or v["softcap"] or v["learnable_sink"])]  # model ones: issue 12
     assert len(plain) == 24
-    assert all(v["scheduler"] == ("persistent" if v["head_dim"] >= 128 and not v["paged_kv"] else "single")
-               for v in plain)
-    assert all(v["scheduler"] == "single" for v in inf if v not in plain)
+    # Paged: bf16 hd128 alone was timed on the walk (check17/s1); the rest one tile per CTA.
+    walk = lambda v: not v["paged_kv"] or (v["dtype"] == "bf16" and v["head_dim"] == 128)  # noqa: E731
+    assert all(v["scheduler"] == ("persistent" if walk(v) else "single") for v in plain)
+    model_walk = {v.name for v in inf if v not in plain and v["scheduler"] == "persistent"}
+    assert model_walk == {"fa3-fwd-sm_90a-bf16-hd128-noncausal-varlen-local-persistent",
+                          "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-softcap-persistent",
+                          "fa3-fwd-sm_90a-bf16-hd64-causal-varlen-sink-persistent",
+                          "fa3-fwd-sm_90a-bf16-hd64-noncausal-varlen-local-sink-persistent-m128n128"}
     for n in names:
         assert spec.parse_name(n).name == n
 
@@ -168,11 +173,14 @@ def test_the_persistent_walk_takes_a_tile_counter_the_runtime_owns():
     with pytest.raises(ValueError, match="varlen_dynamic hands out the persistent varlen walk's tiles"):
         FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True, scheduler="single",
                   varlen_dynamic=True)
-    # A paged cache keeps the static walk unless a config asks (bench.ab varlen-dynamic-2).
+    # A paged cache and the model variants take it too (check17/s1); e4m3 varlen has no walk.
     paged = dict(arch="sm_90a", dtype="bf16", head_dim=128, causal=True, varlen=True, paged_kv=True,
                  scheduler="persistent")
-    assert not FwdConfig(**paged).varlen_dynamic
-    assert varlen_contract_of(FwdConfig(**paged, varlen_dynamic=True)).params[-1].name == "tile_counter"
+    assert FwdConfig(**paged).varlen_dynamic
+    assert not FwdConfig(**paged, varlen_dynamic=False).varlen_dynamic
+    assert varlen_contract_of(FwdConfig(**paged)).params[-1].name == "tile_counter"
+    assert FwdConfig(arch="sm_90a", dtype="bf16", head_dim=128, causal=False, local=True, varlen=True,
+                     scheduler="persistent").varlen_dynamic
     b, total = 2, 300
     t = {"q": arr((total, 8, 128), "bf16"), "k": arr((total, 8, 128), "bf16"), "v": arr((total, 8, 128), "bf16"),
          "o": arr((total, 8, 128), "bf16"), "lse": arr((8, total), "f32"), "cu_seqlens_q": arr((b + 1,), "i32"),
@@ -312,7 +320,7 @@ def test_paged_launch_binds_its_contract(fake_driver, page):
     varlen.flash_attn_varlen_func(q, cache, cache, arr((5,), "i32"), None, seqused_k=arr((4,), "i32"),
                                   page_table=arr((4, 16), "i32"), causal=True, source=SRC)
     (name, plan), = launched
-    assert name == "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-paged" and plan.scalars["has_seqused_k"] == 1
+    assert name == "fa3-fwd-sm_90a-bf16-hd128-causal-varlen-paged-persistent" and plan.scalars["has_seqused_k"] == 1
 
 
 @need_built

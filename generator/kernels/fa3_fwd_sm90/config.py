@@ -231,6 +231,26 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
     ("bf16", 256, True, "persistent", (128, 64)): {"o_smem_store": True, "o_tma_ragged": True, "rescale_threshold": 8.0,
                                                    "pin_loop_invariants": True, "mask_bits": True},
 }
+# The other varlen forms on the persistent walk, keyed (dtype, varlen_form, *key): paged chunked
+# prefill and the model variants (one tile per CTA until 2026-12-04). H200 2026-12-04
+# (bench/results/2026-12-04-h200/check17/s1, bench.ab varlen-dynamic-2 / varlen-model beside the
+# shipped one-tile form and FA4 in alternating rounds; float64 tests r1): bf16 hd128 paged
+# (8 x 2048 new tokens against 8192 cached, page 256) with the counter and O by one ragged TMA store
+# from its own buffer, 670 TFLOPS non-causal (1.080x the one-tile form, 1.148x FA4), causal with
+# the bit mask and the in-order sum too 681 (1.091x, 1.109x; the static walk 1.029x / 0.995x).
+# The window (1,024 to the left, the 16-sequence case) with the same switches 476 against 365
+# (1.305x, 1.109x FA4; the counter alone 1.126x). Softcap 30 causal with them 460 TFLOPS, 2.05x FA4
+# (no one-tile softcap varlen form in the default set to time beside it). gpt-oss's hd64 sink forms
+# take the counter with every switch off (varlen_dynamic below): causal 1.052x FA4, windowed at
+# 128 x 128 0.970x (their one-tile forms were not timed beside them).
+_VARLEN_O_TMA = {"separate_o_smem": True, "o_tma_ragged": True, "stages": 2}
+_VARLEN_MASKED = {**_VARLEN_O_TMA, "mask_bits": True, "in_order_row_sum": True}
+TUNED_VARLEN_FORMS: dict[tuple[str, str, int, bool, str, tuple[int, int] | None], dict] = {
+    ("bf16", "paged", 128, False, "persistent", None): _VARLEN_O_TMA,
+    ("bf16", "paged", 128, True, "persistent", None): _VARLEN_MASKED,
+    ("bf16", "local", 128, False, "persistent", None): _VARLEN_MASKED,
+    ("bf16", "softcap", 128, True, "persistent", None): _VARLEN_MASKED,
+}
 # The decode forms (split_kv / pack_gqa / paged_kv, not varlen, e4m3 or a model variant),
 # keyed (head_dim, tile, paged_kv): FwdConfig fields a tile is built with. H200 session 7
 # (bench/results/2026-12-01-h200/check7/j2/decode-ab.log, bf16 hd128 beside cuDNN / FA2 /
@@ -573,13 +593,18 @@ class FwdConfig:
             tuned = TUNED_VARLEN.get(vkey, {}) if plain_varlen else {}
             if plain_varlen and not self.o_smem_store:
                 tuned = TUNED_VARLEN_DTYPE.get((self.dtype, *vkey), tuned)
-            if plain_varlen and self.scheduler == "persistent" and not self.paged_kv:
-                # Every persistent packed form takes its tiles from the counter: session 16
+            if self.varlen and not (plain_varlen or self.fp8):
+                tuned = TUNED_VARLEN_FORMS.get((self.dtype, self.varlen_form, *key), tuned)
+            if self.varlen and self.scheduler == "persistent" and not self.fp8:
+                # Every persistent varlen form takes its tiles from the counter: session 16
                 # (check16/p1, bench.ab varlen-dynamic, the 16-sequence case beside the static
                 # walk and FA4 in alternating rounds) 1.004-1.178x the static walk on all twelve
-                # (bf16 causal hd128 / (192, 128) / hd256 1.059 / 1.130 / 1.178, 1.08 / 1.03 / 1.07x
-                # FA4; non-causal 1.02-1.03); hd256 causal's DRAM reads 1.70 GB -> 0.57 GB (FA4
-                # 0.49), L2 hit 35% -> 72% (ncu, n1 / p1). Float64 tests: check16/o1.
+                # packed forms (bf16 causal hd128 / (192, 128) / hd256 1.059 / 1.130 / 1.178, 1.08 /
+                # 1.03 / 1.07x FA4; non-causal 1.02-1.03); hd256 causal's DRAM reads 1.70 GB ->
+                # 0.57 GB (FA4 0.49), L2 hit 35% -> 72% (ncu, n1 / p1). Float64 tests: check16/o1.
+                # Session 18 (check17/s1): packed hd64 non-causal 1.116 / 1.119x the one-tile form
+                # (bf16 / fp16; the static walk 1.089 / 1.088x), causal 1.096 / 1.095x (static
+                # 1.095 / 1.098x); paged hd128 and the window, TUNED_VARLEN_FORMS.
                 tuned = {**tuned, "varlen_dynamic": True}
             if not (self.varlen or self.fp8 or self.model_variant):
                 tuned = TUNED_DECODE.get((self.head_dim, (self.tile_m, self.tile_n), self.paged_kv), tuned)
@@ -797,6 +822,13 @@ class FwdConfig:
         on = [t for t, v in (("softcap", self.softcap), ("local", self.local), ("sink", self.learnable_sink),
                              (f"dv{self.head_dim_v}", self.head_dim_v != self.head_dim)) if v]
         return on[0] if len(on) == 1 else None
+
+    @property
+    def varlen_form(self) -> str:
+        """The axes beyond packed varlen, as TUNED_VARLEN_FORMS names them ("paged", "local",
+        "local+sink", ...; "" for none)."""
+        return "+".join(t for t, v in (("paged", self.paged_kv), ("softcap", self.softcap), ("local", self.local),
+                                       ("sink", self.learnable_sink)) if v)
 
     @property
     def consumer_warpgroups(self) -> int:
