@@ -47,10 +47,15 @@ FP8_CASES = [("e4m3_" + c[0], *c[1:]) for c in CASES if c[0] in (
 # (seqused_k), page 256, 32/8 heads, causal.
 VARLEN_LENS = [512, 3000, 17, 1024, 2048, 777, 4096, 100, 1500, 64, 900, 333, 2222, 1, 256, 1000]
 VARLEN_CASES = [
-    # (name, kind, causal[, head_dim, head_dim_v]: hd128 when not given)
+    # (name, kind, causal[, head_dim, head_dim_v[, model keywords]]: hd128 when not given)
     ("varlen_prefill_16seq_17850tok_h16", "varlen", False),
     ("varlen_prefill_16seq_17850tok_h16_causal", "varlen", True),
     ("paged_chunked_prefill_r8_new2048_ctx8192_p256", "chunked", True),
+    ("paged_chunked_prefill_r8_new2048_ctx8192_p256_noncausal", "chunked", False),
+    ("varlen_prefill_16seq_17850tok_h16_d64", "varlen", False, 64, 64),
+    ("varlen_prefill_16seq_17850tok_h16_d64_causal", "varlen", True, 64, 64),
+    # Mistral's sliding window (FLOPs over the visible pairs).
+    ("varlen_prefill_16seq_17850tok_h16_window1024", "varlen", False, 128, 128, {"window_size": (1024, 0)}),
     # DeepSeek MLA prefill (d 192, dv 128) and Gemma's hd256 over the same ragged batch.
     ("varlen_prefill_16seq_17850tok_h16_d192_dv128", "varlen", False, 192, 128),
     ("varlen_prefill_16seq_17850tok_h16_d192_dv128_causal", "varlen", True, 192, 128),
@@ -109,7 +114,9 @@ def run_varlen_cases(torch, timing, want) -> list:
     for name, kind, causal, *dims in VARLEN_CASES:
         if want and name not in want:
             continue
-        r = {"kind": kind, "causal": causal, **({"head_dim": dims[0], "head_dim_v": dims[1]} if dims else {})}
+        model = dims.pop() if dims and isinstance(dims[-1], dict) else {}
+        r = {"kind": kind, "causal": causal, **({"head_dim": dims[0], "head_dim_v": dims[1]} if dims else {}),
+             **({"model": {k: list(v) if isinstance(v, tuple) else v for k, v in model.items()}} if model else {})}
         try:
             q, k, v, cu_q, cu_k, used, table, mq, mk, fl_full, fl_causal = varlen_case(torch, kind, *dims)
         except Exception as e:
@@ -117,13 +124,15 @@ def run_varlen_cases(torch, timing, want) -> list:
             rows.append((name, r))
             continue
         flops = fl_causal if causal else fl_full
+        if "window_size" in model:
+            flops = varlen_flops(VARLEN_LENS, q.shape[1], q.shape[2], v.shape[2], causal, model["window_size"])
         r["flops"] = flops
         stream = torch.cuda.current_stream().cuda_stream
         try:
             out = q.new_empty(*q.shape[:2], v.shape[-1])
             lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device="cuda")
             p = prepare_varlen(q, k, v, cu_q, cu_k, mq, mk, seqused_k=used, page_table=table, causal=causal,
-                               out=out, lse=lse, stream=stream)
+                               out=out, lse=lse, stream=stream, **model)
             t = timing.time_cuda(lambda: p.run(stream))
             r["ours"] = {"ms": t.median_ms, "tflops": flops / (t.median_ms * 1e-3) / 1e12, "kernels": p.kernels}
         except Exception as e:
@@ -131,7 +140,7 @@ def run_varlen_cases(torch, timing, want) -> list:
             traceback.print_exc(limit=2, file=sys.stderr)
         try:
             from flash_attn.cute import flash_attn_varlen_func
-            kw = dict(cu_seqlens_q=cu_q, max_seqlen_q=mq, causal=causal)
+            kw = dict(cu_seqlens_q=cu_q, max_seqlen_q=mq, causal=causal, **model)
             kw.update(dict(seqused_k=used, page_table=table) if table is not None
                       else dict(cu_seqlens_k=cu_k, max_seqlen_k=mk))
             t = timing.time_cuda(lambda: flash_attn_varlen_func(q, k, v, **kw))
@@ -415,7 +424,7 @@ def print_varlen(rows) -> None:
     for name, r in rows:
         a, f = r.get("ours", {}), r.get("fa4", {})
         cell = lambda x: f"{x['tflops']:.0f}" if "tflops" in x else ("err" if "error" in x else "-")
-        ratio = f"{a['tflops'] / f['tflops']:.2f}" if "tflops" in a and "tflops" in f else "-"
+        ratio = f"{a['tflops'] / f['tflops']:.3f}" if "tflops" in a and "tflops" in f else "-"
         print(f"{name:48s} {cell(a):>8s} {cell(f):>8s} {ratio:>8s}")
         for key in ("ours", "fa4"):
             if "error" in r.get(key, {}):
