@@ -3,8 +3,9 @@
 From the bench's correctness sweep: one record per variant the sweep ran, its cubin sha256
 (read from the manifest it launched), the device, driver, commit and date of the run, and
 `passed` only when every case of that variant passed. From the GPU test-suite
-(tests/gpu_verification_log.py, CUBINFORGE_VERIFIED_OUT): `records_from_gpu_tests`, one record per variant a
-float64 comparison checked, `failed` when any test that launched it failed. Several files
+(tests/gpu_verification_log.py, CUBINFORGE_VERIFIED_OUT): `records_from_gpu_tests`, one record
+per (variant, cubin sha256) a float64 comparison checked, `failed` when any test that launched
+it failed. Several files
 (one per shard) merge into one with --merge. Format: registry/verification.py (the stdlib only
 here: this runs on the GPU machine, which has no install).
 
@@ -45,37 +46,47 @@ def verified_doc(results: dict, manifest_of, source: str) -> dict:
 
 def records_from_gpu_tests(tests: list[dict], *, device, driver, commit, date, source: str) -> dict:
     """Records from the GPU tests' outcomes: each test {"outcome": "passed" | "failed" |
-    "skipped", "launched": {variant: (family, arch, sha256)}, "checked": [variant, ...]} (the
-    variants launched before a float64 comparison found nothing wrong). A variant is `failed`
-    when a test that launched it failed, `passed` when a passing test checked it and none that
-    launched it failed; launched and never checked, it gets no record (it stays unverified)."""
+    "skipped", "launched": {(variant, sha256): (family, arch)}, "checked": [(variant, sha256),
+    ...]} (the kernels a float64 comparison that found nothing wrong covered). Keyed by
+    (variant, cubin sha256): an A/B candidate shares its variant name with the shipped cubin, and
+    neither may vouch for the other. A kernel is `failed` when a test that launched it failed,
+    `passed` when a passing test checked it and none that launched it failed; launched and never
+    checked, it gets no record (it stays unverified)."""
     seen, failed, checked = {}, {}, {}
     for t in tests:
         seen.update(t["launched"])
         if t["outcome"] == "failed":
-            for v in t["launched"]:
-                failed[v] = failed.get(v, 0) + 1
+            for key in t["launched"]:
+                failed[key] = failed.get(key, 0) + 1
         elif t["outcome"] == "passed":
-            for v in t["checked"]:
-                checked[v] = checked.get(v, 0) + 1
+            for key in t["checked"]:
+                checked[tuple(key)] = checked.get(tuple(key), 0) + 1
     records = []
-    for v in sorted(set(failed) | set(checked)):
-        family, arch, sha = seen[v]
-        bad = v in failed
+    for key in sorted(set(failed) | set(checked)):
+        (variant, sha), (family, arch) = key, seen[key]
+        result, cases = ("failed", failed[key]) if key in failed else ("passed", checked[key])
         records.append({
-            "variant": v, "family": family, "arch": arch, "cubin_sha256": sha, "device": device, "driver": driver,
-            "commit": commit, "date": date, "result": "failed" if bad else "passed",
-            "cases": failed[v] if bad else checked[v],
-            "source": (f"{source}: {failed[v]} test(s) that launched it failed" if bad else
-                       f"{source}: {checked[v]} test(s) compared it against a float64 reference; "
-                       f"every test that launched it passed"),
+            "variant": variant, "family": family, "arch": arch, "cubin_sha256": sha, "device": device,
+            "driver": driver, "commit": commit, "date": date, "result": result, "cases": cases,
+            "source": _gpu_test_source(source, result, cases),
         })
     return {"verification_version": VERIFICATION_VERSION, "records": records}
 
 
+_GPU_TEST_SOURCE_SEP = ": "
+
+
+def _gpu_test_source(source: str, result: str, cases: int) -> str:
+    """What a GPU-test record says of itself; rebuilt by merge_docs when shards' counts add up."""
+    what = (f"{cases} test(s) that launched it failed" if result == "failed" else
+            f"{cases} test(s) compared it against a float64 reference; every test that launched it passed")
+    return f"{source}{_GPU_TEST_SOURCE_SEP}{what}"
+
+
 def merge_docs(docs: list[dict]) -> dict:
     """One record per (variant, cubin sha256) across files (shards of one run): `failed` if any
-    file says so, else `passed` with the cases summed."""
+    file says so, else `passed` with the cases summed (and a GPU-test record's source text
+    saying the summed count)."""
     out: dict[tuple, dict] = {}
     for doc in docs:
         for r in doc["records"]:
@@ -85,6 +96,9 @@ def merge_docs(docs: list[dict]) -> dict:
                 out[key] = dict(r)
             elif (have["result"] == "failed") == (r["result"] == "failed"):
                 have["cases"] = (have.get("cases") or 0) + (r.get("cases") or 0)
+                base, sep, _ = have.get("source", "").partition(_GPU_TEST_SOURCE_SEP)
+                if sep and base == r.get("source", "").partition(_GPU_TEST_SOURCE_SEP)[0]:
+                    have["source"] = _gpu_test_source(base, have["result"], have["cases"])
             elif r["result"] == "failed":
                 out[key] = dict(r)
     return {"verification_version": VERIFICATION_VERSION, "records": [out[k] for k in sorted(out)]}

@@ -2,8 +2,10 @@
 CUBINFORGE_VERIFIED_OUT=FILE, every kernel a test launches through the runtime (Kernel.run:
 direct calls, plans, CUDA graph captures) is noted with its cubin's sha256; a float64
 comparison that finds nothing wrong (tests/gpu/_helpers.py numerics_checked) marks the kernels
-launched so far in that test as checked; at the end FILE gets the verification records of what
-was checked (bench/verified.py records_from_gpu_tests) for `cubinforge verify import FILE`.
+launched so far in that test as checked (the comparison sees host arrays, not which launch made
+them, so a kernel a test launches and never compares rides on a later comparison); at the end
+FILE gets the verification records of what was checked (bench/verified.py
+records_from_gpu_tests) for `cubinforge verify import FILE`.
 Under CUBINFORGE_TEST_SHARD=i/n each shard writes FILE with `.shard<i>` before its suffix;
 `python3 -m bench.verified --merge ... --out FILE` joins them. Unset, nothing is patched and
 nothing written.
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 
 OUT = os.environ.get("CUBINFORGE_VERIFIED_OUT")
-_test: dict = {}          # the running test: launched {variant: (family, arch, sha256)}, checked, failed
+_test: dict = {}          # the running test: launched {(variant, sha256): (family, arch)}, checked
 _tests: list[dict] = []   # every finished test's outcome
 
 
@@ -70,7 +72,8 @@ def pytest_configure(config):
         rec = run(self, plan, stream)
         if _test:
             m = self.manifest
-            _test["launched"][m.variant] = (m.family, m.axes.get("arch"), m.cubin_sha256)
+            key = (m.variant, m.cubin_sha256)   # an A/B candidate shares the shipped form's name
+            _test["launched"][key] = (m.family, m.axes.get("arch"))
         return rec
 
     Kernel.run = noted_run

@@ -101,19 +101,32 @@ def test_checked_launches_become_records_and_a_failing_test_fails_what_it_launch
     assert "FAILED" in stamp("fa3_fwd", "sm_90a", ms[1]["cubin"]["sha256"], records.values())["reason"]
 
 
-def test_shards_merge_failed_over_passed_and_sum_cases():
-    def doc(result, cases, sha="a" * 64, variant="v"):
-        launched = {variant: ("fa3_fwd", "sm_90a", sha)}
-        t = {"outcome": result, "launched": launched, "checked": [variant]}
-        return records_from_gpu_tests([t] * cases, device="d", driver="r", commit="c", date="2026-12-04T00:00:00", source="s")
+def _doc(result, cases, sha="a" * 64, variant="v"):
+    key = (variant, sha)
+    t = {"outcome": result, "launched": {key: ("fa3_fwd", "sm_90a")}, "checked": [key]}
+    return records_from_gpu_tests([t] * cases, device="d", driver="r", commit="c", date="2026-12-04T00:00:00", source="s")
 
-    merged = merge_docs([doc("passed", 2), doc("passed", 3)])["records"]
+
+def test_shards_merge_failed_over_passed_and_sum_cases():
+    merged = merge_docs([_doc("passed", 2), _doc("passed", 3)])["records"]
     assert [(r["result"], r["cases"]) for r in merged] == [("passed", 5)]
-    merged = merge_docs([doc("passed", 2), doc("failed", 1), doc("passed", 1)])["records"]
+    assert merged[0]["source"].startswith("s: 5 test(s) compared it")   # the summed count, not a shard's
+    merged = merge_docs([_doc("passed", 2), _doc("failed", 1), _doc("passed", 1)])["records"]
     assert [(r["result"], r["cases"]) for r in merged] == [("failed", 1)]
     # another cubin of the same variant (a rebuild) keeps its own record
-    merged = merge_docs([doc("passed", 1), doc("passed", 1, sha="b" * 64)])["records"]
+    merged = merge_docs([_doc("passed", 1), _doc("passed", 1, sha="b" * 64)])["records"]
     assert len(merged) == 2
+
+
+def test_a_candidate_with_the_shipped_name_keeps_its_own_record():
+    # An A/B candidate's cubin has the shipped variant's name: a failing run of one must not
+    # be booked to the other's sha256, nor a passing one vouch for it.
+    shipped, candidate = ("v", "a" * 64), ("v", "b" * 64)
+    tests = [{"outcome": "passed", "launched": {shipped: ("fa3_fwd", "sm_90a")}, "checked": [shipped]},
+             {"outcome": "failed", "launched": {candidate: ("fa3_fwd", "sm_90a")}, "checked": [candidate]}]
+    records = records_from_gpu_tests(tests, device="d", driver="r", commit="c", date="2026-12-04T00:00:00",
+                                     source="s")["records"]
+    assert {(r["cubin_sha256"], r["result"]) for r in records} == {("a" * 64, "passed"), ("b" * 64, "failed")}
 
 
 def test_an_unset_log_patches_nothing(monkeypatch):
