@@ -82,6 +82,23 @@ def varlen_flops(lens, heads: int, d: int, dv: int, causal: bool, window=(-1, -1
     return float(sum(2 * heads * (d + dv) * visible_pairs(n, n, causal, window) for n in lens))
 
 
+def varlen_reference(q, k, v, cu_q, cu_k, causal, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
+    """float32 O (total_q, heads, dv) and LSE (heads, total_q) of a packed varlen batch, one
+    sequence at a time through bench.model_variants.reference (bottom-right masks)."""
+    import torch
+
+    from cubinforge.bench.model_variants import reference
+
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    outs, lses = [], []
+    for i in range(len(cq) - 1):
+        o, lse = reference(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]], v[None, ck[i]:ck[i + 1]], causal,
+                           window_size, learnable_sink, softcap)
+        outs.append(o[0])
+        lses.append(lse[0])
+    return torch.cat(outs, 0), torch.cat(lses, 1)
+
+
 def varlen_case(torch, kind, d=D, dv=D, dtype="bf16"):
     """(q, k, v, cu_q, cu_k, seqused_k, page_table, max_q, max_k, flops non-causal, flops causal);
     varlen: q/k (d) and v (dv) head dims, the FLOPs 2 n^2 (d + dv) a head; bf16 or fp16."""
@@ -184,7 +201,7 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     if not names:
         return 0
     stream = torch.cuda.current_stream().cuda_stream
-    cases, refs = {}, {}
+    cases, refs, fa4_refused = {}, {}, set()
     rows, failed, pins = [], 0, []
 
     # dims: (head_dim, head_dim_v, dtype, kind, model), kind "varlen" (packed) or "chunked"
@@ -229,34 +246,34 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         return lambda: fa4(q, k, v, **kw)
 
     def ref(dims, causal):
-        """(O, LSE, kernels) of the shipped variant, O replaced by FA4's where it runs; where the
-        registry ships no such form (a model axis SET=inference builds), FA4's O alone and no
-        LSE or kernels."""
-        nonlocal fa4
+        """(O, LSE, kernels, what O is): the shipped variant's LSE, O replaced by FA4's where it
+        runs; where the registry ships no such form (a model axis SET=inference builds), a
+        float32 reference's O and LSE (bench.model_variants.reference per sequence) and no
+        kernels."""
         if (dims, causal) not in refs:
             from cubinforge.runtime import VariantNotFound
             try:
                 fn, out, lse, p = ours(dims, causal)
             except VariantNotFound as e:
-                if fa4 is None:
-                    raise
-                print(f"no shipped form ({first_line(e)[:120]}): checking against FA4's O", flush=True)
-                r_ = fa4_call(dims, causal)()
-                refs[(dims, causal)] = ((r_[0] if isinstance(r_, tuple) else r_).float(), None, None)
+                print(f"no shipped form ({first_line(e)[:120]}): checking against a float32 reference", flush=True)
+                r_o, r_lse = varlen_reference(*case(dims)[:5], causal, **model_kw(dims))
+                refs[(dims, causal)] = (r_o, r_lse, None, "float32")
                 return refs[(dims, causal)]
             fn()
             torch.cuda.synchronize()
-            r_o = out
+            r_o, what = out, "shipped"
             if fa4 is not None:
                 try:
                     r_ = fa4_call(dims, causal)()
-                    r_o = r_[0] if isinstance(r_, tuple) else r_
+                    r_o, what = (r_[0] if isinstance(r_, tuple) else r_), "FA4"
                     print(f"shipped ({p.kernels}) vs FA4, {dims}, causal={causal}: rel err "
                           f"{float((out.float() - r_o.float()).norm() / r_o.float().norm()):.1e}", flush=True)
                 except Exception as e:
-                    print(f"FA4 failed ({first_line(e)}): checking against the shipped variant", flush=True)
-                    fa4 = None
-            refs[(dims, causal)] = (r_o.float(), lse.clone(), p.kernels)
+                    # This case only: FA4 may refuse one form (a float32 sink) and serve the rest.
+                    print(f"FA4 failed on {dims}, causal={causal} ({first_line(e)}): checking against the "
+                          "shipped variant, FA4 not timed on it", flush=True)
+                    fa4_refused.add((dims, causal))
+            refs[(dims, causal)] = (r_o.float(), lse.clone(), p.kernels, what)
         return refs[(dims, causal)]
 
     def tf(fn, flops):
@@ -274,18 +291,22 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
                "model": {k: v for k, v in dims[4]}}
         try:
             flops = flops_of(dims, causal)
-            ref_o, ref_lse, shipped = ref(dims, causal)
+            ref_o, ref_lse, shipped, ref_what = ref(dims, causal)
             fn, out, lse, p = ours(dims, causal, pin)
             fn()
             torch.cuda.synchronize()
             rel = float((out.float() - ref_o).norm() / ref_o.norm())
-            lse_err = float((lse - ref_lse).abs().max()) if ref_lse is not None else float("nan")
-            ok = (rel <= 2e-3 and not lse_err > 1e-3 and not bool(out.isnan().any())
-                  and not bool(lse.isnan().any()))
-            rec.update(rel_err=rel, lse_err=lse_err, ok=ok, kernels=p.kernels, shipped_kernels=shipped)
+            fin = torch.isfinite(ref_lse)
+            lse_err = float((lse[fin] - ref_lse[fin]).abs().max()) if bool(fin.any()) else 0.0
+            # The softcap's tanh.approx carries up to c * 2^-11 into each logit (tests/gpu).
+            slack = dict(dims[4]).get("softcap", 0.0) * 2.0 ** -11
+            ok = (rel <= 2e-3 + 2 * slack and lse_err <= 1e-3 + slack and not bool(out.isnan().any())
+                  and not bool(lse.isnan().any()) and bool((lse[~fin] == ref_lse[~fin]).all()))
+            rec.update(rel_err=rel, lse_err=lse_err, ok=ok, checked_against=ref_what, kernels=p.kernels,
+                       shipped_kernels=shipped)
             if ok:
                 fns = {"ab": fn, **({"shipped": ours(dims, causal)[0]} if shipped else {})}
-                if fa4 is not None:
+                if fa4 is not None and (dims, causal) not in fa4_refused:
                     fns["fa4"] = fa4_call(dims, causal)
                 ts = {b: [] for b in fns}
                 for b in timing.alternating(fns):
@@ -298,9 +319,8 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         rows.append(rec)
         print(json.dumps(rec), flush=True)
     print()
-    print(f"| candidate | head dims | causal | correct | rel err (vs {'FA4' if fa4 else 'shipped'}) | TFLOPS | shipped "
-          "| FA4 | / shipped | / FA4 |")
-    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| candidate | head dims | causal | correct | rel err | against | TFLOPS | shipped | FA4 | / shipped | / FA4 |")
+    print("| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         a, sh, f = r.get("ab"), r.get("shipped"), r.get("fa4")
         pct = lambda x, y: f"{x / y:.3f}" if x and y else "-"  # noqa: E731
@@ -308,7 +328,8 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         paged = (" paged" if r["case"] == "chunked" else "") + "".join(f" {k}={v}" for k, v in r["model"].items())
         print(f"| {r['variant'].split('+', 1)[-1]} | {r['dtype']} {tuple(r['head_dims'])}{paged} | {r['causal']} | "
               f"{'yes' if r['ok'] else 'NO ' + r.get('error', '')}"
-              f" | {r.get('rel_err', float('nan')):.1e} | {num(a)} | {num(sh)} | {num(f)} | {pct(a, sh)} | {pct(a, f)} |")
+              f" | {r.get('rel_err', float('nan')):.1e} | {r.get('checked_against', '-')} | {num(a)} | {num(sh)}"
+              f" | {num(f)} | {pct(a, sh)} | {pct(a, f)} |")
     return failed
 
 

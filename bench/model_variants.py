@@ -80,8 +80,9 @@ AB_REFS = {"local": (AB_CASES["local"][0], 128, dict(causal=True)),
 AB_CHECK = ([(1, 1000, 1300, 8, 2), (1, 2100, 2300, 32, 4)], dict(window_size=(300, 0)))
 
 
-def reference(q, k, v, causal, window=(-1, -1), sink=None):
-    """float32 O and natural-log LSE on the GPU, bottom-right masks, FA4's sink."""
+def reference(q, k, v, causal, window=(-1, -1), sink=None, softcap=0.0):
+    """float32 O and natural-log LSE on the GPU, bottom-right masks, FA4's sink, the softcap
+    c * tanh(s / c) on the scaled scores."""
     import torch
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -90,6 +91,8 @@ def reference(q, k, v, causal, window=(-1, -1), sink=None):
     kf = k.float().repeat_interleave(g, dim=2).permute(0, 2, 3, 1)
     vf = v.float().repeat_interleave(g, dim=2).permute(0, 2, 1, 3)
     s = torch.matmul(qf, kf) / d ** 0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     left, right = window
     if causal:
         right = 0
