@@ -860,10 +860,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 softcap_pre=softcap_pre, window_left=window_left, window_right=window_right,
             )
 
-        if const_expr(self.sink):
-            inv_sum, lse = softmax.finish(sink, per_row=True, may_be_absent=self.split)
-        else:
-            inv_sum, lse = softmax.finish()
+        inv_sum, lse = self.finish_rows(softmax, sink)
         if const_expr(self.fp8):
             descale.fold_v(inv_sum, v_descale)
         rescale_rows(acc_O, inv_sum)
@@ -873,6 +870,14 @@ class FlashFwdSm90Inference(FlashFwdSm90):
             return
         self.store_rows(acc_O, lse, mO, mLSE, tiled_mma_pv, tidx, m_block, split, head, batch, group, seqlen_q,
                         offset_q)
+
+    def finish_rows(self, softmax, sink):
+        """(1 / row sum, LSE) of the tile's rows, one tile per CTA or on the walk alike: each row's
+        own sink logit in its denominator (pack-GQA rows are of several heads); a split-KV split
+        may carry no sink (-inf: the combine counts it once)."""
+        if const_expr(self.sink):
+            return softmax.finish(sink, per_row=True, may_be_absent=self.split)
+        return softmax.finish()
 
     @cute.jit
     def consume_tile_persistent(
@@ -891,10 +896,7 @@ class FlashFwdSm90Inference(FlashFwdSm90):
                 pipe_q, pipe_k, pipe_v, tidx, wg, m_block, head, batch, group, seqlen_q, seqlen_k, lo, hi,
                 q_state, kv_state, softcap_pre=softcap_pre, window_left=window_left, window_right=window_right,
             )
-        if const_expr(self.sink):
-            inv_sum, lse = softmax.finish(sink, per_row=True)
-        else:
-            inv_sum, lse = softmax.finish()
+        inv_sum, lse = self.finish_rows(softmax, sink)
         rescale_rows(acc_O, inv_sum)
         if const_expr(self.cfg.o_smem_store):
             if hi > lo:
