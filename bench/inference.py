@@ -99,9 +99,23 @@ def varlen_reference(q, k, v, cu_q, cu_k, causal, window_size=(-1, -1), softcap=
     return torch.cat(outs, 0), torch.cat(lses, 1)
 
 
+def gather_pages(k_cache, v_cache, page_table, seqused_k):
+    """A paged cache's keys and values packed (total, heads_kv, d), request after request, with
+    their cu_seqlens_k: what varlen_reference takes."""
+    import torch
+
+    ks, vs, cu = [], [], [0]
+    for pages, n in zip(page_table.tolist(), seqused_k.tolist()):
+        ks.append(k_cache[pages].flatten(0, 1)[:n])
+        vs.append(v_cache[pages].flatten(0, 1)[:n])
+        cu.append(cu[-1] + n)
+    return torch.cat(ks), torch.cat(vs), torch.tensor(cu, dtype=torch.int32, device=k_cache.device)
+
+
 def varlen_case(torch, kind, d=D, dv=D, dtype="bf16"):
     """(q, k, v, cu_q, cu_k, seqused_k, page_table, max_q, max_k, flops non-causal, flops causal);
-    varlen: q/k (d) and v (dv) head dims, the FLOPs 2 n^2 (d + dv) a head; bf16 or fp16."""
+    q/k (d) and v (dv) head dims, the FLOPs 2 (d + dv) a visible pair a head; bf16 or fp16.
+    varlen: the 16-sequence packed batch; chunked: CHUNKED's new tokens against a paged cache."""
     g = torch.Generator(device="cuda").manual_seed(0)
     bf = dict(device="cuda", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
     if kind == "varlen":
@@ -114,15 +128,16 @@ def varlen_case(torch, kind, d=D, dv=D, dtype="bf16"):
         return q, k, v, cu, cu, None, None, max(lens), max(lens), full, full / 2
     c = CHUNKED
     pages = c["ctx"] // c["page"]
-    k = torch.randn(c["requests"] * pages, c["page"], c["hkv"], D, generator=g, **bf)
-    v = torch.randn_like(k)
+    k = torch.randn(c["requests"] * pages, c["page"], c["hkv"], d, generator=g, **bf)
+    v = torch.randn(c["requests"] * pages, c["page"], c["hkv"], dv, generator=g, **bf)
     table = torch.randperm(c["requests"] * pages, device="cuda", generator=g).to(torch.int32).view(c["requests"], pages)
-    q = torch.randn(c["requests"] * c["new"], c["hq"], D, generator=g, **bf)
+    q = torch.randn(c["requests"] * c["new"], c["hq"], d, generator=g, **bf)
     cu_q = torch.arange(0, c["requests"] * c["new"] + 1, c["new"], dtype=torch.int32, device="cuda")
     used = torch.full((c["requests"],), c["ctx"], dtype=torch.int32, device="cuda")
     pairs = c["requests"] * sum(c["ctx"] - c["new"] + i + 1 for i in range(c["new"]))
-    full = 4 * c["hq"] * D * c["requests"] * c["new"] * c["ctx"]  # non-causal: every new token sees every key
-    return q, k, v, cu_q, None, used, table, c["new"], c["ctx"], full, 4 * c["hq"] * D * pairs
+    per_pair = 2 * c["hq"] * (d + dv)
+    full = per_pair * c["requests"] * c["new"] * c["ctx"]  # non-causal: every new token sees every key
+    return q, k, v, cu_q, None, used, table, c["new"], c["ctx"], full, per_pair * pairs
 
 
 def run_varlen_cases(torch, timing, want) -> list:
@@ -182,9 +197,10 @@ def run_varlen_cases(torch, timing, want) -> list:
 def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     """Each varlen candidate of bench.ab's registry at `home` (`bench.ab build --experiments
     varlen` or `varlen-wide`), pinned to itself, on the varlen prefill case of its mask and head
-    dims (a paged candidate: the paged chunked prefill case, bf16 hd128): output poisoned, checked
-    against FA4's (else the shipped variant's) O, then timed beside the shipped variant and FA4 in
-    alternating rounds in this process. Returns the number of failed candidates."""
+    dims (a paged candidate: the paged chunked prefill case at its head dim and dtype): output
+    poisoned, checked against the shipped variant's LSE and FA4's O (else the shipped variant's;
+    with no shipped form, a float32 reference's O and LSE), then timed beside the shipped variant
+    and FA4 in alternating rounds in this process. Returns the number of failed candidates."""
     from pathlib import Path
 
     from cubinforge.runtime import LocalSource, prepare_varlen
@@ -209,8 +225,8 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     def case(dims):
         key = dims[:4]
         if key not in cases:
-            if dims[3] == "chunked" and (dims[:3] != (D, D, "bf16") or dims[4]):
-                raise ValueError(f"the paged chunked prefill case is bf16 hd{D} with no model axis, not {dims}")
+            if dims[3] == "chunked" and (dims[0] != dims[1] or dims[4]):
+                raise ValueError(f"the paged chunked prefill case has d = dv and no model axis, not {dims}")
             cases[key] = varlen_case(torch, dims[3], *dims[:3])
         return cases[key]
 
@@ -256,7 +272,10 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
                 fn, out, lse, p = ours(dims, causal)
             except VariantNotFound as e:
                 print(f"no shipped form ({first_line(e)[:120]}): checking against a float32 reference", flush=True)
-                r_o, r_lse = varlen_reference(*case(dims)[:5], causal, **model_kw(dims))
+                q, k, v, cu_q, cu_k, used, table = case(dims)[:7]
+                if table is not None:
+                    k, v, cu_k = gather_pages(k, v, table, used)
+                r_o, r_lse = varlen_reference(q, k, v, cu_q, cu_k, causal, **model_kw(dims))
                 refs[(dims, causal)] = (r_o, r_lse, None, "float32")
                 return refs[(dims, causal)]
             fn()
