@@ -1105,6 +1105,30 @@ VARLEN_MODEL = [
     ("persistent+dynamic+tile-128x128", dict(_VM, head_dim=64, causal=False, local=True, learnable_sink=True,
                                             varlen_dynamic=True, tile_m=128, tile_n=128)),
 ]
+# The varlen forms SET=inference still builds one tile per CTA, on the walk with the counter:
+# the paged chunked prefill forms other than bf16 hd128 (fp16 hd128 with and without the bf16
+# winner's switches; hd64 bf16/fp16 with every switch off, as packed hd64 won), the fp16
+# window (with bf16's winning switches), the hd64 windows at 128 x 128 (as the windowed sink
+# form) and gpt-oss's non-causal hd64 sink. All 13 built here with no spills but the 12 B the
+# shipped bf16 hd128 paged walk has too (3 LDL/STL, the producer's walk). bench.inference
+# --ab-home times each beside its one-tile form (SET=inference) and FA4. Not run yet.
+_VR = dict(varlen=True, scheduler="persistent", varlen_dynamic=True)
+_VR_128 = dict(tile_m=128, tile_n=128)
+VARLEN_WALK_REST = [
+    *[(label, dict(_VR, head_dim=128, dtype="fp16", paged_kv=True, causal=c, **over))
+      for c, switches in ((False, _PG_TMA_O), (True, dict(_PG_TMA_O, **_CM)))
+      for label, over in (("persistent+dynamic", {}),
+                          ("persistent+dynamic+separate-o+tma-o" + ("+in-order-sum+mask-bits" if c else ""), switches))],
+    *[("persistent+dynamic", dict(_VR, head_dim=64, dtype=dt, paged_kv=True, causal=c))
+      for dt in ("bf16", "fp16") for c in (False, True)],
+    ("persistent+dynamic", dict(_VR, head_dim=128, dtype="fp16", causal=False, local=True)),
+    ("persistent+dynamic+separate-o+tma-o+in-order-sum+mask-bits",
+     dict(_VR, head_dim=128, dtype="fp16", causal=False, local=True, **_VM_O, **_CM)),
+    # (at hd64's default 192 x 128 the walk's window spills 228-232 B here: not a candidate)
+    *[("persistent+dynamic+tile-128x128", dict(_VR, head_dim=64, dtype=dt, causal=False, local=True, **_VR_128))
+      for dt in ("bf16", "fp16")],
+    ("persistent+dynamic", dict(_VR, head_dim=64, causal=False, learnable_sink=True)),
+]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1129,7 +1153,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "varlen-wide-2": VARLEN_WIDE_2, "varlen-wide-3": VARLEN_WIDE_3,
                "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC,
                "varlen-dynamic-2": VARLEN_DYNAMIC_2, "varlen-wide-5": VARLEN_WIDE_5,
-               "varlen-model": VARLEN_MODEL}
+               "varlen-model": VARLEN_MODEL, "varlen-walk-rest": VARLEN_WALK_REST}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

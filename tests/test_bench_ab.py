@@ -171,3 +171,23 @@ def test_varlen_ab_runs_each_model_axis_with_its_own_arguments():
     # a window of 1,024 to the left: sequences up to 1,025 tokens see what causal sees, longer ones a band
     band = varlen_flops([4096], 1, 128, 128, False, (1024, 0))
     assert band == 2 * 256 * (1025 * 1026 // 2 + (4096 - 1025) * 1025)
+
+
+def test_varlen_walk_rest_takes_each_one_tile_form_of_the_inference_set_onto_the_walk():
+    """bench.ab varlen-walk-rest: every candidate is a valid config on the walk with the
+    counter, and each one times beside a form SET=inference builds one tile per CTA (the same
+    dtype, head dims, mask and axes), so its row has a shipped yardstick."""
+    from cubinforge.bench.ab import EXPERIMENTS, experiment_config
+    from cubinforge.generator import spec
+
+    def key(a):
+        return tuple(bool(a[x]) if x in ("causal", "paged_kv", "local", "learnable_sink", "softcap") else a[x]
+                     for x in ("dtype", "head_dim", "causal", "paged_kv", "local", "learnable_sink", "softcap"))
+
+    single = {key(v.axes) for v in spec.expand_set("inference")
+              if v.family == "fa3_fwd" and v["varlen"] and not v["split_kv"] and v["scheduler"] == "single"}
+    for label, over in EXPERIMENTS["varlen-walk-rest"]:
+        cfg = experiment_config(over)
+        assert cfg.scheduler == "persistent" and cfg.varlen_dynamic, label
+        assert key({a: getattr(cfg, a) for a in ("dtype", "head_dim", "causal", "paged_kv", "local",
+                                                 "learnable_sink", "softcap")}) in single, (label, over)
