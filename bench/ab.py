@@ -1128,6 +1128,17 @@ VARLEN_WALK_REST = [
     *[("persistent+dynamic+tile-128x128", dict(_VR, head_dim=64, dtype=dt, causal=False, local=True, **_VR_128))
       for dt in ("bf16", "fp16")],
     ("persistent+dynamic", dict(_VR, head_dim=64, causal=False, learnable_sink=True)),
+    # Paged with a model axis, which the walk had not been built with (families.py refuses the
+    # pair in a set until these are measured): the paged window (Mistral's chunked prefill) and
+    # the paged softcap with the packed window's winning switches, hd64's paged window at 128 x 128.
+    *[("persistent+dynamic+separate-o+tma-o+in-order-sum+mask-bits",
+       dict(_VR, head_dim=128, dtype=dt, paged_kv=True, causal=False, local=True, **_VM_O, **_CM))
+      for dt in ("bf16", "fp16")],
+    ("persistent+dynamic+separate-o+tma-o+in-order-sum+mask-bits",
+     dict(_VR, head_dim=128, paged_kv=True, causal=True, softcap=True, **_VM_O, **_CM)),
+    *[("persistent+dynamic+tile-128x128", dict(_VR, head_dim=64, dtype=dt, paged_kv=True, causal=False, local=True,
+                                               **_VR_128))
+      for dt in ("bf16", "fp16")],
 ]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,

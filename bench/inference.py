@@ -99,6 +99,15 @@ def varlen_reference(q, k, v, cu_q, cu_k, causal, window_size=(-1, -1), softcap=
     return torch.cat(outs, 0), torch.cat(lses, 1)
 
 
+def chunked_flops(heads: int, d: int, dv: int, causal: bool, window=(-1, -1)) -> float:
+    """Matmul FLOPs over the visible pairs of CHUNKED's requests (its new tokens against the
+    whole cache, bottom-right aligned), 2 (d + dv) a pair."""
+    from cubinforge.bench.model_variants import visible_pairs
+
+    c = CHUNKED
+    return float(c["requests"] * 2 * heads * (d + dv) * visible_pairs(c["new"], c["ctx"], causal, window))
+
+
 def gather_pages(k_cache, v_cache, page_table, seqused_k):
     """A paged cache's keys and values packed (total, heads_kv, d), request after request, with
     their cu_seqlens_k: what varlen_reference takes."""
@@ -225,8 +234,8 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     def case(dims):
         key = dims[:4]
         if key not in cases:
-            if dims[3] == "chunked" and (dims[0] != dims[1] or dims[4]):
-                raise ValueError(f"the paged chunked prefill case has d = dv and no model axis, not {dims}")
+            if dims[3] == "chunked" and dims[0] != dims[1]:
+                raise ValueError(f"the paged chunked prefill case has d = dv, not {dims}")
             cases[key] = varlen_case(torch, dims[3], *dims[:3])
         return cases[key]
 
@@ -239,12 +248,13 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
         return kw
 
     def flops_of(dims, causal):
-        *_, fl_full, fl_causal = case(dims)
+        q, *_, fl_full, fl_causal = case(dims)
         window = dict(dims[4]).get("window_size")
-        if window is not None:
-            q = case(dims)[0]
-            return varlen_flops(VARLEN_LENS, q.shape[1], dims[0], dims[1], causal, window)
-        return fl_causal if causal else fl_full
+        if window is None:
+            return fl_causal if causal else fl_full
+        if dims[3] == "chunked":
+            return chunked_flops(q.shape[1], dims[0], dims[1], causal, window)
+        return varlen_flops(VARLEN_LENS, q.shape[1], dims[0], dims[1], causal, window)
 
     def ours(dims, causal, source=None):
         q, k, v, cu_q, cu_k, used, table, mq, mk, _, _ = case(dims)

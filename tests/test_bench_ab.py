@@ -191,3 +191,16 @@ def test_varlen_walk_rest_takes_each_one_tile_form_of_the_inference_set_onto_the
         assert cfg.scheduler == "persistent" and cfg.varlen_dynamic, label
         assert key({a: getattr(cfg, a) for a in ("dtype", "head_dim", "causal", "paged_kv", "local",
                                                  "learnable_sink", "softcap")}) in single, (label, over)
+
+
+def test_the_paged_case_counts_the_pairs_a_window_lets_through():
+    """bench.inference's paged chunked prefill case: the FLOPs of its new tokens against the
+    whole cache, causal bottom-right, and a window's share of that."""
+    from cubinforge.bench.inference import CHUNKED, chunked_flops
+
+    c = CHUNKED
+    seen = sum(c["ctx"] - c["new"] + i + 1 for i in range(c["new"]))   # causal: row i sees ctx - new + i + 1
+    assert chunked_flops(32, 128, 128, True) == c["requests"] * 2 * 32 * 256 * seen
+    assert chunked_flops(32, 128, 128, False) == c["requests"] * 2 * 32 * 256 * c["new"] * c["ctx"]
+    # a window of 1,024 to the left, no right edge past the row: every new row sees 1,025 keys
+    assert chunked_flops(32, 64, 64, False, (1024, 0)) == c["requests"] * 2 * 32 * 128 * c["new"] * 1025

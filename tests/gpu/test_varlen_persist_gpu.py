@@ -182,10 +182,11 @@ def test_rising_scores(pin, name):
 
 @pytest.mark.parametrize("name", MODEL)
 def test_model_variants_on_the_walk(pin, monkeypatch, name):
-    """A window / softcap / sink candidate (bench.ab varlen-model) pinned, against the float64
-    reference of test_inference_variants_gpu.run_varlen: windows narrower than a tile, one
-    tile wide, one side unbounded and wider than most sequences; the ragged batch there and a
-    batch with several tiles per CTA (empty tiles among them); GQA 4."""
+    """A window / softcap / sink candidate (bench.ab varlen-model, varlen-walk-rest; packed or
+    paged) pinned, against the float64 reference of test_inference_variants_gpu.run_varlen:
+    windows narrower than a tile, one tile wide, one side unbounded and wider than most
+    sequences; the ragged batch there and a batch with several tiles per CTA (empty tiles among
+    them); GQA 4."""
     import test_inference_variants_gpu as iv
 
     causal = pin(name)
@@ -194,8 +195,11 @@ def test_model_variants_on_the_walk(pin, monkeypatch, name):
     windows = ([(0, 0), (1, 1), (63, 0), (127, 127), (128, 0), (16, -1), (2000, 0)] if a.get("local")
                else [(-1, -1)])
     rng = np.random.default_rng(23)
-    for window in windows:
-        for slots_q, slots_k in ((iv.SLOTS_Q, iv.SLOTS_K), (WALK_Q, WALK_K)):
+    # A paged candidate reads its keys through shuffled page tables, the page size taking turns:
+    # smaller than, equal to and larger than a key tile.
+    pages = (16, 64, 256) if a.get("paged_kv") else (None,)
+    for i, window in enumerate(windows):
+        for j, (slots_q, slots_k) in enumerate(((iv.SLOTS_Q, iv.SLOTS_K), (WALK_Q, WALK_K))):
             iv.run_varlen(rng, slots_q, slots_k, hq=16, hkv=4, d=a["head_dim"], causal=causal, window=window,
                           softcap=30.0 if a.get("softcap") else 0.0, sink=bool(a.get("learnable_sink")),
-                          dtype=a["dtype"])
+                          page_size=pages[(2 * i + j) % len(pages)], dtype=a["dtype"])

@@ -3,8 +3,8 @@
 # and U left warm (FA4 unpacked under /tmp/site by call U). The float64 GPU tests of every
 # bench.ab varlen-walk-rest candidate pinned (tests/gpu/test_varlen_persist_gpu.py, 4 shards:
 # paged fp16 hd128 and hd64 bf16/fp16 through shuffled page tables of 16/64/256, a paged plan run
-# four times; the fp16 and hd64 windows and the hd64 sink through
-# test_model_variants_on_the_walk), then bench.inference --ab-home on the set: each candidate
+# four times; the fp16 and hd64 windows, the hd64 sink and the paged window / softcap forms
+# through test_model_variants_on_the_walk), then bench.inference --ab-home on the set: each candidate
 # beside its one-tile form (SET=inference's home as the shipped registry) and FA4 in
 # alternating rounds. On a fresh machine, run `bash bench/stage_fa4.sh park` (carry .stage_fa4x)
 # and `unpack` (carry .stage_fa4y) first.
