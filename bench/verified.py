@@ -62,7 +62,7 @@ def records_from_gpu_tests(tests: list[dict], *, device, driver, commit, date, s
             for key in t["checked"]:
                 checked[tuple(key)] = checked.get(tuple(key), 0) + 1
     records = []
-    for key in sorted(set(failed) | set(checked)):
+    for key in sorted(set(failed) | set(checked), key=lambda k: (k[0], k[1] or "")):  # a sha may be None
         (variant, sha), (family, arch) = key, seen[key]
         result, cases = ("failed", failed[key]) if key in failed else ("passed", checked[key])
         records.append({

@@ -96,7 +96,7 @@ def pytest_runtest_logreport(report):
     elif report.skipped and _test["outcome"] != "failed":
         _test["outcome"] = "skipped"
     if report.when == "teardown":
-        _tests.append({**_test, "checked": sorted(_test["checked"])})
+        _tests.append({**_test, "checked": list(_test["checked"])})
         _test.clear()
 
 

@@ -127,6 +127,12 @@ def test_a_candidate_with_the_shipped_name_keeps_its_own_record():
     records = records_from_gpu_tests(tests, device="d", driver="r", commit="c", date="2026-12-04T00:00:00",
                                      source="s")["records"]
     assert {(r["cubin_sha256"], r["result"]) for r in records} == {("a" * 64, "passed"), ("b" * 64, "failed")}
+    # a manifest with no sha256 sorts beside the others rather than stopping the file being written
+    unknown = ("v", None)
+    tests.append({"outcome": "passed", "launched": {unknown: ("fa3_fwd", "sm_90a")}, "checked": [unknown]})
+    records = records_from_gpu_tests(tests, device="d", driver="r", commit="c", date="2026-12-04T00:00:00",
+                                     source="s")["records"]
+    assert [r["cubin_sha256"] for r in records] == [None, "a" * 64, "b" * 64]
 
 
 def test_an_unset_log_patches_nothing(monkeypatch):
