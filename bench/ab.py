@@ -662,6 +662,23 @@ DECODE_HD128 = [
     )
     for c in (False, True) for sp in (False, True)
 ]
+# hd64 decode (session 20, check20/c1 on an H100: the non-causal q16 / q64 --decode cells at
+# 0.957-0.978x cuDNN, 3.0 TB/s against its 3.08-3.12, with the shipped 64 x 128 pack-GQA form,
+# three stages of K and V (96 KiB in flight an SM, one CTA: 255 registers)). More bytes in flight:
+# six stages in one CTA, or two CTAs an SM as hd128's decode forms (config.TUNED_DECODE). The
+# first row of each group is the shipped form rebuilt (an A/A control). Timed by
+# bench/decode_ab.py --head-dim 64 --ab-home.
+_DEC64 = dict(head_dim=64, tile_m=64, pack_gqa=True)
+DECODE_HD64 = [
+    (label, dict(_DEC64, causal=c, split_kv=sp, **over))
+    for label, over in (
+        ("default", {}),
+        ("stages-6", dict(stages=6)),
+        ("stages-3+2cta", dict(stages=3, ctas_per_sm=2)),
+        ("tile-64x64+stages-4+2cta", dict(tile_n=64, stages=4, ctas_per_sm=2)),
+    )
+    for c in (False, True) for sp in (False, True)
+]
 # Issue 10's long cells (hd64 / hd128 / hd256 at 8k-16k, 0.95-0.99 of FA4): the (192, 128)
 # session's two wins applied to the shipped long forms (config.TUNED; the first row of each
 # group is that form rebuilt, an A/A control): the loop invariants pinned
@@ -1164,7 +1181,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "varlen-wide-2": VARLEN_WIDE_2, "varlen-wide-3": VARLEN_WIDE_3,
                "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC,
                "varlen-dynamic-2": VARLEN_DYNAMIC_2, "varlen-wide-5": VARLEN_WIDE_5,
-               "varlen-model": VARLEN_MODEL, "varlen-walk-rest": VARLEN_WALK_REST}
+               "varlen-model": VARLEN_MODEL, "varlen-walk-rest": VARLEN_WALK_REST,
+               "decode-hd64": DECODE_HD64}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

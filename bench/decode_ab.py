@@ -1,12 +1,14 @@
-"""hd128 decode at the HBM rate: split counts and decode-form candidates beside the anchors.
+"""Decode at the HBM rate: split counts and decode-form candidates beside the anchors.
 
     PYTHONPATH=. python3 -m cubinforge.bench.decode_ab                 # shipped forms, forced splits
     PYTHONPATH=. python3 -m cubinforge.bench.decode_ab --ab-home .cubinforge-ab-decode-hd128
+    PYTHONPATH=. python3 -m cubinforge.bench.decode_ab --head-dim 64 --ab-home .cubinforge-ab-decode-hd64
     python -m cubinforge.bench.decode_ab --plan                        # the geometry table, no GPU
 
-Cells: the bf16 hd128 `bench --decode` cells (grid.build_grid: q1/q16/q64 x k8192/k32768,
-causal and not, 16/16 heads, batch * seqlen_k = 128k) and inference.py's speculative and GQA
-decode (b32 x 8192 keys, 4 x 32/8 and 1 x 64/8 heads, causal). Per cell, in one process:
+Cells: the bf16 `bench --decode` cells of one head dim (--head-dim, 128 by default;
+grid.build_grid: q1/q16/q64 x k8192/k32768, causal and not, hidden 2048 in heads, batch *
+seqlen_k = 128k), and at hd128 inference.py's speculative and GQA decode (b32 x 8192 keys,
+4 x 32/8 and 1 x 64/8 heads, causal). Per cell, in one process:
 - `route`: flash_attn_func as the grid times it (bench.anchors.Ours, the dispatcher's choice:
   the dense persistent kernel where one split fills the SMs, else the split-KV forms);
 - `s=N`: the shipped decode forms (flash_attn_with_kvcache's prepared call on the dense k/v)
@@ -42,11 +44,12 @@ EXTRA_CELLS = (
 H200_SMS = 132
 
 
-def decode_cells(patterns=None) -> list[Cell]:
-    """The bf16 hd128 --decode cells (no prefill cells) and the spec / GQA cells."""
+def decode_cells(patterns=None, head_dim: int = 128) -> list[Cell]:
+    """The bf16 --decode cells of one head dim (no prefill cells), and at hd128 the spec / GQA cells."""
     from .grid import filter_cells
 
-    cells = build_grid(dtypes=("bf16",), head_dims=(128,), seqlens=(), decode=True) + list(EXTRA_CELLS)
+    extra = [c for c in EXTRA_CELLS if c.head_dim == head_dim]
+    cells = build_grid(dtypes=("bf16",), head_dims=(head_dim,), seqlens=(), decode=True) + extra
     return filter_cells(cells, patterns)
 
 
@@ -305,15 +308,17 @@ def _ints(text: str) -> tuple[int, ...]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cells", help="comma list of globs / substrings on cell ids (default: all)")
+    ap.add_argument("--head-dim", type=int, default=128, help="the --decode cells of this head dim (64, 128, 256)")
     ap.add_argument("--splits", default=",".join(map(str, SPLITS)), help="forced split counts of the shipped "
                     "forms (0 = auto)")
-    ap.add_argument("--ab-home", help="an A/B home of decode forms (bench.ab build --experiments decode-hd128)")
+    ap.add_argument("--ab-home", help="an A/B home of decode forms (bench.ab build --experiments decode-hd128 / "
+                    "decode-hd64)")
     ap.add_argument("--ab-splits", default=",".join(map(str, AB_SPLITS)), help="split counts of each candidate")
     ap.add_argument("--iters", type=int, default=20, help="timed launches per round")
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--plan", action="store_true", help="print the geometry table (no GPU) and exit")
     args = ap.parse_args(argv)
-    cells = decode_cells(args.cells.split(",") if args.cells else None)
+    cells = decode_cells(args.cells.split(",") if args.cells else None, args.head_dim)
     if args.plan:
         print(plan_table(cells, _ints(args.splits)))
         return 0

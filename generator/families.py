@@ -117,14 +117,11 @@ FA3_FWD = Family(
         (lambda ax: not (ax["varlen"] and ax["dtype"] == "e4m3") or ax["head_dim_v"] == ax["head_dim"],
          "e4m3 varlen reads V as wide as K (head_dim_v = head_dim); bf16/fp16 varlen takes the pairs"),
         (lambda ax: not ax["varlen"] or (
-            (ax["scheduler"] == "single" or (ax["scheduler"] == "persistent" and ax["dtype"] != "e4m3"
-                                             and not (ax["paged_kv"] and (ax["softcap"] or ax["local"]
-                                                                          or ax["learnable_sink"]))))
+            (ax["scheduler"] == "single" or (ax["scheduler"] == "persistent" and ax["dtype"] != "e4m3"))
             and not (ax["split_kv"] or ax["pack_gqa"])),
          "varlen runs one tile per CTA (scheduler=single) or, bf16/fp16, the persistent walk "
-         "(scheduler=persistent), which takes paged_kv or the model variants (softcap, local, "
-         "learnable_sink), not both yet; not with split_kv or pack_gqa yet (it takes e4m3 and the model "
-         "variants, not both: the dtype=e4m3 rule below)"),
+         "(scheduler=persistent, with paged_kv and the model variants too); not with split_kv or "
+         "pack_gqa yet (it takes e4m3 and the model variants, not both: the dtype=e4m3 rule below)"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["head_dim"] in (64, 128, 256),
          "dtype=e4m3 is built for head_dim 64, 128 and 256 so far"),
         (lambda ax: ax["dtype"] != "e4m3" or ax["tile_n"] % 32 == 0,

@@ -248,14 +248,13 @@ INFERENCE_SET = [
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [d], "causal": [False, True],
                  "split_kv": [s], "pack_gqa": [p], "paged_kv": [g], **(pack_gqa_tile(d, s, g) if p else {})})
     for s, p, g in _INFERENCE_FORMS for d in (64, 128)
-] + [("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["fp16"], "head_dim": [64, 128], "causal": [False, True],
-                 "varlen": [True], "paged_kv": [True]}),
-      ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False, True],
-                   "varlen": [True], "paged_kv": [True]}),
-      # Packed hd64 / hd128 and bf16 hd128 paged on the persistent walk, as the default set.
+] + [
+      # Packed hd64 / hd128 and paged chunked prefill on the persistent walk with the tile counter
+      # (bf16 hd128 paged as the default set; fp16 paged and hd64 paged since session 20,
+      # config.TUNED_VARLEN_FORMS: 1.026-1.080x their one-tile forms, check20/b1).
       ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
                    "varlen": [True], "scheduler": ["persistent"]}),
-      ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False, True],
+      ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False, True],
                    "varlen": [True], "paged_kv": [True], "scheduler": ["persistent"]}),
       *VARLEN_WIDE,
       ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128]}),
@@ -350,30 +349,24 @@ MODEL_INFERENCE = MODEL_INFERENCE_DEFAULT + [
     # Split-KV without pack-GQA (heads_q = heads_kv, or a caller's pack_gqa=False).
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64, 128], "causal": [False], "local": [True],
                  "learnable_sink": [False, True], "split_kv": [True], "paged_kv": [False, True]}),
-    # Varlen prefill: windows (packed and paged chunked prefill), gpt-oss's sinks, softcap. On the
-    # persistent walk where it was timed (config.TUNED_VARLEN_FORMS, check17/s1: bf16 hd128's
-    # window (the default set's) and softcap, hd64's causal sink and windowed sink at 128 x 128);
-    # the rest one tile per CTA.
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128], "causal": [False],
-                 "local": [True], "varlen": [True], "paged_kv": [True]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["fp16"], "head_dim": [64, 128], "causal": [False],
-                 "local": [True], "varlen": [True]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False],
-                 "local": [True], "varlen": [True]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [False],
-                 "local": [True], "varlen": [True], "scheduler": ["persistent"]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False],
-                 "learnable_sink": [True], "varlen": [True]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [True],
+    # Varlen prefill: windows (packed and paged chunked prefill), gpt-oss's sinks, softcap, every
+    # one on the persistent walk with the tile counter (config.TUNED_VARLEN_FORMS; check17/s1 for
+    # bf16 hd128's window and softcap and hd64's causal and windowed sinks, check20/b1 for the
+    # rest: 1.04-1.40x their one-tile forms). hd64 windows at 128 x 128: at hd64's 192 x 128 the
+    # walk's two-edge mask spills 224-232 B.
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [128], "causal": [False],
+                 "local": [True], "varlen": [True], "paged_kv": [False, True], "scheduler": ["persistent"]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64], "causal": [False],
+                 "local": [True], "varlen": [True], "paged_kv": [False, True], "scheduler": ["persistent"],
+                 "tile_m": [128], "tile_n": [128]}),
+    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False, True],
                  "learnable_sink": [True], "varlen": [True], "scheduler": ["persistent"]}),
     # (at hd64's 192 x 128 the window's two-edge mask spills 224 B on the walk)
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [64], "causal": [False], "local": [True],
                  "learnable_sink": [True], "varlen": [True], "scheduler": ["persistent"], "tile_m": [128],
                  "tile_n": [128]}),
     ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True], "softcap": [True],
-                 "varlen": [True], "paged_kv": [True]}),
-    ("fa3_fwd", {"arch": ["sm_90a"], "dtype": ["bf16"], "head_dim": [128], "causal": [True], "softcap": [True],
-                 "varlen": [True], "scheduler": ["persistent"]}),
+                 "varlen": [True], "paged_kv": [False, True], "scheduler": ["persistent"]}),
     ("attn_combine", {"arch": ["sm_90a"], "dtype": ["bf16", "fp16"], "head_dim": [64, 128, 256]}),
 ]
 SETS: dict[str, list[tuple[str, dict[str, Any]]]] = {

@@ -146,15 +146,16 @@ def test_a_set_entry_that_makes_no_variant_is_an_error(monkeypatch):
         spec.expand_set("broken")
 
 
-def test_the_varlen_walk_takes_paged_or_a_model_variant_not_both():
+def test_the_varlen_walk_takes_paged_and_the_model_variants():
     for axes in (dict(paged_kv=True), dict(local=True), dict(softcap=True, causal=True),
-                 dict(learnable_sink=True, causal=True)):
+                 dict(learnable_sink=True, causal=True), dict(paged_kv=True, local=True),
+                 dict(paged_kv=True, softcap=True, causal=True)):
         v = make_variant("fa3_fwd", **{"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": False,
                                        "varlen": True, "scheduler": "persistent", **axes})
         assert v.name.endswith("-persistent")
-    with pytest.raises(SpecError, match="paged_kv or the model variants .* not both yet"):
+    with pytest.raises(SpecError, match="split_kv, pack_gqa .* run one tile per CTA"):
         make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=False, varlen=True,
-                     paged_kv=True, local=True, scheduler="persistent")
+                     paged_kv=True, split_kv=True, scheduler="persistent")
     with pytest.raises(SpecError, match="paged decode .* scheduler=single"):
         make_variant("fa3_fwd", arch="sm_90a", dtype="bf16", head_dim=128, causal=False, paged_kv=True,
                      scheduler="persistent")

@@ -245,11 +245,21 @@ TUNED_VARLEN_DTYPE: dict[tuple[str, int, bool, str, tuple[int, int] | None], dic
 # 128 x 128 0.970x (their one-tile forms were not timed beside them).
 _VARLEN_O_TMA = {"separate_o_smem": True, "o_tma_ragged": True, "stages": 2}
 _VARLEN_MASKED = {**_VARLEN_O_TMA, "mask_bits": True, "in_order_row_sum": True}
+# Session 20 (bench/results/2026-12-07-h200/check20/b1: an H100, the H200 did not come; bench.ab
+# varlen-walk-rest beside SET=inference's one-tile forms and FA4 in alternating rounds, float64
+# tests a1) put the rest of SET=inference's varlen forms on the walk, each with the counter:
+# fp16 hd128 paged causal with the O store, bit mask and in-order sum 659 TFLOPS (1.080x the
+# one-tile form; the counter alone 660, 1.047x), non-causal with the counter alone 676 (1.046x;
+# with the O store 642); the fp16 window with every switch 459 (1.397x, the counter alone 403);
+# the paged window, bf16 / fp16, 545 / 530 (1.196 / 1.190x) and bf16 paged softcap causal 543
+# (1.080x, 1.786x FA4) with them too. hd64 paged (1.026-1.064x), its windows at 128 x 128
+# (1.037-1.192x) and the non-causal sink (1.119x) take the counter with every switch off.
 TUNED_VARLEN_FORMS: dict[tuple[str, str, int, bool, str, tuple[int, int] | None], dict] = {
     ("bf16", "paged", 128, False, "persistent", None): _VARLEN_O_TMA,
-    ("bf16", "paged", 128, True, "persistent", None): _VARLEN_MASKED,
-    ("bf16", "local", 128, False, "persistent", None): _VARLEN_MASKED,
-    ("bf16", "softcap", 128, True, "persistent", None): _VARLEN_MASKED,
+    **{(dt, "paged", 128, True, "persistent", None): _VARLEN_MASKED for dt in ("bf16", "fp16")},
+    **{(dt, form, 128, False, "persistent", None): _VARLEN_MASKED
+       for dt in ("bf16", "fp16") for form in ("local", "paged+local")},
+    **{("bf16", form, 128, True, "persistent", None): _VARLEN_MASKED for form in ("softcap", "paged+softcap")},
 }
 # The decode forms (split_kv / pack_gqa / paged_kv, not varlen, e4m3 or a model variant),
 # keyed (head_dim, tile, paged_kv): FwdConfig fields a tile is built with. H200 session 7
