@@ -51,7 +51,7 @@ class _Pinned:
         self.home = HOME
 
     def list(self):
-        return [self.name] + [n for n in self.base.list() if n.startswith("attn_combine")]
+        return [self.name] + [n for n in self.base.list() if n.startswith("attn-combine-")]
 
     def get(self, name):
         return self.ab.get(name) if name == self.name else self.base.get(name)
