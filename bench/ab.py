@@ -667,7 +667,10 @@ DECODE_HD128 = [
 # three stages of K and V (96 KiB in flight an SM, one CTA: 255 registers)). More bytes in flight:
 # six stages in one CTA, or two CTAs an SM as hd128's decode forms (config.TUNED_DECODE). The
 # first row of each group is the shipped form rebuilt (an A/A control). Timed by
-# bench/decode_ab.py --head-dim 64 --ab-home.
+# bench/decode_ab.py --head-dim 64 --ab-home. Session 21 (check21/a1, an H100; float64 tests a2):
+# 64 x 64 with two CTAs an SM 1.020-1.026x the shipped form on the six 32k-key cells (one wave
+# of 128 CTAs) and 0.985-0.999x on the 8k non-causal ones (512 CTAs); six stages and three
+# stages at two CTAs lost or tied everywhere. Not promoted: it needs a wave-count rule.
 _DEC64 = dict(head_dim=64, tile_m=64, pack_gqa=True)
 DECODE_HD64 = [
     (label, dict(_DEC64, causal=c, split_kv=sp, **over))
