@@ -23,8 +23,8 @@ if grep -q H200 $D/gpu.txt; then
     > $D/inference.log 2>&1
   echo "rc=$?" >> $D/inference.log; grep -v "Warning\|exe_args" $D/inference.log | tail -14
   echo "== decode cells ($(date +%T))"
-  timeout 200 python3 -m cubinforge.bench --decode --cells '*-q*-k*' --skip correctness,cold_start --no-plots \
-    --backends ours,cudnn,flash2 --deadline 160 --hard-timeout 190 --out $D/decode > $D/decode.log 2>&1
+  timeout 170 python3 -m cubinforge.bench --decode --cells '*-q*-k*' --skip correctness,cold_start --no-plots \
+    --backends ours,cudnn,flash2 --deadline 130 --hard-timeout 160 --out $D/decode > $D/decode.log 2>&1
   echo "rc=$?" >> $D/decode.log; grep -v "Warning\|exe_args" $D/decode.log | tail -42
 else
   echo "== decode_ab --head-dim 64, splits 1-4 ($(date +%T))"
