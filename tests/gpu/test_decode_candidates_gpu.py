@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import test_inference_gpu as G
-from cubinforge.runtime.errors import IntegrityError
+from cubinforge.bench.inference import _WithCombine
 from cubinforge.runtime.registry_source import LocalSource
 
 HOME = Path(os.environ.get("CUBINFORGE_AB_HOME", ".cubinforge-ab-dec64"))
@@ -42,27 +42,6 @@ NAMES = sorted(AXES) or ["(no decode candidate)"]
 pytestmark = G.pytestmark
 
 
-class _Pinned:
-    """One candidate of the A/B home, plus the default registry's combine kernels (a split
-    candidate needs one; the A/B home builds none)."""
-
-    def __init__(self, name: str):
-        self.ab, self.base, self.name = LocalSource(HOME), G.SRC, name
-        self.home = HOME
-
-    def list(self):
-        return [self.name] + [n for n in self.base.list() if n.startswith("attn-combine-")]
-
-    def get(self, name):
-        return self.ab.get(name) if name == self.name else self.base.get(name)
-
-    def blob(self, sha256):
-        try:
-            return self.ab.blob(sha256)
-        except IntegrityError:  # not in the A/B home: the combine's blob
-            return self.base.blob(sha256)
-
-
 @pytest.fixture
 def pin(monkeypatch):
     def use(name):
@@ -71,7 +50,9 @@ def pin(monkeypatch):
         a = AXES[name]
         if a.get("split_kv"):
             G.need_combine(a["dtype"], a["head_dim"])
-        monkeypatch.setattr(G, "SRC", _Pinned(name))  # run_case prepares with source=SRC
+        # The candidate alone, beside the default registry's combine kernels (a split candidate
+        # needs one; the A/B home builds none): run_case prepares with source=SRC.
+        monkeypatch.setattr(G, "SRC", _WithCombine(LocalSource(HOME), name, G.SRC))
         return a
     return use
 
@@ -82,7 +63,7 @@ def _run(a, rng, **kw):
         prepared = G.run_case(rng, causal=a["causal"], num_splits=n, pack_gqa=True, dtype=a["dtype"],
                               d=a["head_dim"], **kw)
         names = " ".join(str(k) for k in prepared.kernels)
-        assert G.SRC.name in names, f"the pinned candidate did not run: {names}"
+        assert G.SRC.names[0] in names, f"the pinned candidate did not run: {names}"
 
 
 @pytest.mark.parametrize("name", NAMES)
