@@ -1,6 +1,6 @@
 """Device timing: CUDA events around each call, warm-up first, median of a time-bounded run.
 
-`plan_iterations` and `median` are pure; `time_cuda` needs torch and a GPU.
+`plan_iterations` and `median` are pure; `time_cuda` and `time_isolated` need torch and a GPU.
 """
 
 from __future__ import annotations
@@ -81,6 +81,35 @@ def time_cuda(fn, *, warmup: int = 5, min_iters: int = 5, max_iters: int = 30,
     torch.cuda.synchronize()
     ts = [a.elapsed_time(b) for a, b in zip(starts, ends)]
     return Timing(median_ms=median(ts), min_ms=min(ts), max_ms=max(ts), iters=n)
+
+
+# The method of the 2026-12-01 anchor scripts (../shared/measurements/2026-12-01-h200/
+# anchor_features.py), which set issue 11's absolute TB/s targets: each call timed alone, right
+# after a ~1 ms GPU sleep that leaves the memory system idle. time_cuda times calls back to back;
+# the two can differ by a few percent on HBM-bound kernels, so a target is judged by its own method.
+ISOLATED_HOLD_CYCLES = 2_000_000
+
+
+def time_isolated(fn, *, iters: int = 15, warmup: int = 4,
+                  hold_cycles: int = ISOLATED_HOLD_CYCLES) -> Timing:
+    """Median GPU time of `fn()` on the current torch stream, each call after its own GPU sleep
+    and synchronized before the next."""
+    import torch
+
+    stream = torch.cuda.current_stream()
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(hold_cycles)
+        s.record(stream)
+        fn()
+        e.record(stream)
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e))
+    return Timing(median_ms=median(ts), min_ms=min(ts), max_ms=max(ts), iters=iters)
 
 
 def matmul_ceiling(n: int = 8192, budget_s: float = 1.0) -> dict:

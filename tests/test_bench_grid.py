@@ -122,6 +122,53 @@ def test_timing_arithmetic():
     assert T.plan_iterations(0.0, 0.3, 5, 30) == 30
 
 
+
+def _fake_torch(durations, log):
+    """A torch stand-in whose GPU is a clock: each call of the timed function takes the next of
+    `durations` (ms), a sleep takes 1 ms; `log` gets every operation in order."""
+    import types
+
+    clock = [0.0]
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self, stream=None):
+            log.append("record")
+            self.t = clock[0]
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    def sleep(cycles):
+        log.append(("sleep", cycles))
+        clock[0] += 1.0
+
+    cuda = types.SimpleNamespace(Event=Event, current_stream=lambda: "stream", _sleep=sleep,
+                                 synchronize=lambda: log.append("sync"))
+    it = iter(durations)
+
+    def fn():
+        log.append("call")
+        clock[0] += next(it)
+    return types.SimpleNamespace(cuda=cuda), fn
+
+
+def test_time_isolated_times_each_call_alone_after_a_sleep(monkeypatch):
+    import sys
+
+    log = []
+    warm = [9.0, 9.0]
+    torch, fn = _fake_torch(warm + [3.0, 1.0, 2.0, 5.0, 4.0], log)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    t = T.time_isolated(fn, iters=5, warmup=2, hold_cycles=123)
+    # The warm-up calls are not timed; the sleeps before each call are not either.
+    assert (t.median_ms, t.min_ms, t.max_ms, t.iters) == (3.0, 1.0, 5.0, 5)
+    timed = log[log.index("sync") + 1:]
+    assert timed == [("sleep", 123), "record", "call", "record", "sync"] * 5
+
+
 def _manifest(name, **axes):
     base = {"arch": "sm_90a", "dtype": "bf16", "head_dim": 128, "causal": False}
     base.update(axes)
