@@ -1160,6 +1160,75 @@ VARLEN_WALK_REST = [
                                                **_VR_128))
       for dt in ("bf16", "fp16")],
 ]
+# K's stage released after the softmax (FwdConfig.late_k_release, issue 10's long cells): ptxas
+# places the PV GEMM's wait right after K's release, so the shipped hd64 forms wait for PV before
+# any exp2 and run 290-490 instructions a block after it; with the release tied to the row sums
+# the wait comes after 33-66 exp2s and 86-218 run after it, on every dense form (SASS here,
+# bench/results/2026-12-07-cpu/late-k-release.md; not timed yet). Each form the default set
+# ships where a cell is under the best anchor (check14/f1, check21/c1), rebuilt exactly as
+# shipped (the control: tests/test_bench_ab.py checks it equals the shipped FwdConfig), and the
+# same with K released late. (dtype, head_dim, head_dim_v, causal, scheduler, tile or None.)
+LATE_K_FORMS = [
+    *[(dt, 64, 64, c, "persistent", None) for dt in ("bf16", "fp16") for c in (False, True)],
+    ("bf16", 128, 128, True, "lpt", None), ("fp16", 128, 128, False, "persistent", None),
+    ("fp16", 128, 128, True, "lpt", None),
+    *[(dt, 192, 192, True, "lpt", None) for dt in ("bf16", "fp16")],
+    ("bf16", 192, 128, True, "lpt", None),  # (192, 128): issue 12's 0.99x FA4 cell
+    *[(dt, 256, 256, False, "persistent", None) for dt in ("bf16", "fp16")],
+    ("bf16", 256, 256, True, "lpt", (128, 64)),
+]
+
+
+def shipped_overrides(dtype: str, head_dim: int, head_dim_v: int, causal: bool, scheduler: str, tile) -> dict:
+    """The overrides experiment_config turns into the shipped form (config.TUNED's switches,
+    stages and orders resolved and written out, every other switch off)."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, default_tile
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES, VALUE_SWITCHES
+
+    tm, tn = tile or default_tile(head_dim, causal, head_dim_v)
+    cfg = FwdConfig(arch="sm_90a", dtype=dtype, head_dim=head_dim, head_dim_v=head_dim_v, causal=causal,
+                    scheduler=scheduler, tile_m=tm, tile_n=tn)
+    return {"dtype": dtype, "head_dim": head_dim, "head_dim_v": head_dim_v, "causal": causal,
+            "scheduler": scheduler, "tile_m": tm, "tile_n": tn, "stages": cfg.stages,
+            "lpt_section_mib": cfg.lpt_section_mib, "causal_order": cfg.causal_order,
+            **{s: True for s in SWITCHES if getattr(cfg, s)},
+            **{v: getattr(cfg, v) for v, off in VALUE_SWITCHES.items() if getattr(cfg, v) != off}}
+
+
+# The label token of each switch, in the order a label lists them.
+_SWITCH_TOKENS = (("separate_o_smem", "separate-o"), ("wg_epilogue", "wg-epilogue"), ("warp_o_store", "warp-o-store"),
+                  ("mask_bits", "mask-bits"), ("chunked_p_convert", "chunked-p"), ("in_order_row_sum", "in-order-sum"),
+                  ("q_double_buffer", "q-double-buffer"), ("deferred_o_store", "deferred-o"),
+                  ("pin_loop_invariants", "pin"), ("pin_q_desc", "pin-q"), ("fast_divmod", "fast-divmod"),
+                  ("p_smem", "p-smem"), ("late_k_release", "late-k-release"))
+
+
+def switch_label(over: dict) -> str:
+    """A label naming the scheduler, the tile, the stages and every switch `over` turns on."""
+    known = {switch for switch, _ in _SWITCH_TOKENS}
+    unnamed = [k for k, v in over.items() if v is True and k not in known and k != "causal"]
+    if unnamed:
+        raise ValueError(f"switch_label has no token for {unnamed}")
+    parts = [over["scheduler"], f"tile-{over['tile_m']}x{over['tile_n']}", f"stages-{over['stages']}"]
+    if over.get("causal_order", "all") != "all":
+        parts.append(over["causal_order"])
+    if over.get("lpt_section_mib"):
+        parts.append(f"l2-{over['lpt_section_mib']}")
+    if over.get("rescale_threshold"):
+        parts.append(f"lazy-rescale-{over['rescale_threshold']:g}")
+    return "+".join(parts + [token for switch, token in _SWITCH_TOKENS if over.get(switch)])
+
+
+def _late_k_rows():
+    rows = []
+    for form in LATE_K_FORMS:
+        over = shipped_overrides(*form)
+        for o in (over, dict(over, late_k_release=True)):
+            rows.append((switch_label(o), o))
+    return rows
+
+
+LATE_K_RELEASE = _late_k_rows()
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1185,7 +1254,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC,
                "varlen-dynamic-2": VARLEN_DYNAMIC_2, "varlen-wide-5": VARLEN_WIDE_5,
                "varlen-model": VARLEN_MODEL, "varlen-walk-rest": VARLEN_WALK_REST,
-               "decode-hd64": DECODE_HD64}
+               "decode-hd64": DECODE_HD64, "late-k-release": LATE_K_RELEASE}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

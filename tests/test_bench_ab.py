@@ -205,3 +205,35 @@ def test_the_paged_case_counts_the_pairs_a_window_lets_through():
     assert chunked_flops(32, 128, 128, False) == c["requests"] * 2 * 32 * 256 * c["new"] * c["ctx"]
     # a window of 1,024 to the left, no right edge past the row: every new row sees 1,025 keys
     assert chunked_flops(32, 64, 64, False, (1024, 0)) == c["requests"] * 2 * 32 * 128 * c["new"] * 1025
+
+
+def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_late():
+    """bench.ab late-k-release: each control is exactly the form the default set ships (so its
+    cubin is the shipped one), each candidate differs from it by late_k_release alone."""
+    import dataclasses
+
+    from cubinforge.bench.ab import LATE_K_FORMS, LATE_K_RELEASE, ab_name, experiment_config
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, default_tile
+
+    assert len(LATE_K_RELEASE) == 2 * len(LATE_K_FORMS)
+    names = [ab_name(experiment_config(o), label) for label, o in LATE_K_RELEASE]
+    assert len(set(names)) == len(names), names
+    for (dtype, hd, dv, causal, scheduler, tile), (label, over), (late_label, late_over) in zip(
+            LATE_K_FORMS, LATE_K_RELEASE[0::2], LATE_K_RELEASE[1::2]):
+        tm, tn = tile or default_tile(hd, causal, dv)
+        shipped = FwdConfig(arch="sm_90a", dtype=dtype, head_dim=hd, head_dim_v=dv, causal=causal,
+                            scheduler=scheduler, tile_m=tm, tile_n=tn)
+        control = experiment_config(over)
+        assert control == shipped and not control.late_k_release, label
+        assert experiment_config(late_over) == dataclasses.replace(shipped, late_k_release=True), late_label
+        assert late_label == label + "+late-k-release"
+
+
+def test_switch_label_names_every_switch_or_refuses():
+    from cubinforge.bench.ab import switch_label
+
+    over = dict(scheduler="lpt", tile_m=128, tile_n=64, stages=2, mask_bits=True, rescale_threshold=8.0,
+                causal=True)
+    assert switch_label(over) == "lpt+tile-128x64+stages-2+lazy-rescale-8+mask-bits"
+    with pytest.raises(ValueError, match="no token for"):
+        switch_label(dict(over, some_new_switch=True))

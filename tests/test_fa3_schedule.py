@@ -131,6 +131,33 @@ def test_in_order_row_sum_moves_softmax_work_above_the_pv_wait():
     assert split[True]["after"] < split[False]["after"], split
 
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_late_k_release_puts_the_exp2s_under_the_pv_gemm(dtype):
+    """The SASS fact the late_k_release candidate rests on: the shipped hd64 form waits for the
+    PV GEMM before any exp2 (ptxas hoists the wait to just after K's release); with K released
+    behind a test of the row sums, the FFMAs and at least half the exp2s come before the wait
+    and the work left after it shrinks, with the same instruction count and no spill."""
+    pytest.importorskip("cutlass")
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
+    from cubinforge.generator.sass import find_cuobjdump, pv_wait_windows, sass_counts
+
+    if find_cuobjdump() is None:
+        pytest.skip("cuobjdump is not installed (pip nvidia-cuda-cuobjdump)")
+    got = {}
+    for late in (False, True):
+        cubin = compile_variant(FwdConfig(arch="sm_90a", dtype=dtype, head_dim=64, causal=False, scheduler="persistent",
+                                          late_k_release=late)).cubin
+        windows, counts = pv_wait_windows(cubin), sass_counts(cubin)
+        assert windows, "no overlapped key-block loop found in the SASS"
+        got[late] = (windows[0], counts["instructions"], counts["ldl"] + counts["stl"])
+    (off, n_off, spill_off), (on, n_on, spill_on) = got[False], got[True]
+    assert off["mufu_between"] == 0 and off["ffma_between"] == 0, off
+    assert on["mufu_between"] >= 33 and on["ffma_between"] >= 64, on
+    assert on["after"] < off["after"] - 100, (off, on)
+    assert abs(n_on - n_off) <= 8 and spill_on == spill_off == 0, (n_off, n_on, spill_off, spill_on)
+
 def greedy_makespan(order, num_tiles, cost):
     """Per-SM work when each tile, in index order, goes to the SM that frees up first: how
     the hardware hands out the blocks of a 1-D grid (scheduler 'lpt')."""

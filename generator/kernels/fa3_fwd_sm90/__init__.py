@@ -59,6 +59,7 @@ def compile_variant(cfg: FwdConfig):
             **({"fp8_local_p": cfg.fp8_local_p} if cfg.v_transpose else {}),
             **({"descale_block": cfg.descale_block} if cfg.descale_blocks[1] else {}),
             **({"ctas_per_sm": cfg.ctas_per_sm} if cfg.ctas_per_sm != 1 else {}),
+            **({"late_k_release": True} if cfg.late_k_release else {}),
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

@@ -279,7 +279,8 @@ TUNED_DECODE: dict[tuple[int, tuple[int, int], bool], dict] = {
 }
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
-            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem", "varlen_dynamic")
+            "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem", "varlen_dynamic",
+            "late_k_release")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -392,6 +393,13 @@ class FwdConfig:
     chunked_p_convert: bool | None = None
     # Sum softmax rows in order instead of as a tree (softmax.py says why).
     in_order_row_sum: bool | None = None
+    # Release K's stage after the softmax instead of as soon as S is ready, behind a test of the
+    # last row's sum (kernel.overlapped_step). ptxas places the PV GEMM's wait right after K's
+    # release, so with the release early (the tree sum) it waits for PV before any exp2, and no
+    # softmax work overlaps the PV GEMM on the hd64 forms (the in-order sum moves it on some forms
+    # only); tied to the sum, the wait comes after most exp2s. K's stage is refilled ~one softmax
+    # later. Off: the cubins as before.
+    late_k_release: bool | None = None
     # Keep K's and V's descriptor bases and the consumer-release lane test in registers across the
     # key-block loops instead of letting NVVM rebuild them every block (pinned.py; FA4's loop
     # keeps them). pin_q_desc: the QK^T GEMM's twelve Q descriptors too (FA4 keeps those as

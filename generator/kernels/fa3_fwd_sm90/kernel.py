@@ -848,12 +848,19 @@ class FlashFwdSm90:
         gemm_pv(v_state.index, False)  # in flight behind it
         self.schedule_pass(wg)
         warpgroup.wait_group(1)  # S is ready; PV still running
-        pipe_k.consumer_release(kv_state)
+        if const_expr(not self.cfg.late_k_release):
+            pipe_k.consumer_release(kv_state)
         if const_expr(self.softcap):
             apply_softcap(acc_S, softcap_pre)
         if const_expr(causal_mask):
             mask(acc_S, n_block, True)
         row_scale = softmax.step(acc_S, is_first=False)
+        if const_expr(self.cfg.late_k_release):
+            # ptxas keeps the PV GEMM's wait below K's release, and a release that tests the
+            # last row's sum cannot rise above the exp2s that make it. The sum is never
+            # negative (NaN fails `<` too), so K is always released.
+            if not (softmax.row_sum[softmax.rows - 1] < Float32(0.0)):
+                pipe_k.consumer_release(kv_state)
         warpgroup.wait_group(0)
         pipe_v.consumer_release(v_state)
         to_p(acc_S)

@@ -1,0 +1,58 @@
+"""GPU tests of the late_k_release candidates (bench.ab's `late-k-release` set: K's stage released
+after the softmax, behind a test of the row sums) against the float64 reference of
+test_runtime_gpu.py: sequence lengths off every tile edge, sq != sk both ways (causal rows that
+see no key), GQA, a batch of more tiles than SMs (a persistent CTA walks several), and a long key
+range (many releases: a release that never came would hang the kernel, not pass). Out and LSE
+NaN-poisoned, every element checked.
+
+The A/B home: $CUBINFORGE_AB_HOME, else ./.cubinforge-ab-latek, built with
+`python -m cubinforge.bench.ab build --home .cubinforge-ab-latek --experiments late-k-release`.
+Skips without a GPU or without the home. No cutlass import.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cubinforge.runtime import Kernel
+from cubinforge.runtime.registry_source import LocalSource, manifests
+from test_runtime_gpu import ARCH, NO_GPU, reference_errors
+
+HOME = Path(os.environ.get("CUBINFORGE_AB_HOME", ".cubinforge-ab-latek"))
+
+
+def _candidates() -> list:
+    if not (HOME / "manifests").is_dir():
+        return []
+    found, _broken = manifests(LocalSource(HOME), "fa3_fwd")
+    return sorted((m for m in found if "+" in m.variant and "late-k-release" in m.variant.split("+", 1)[1]
+                   and m.contract.arch == ARCH), key=lambda m: m.variant)
+
+
+CANDIDATES = _candidates()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
+
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv): 1 x 1; around the 128/192-row and 64-128-key
+# tile edges; sq < sk and sq > sk; 2 x 9 x 8 query tiles over 1000 keys (more than 132 CTAs);
+# 4,099 keys (33-65 key blocks a tile).
+CASES = [
+    (1, 1, 1, 4, 4),
+    (2, 191, 143, 4, 2),
+    (1, 193, 129, 8, 8),
+    (3, 129, 1000, 4, 1),
+    (1, 1000, 127, 2, 2),
+    (2, 1537, 1000, 8, 2),
+    (1, 300, 4099, 4, 4),
+]
+
+
+@pytest.mark.parametrize("variant", [m.variant for m in CANDIDATES] or ["(no late-k-release candidate)"])
+def test_late_k_release_candidate_matches_reference(variant):
+    if not CANDIDATES:
+        pytest.skip(f"no late-k-release candidate in {HOME} (bench.ab build --experiments late-k-release)")
+    m = next(m for m in CANDIDATES if m.variant == variant)
+    errs = reference_errors(Kernel.from_manifest(m, LocalSource(HOME)), m, CASES)
+    assert not errs, f"{variant}:\n" + "\n".join(errs)
