@@ -1179,16 +1179,32 @@ LATE_K_FORMS = [
 ]
 
 
-def shipped_overrides(dtype: str, head_dim: int, head_dim_v: int, causal: bool, scheduler: str, tile) -> dict:
+# The packed varlen forms of the default set on the persistent walk (bench/inference.py
+# --ab-home times them on the 16-sequence case beside the shipped form and FA4): hd128 and hd256
+# non-causal leave every exp2 after the PV wait there (0 under the PV GEMM, 327 / 348
+# instructions after it; hd256 non-causal is issue 11's 0.93-0.96x FA4 cell, where the dense
+# hd256 form has 17 exp2s under it and matches FA4). hd64 causal is left out: with the switch it
+# spills (44 local-memory loads/stores). (dtype, head_dim, head_dim_v, causal, tile or None, paged_kv.)
+LATE_K_VARLEN_FORMS = [
+    *[("bf16", d, dv, c, tile, False) for d, dv, tile in ((128, 128, None), (192, 128, None)) for c in (False, True)],
+    ("bf16", 256, 256, False, None, False), ("bf16", 256, 256, True, (128, 64), False),
+    ("bf16", 64, 64, False, None, False),
+    *[("bf16", 128, 128, c, None, True) for c in (False, True)],
+]
+
+
+def shipped_overrides(dtype: str, head_dim: int, head_dim_v: int, causal: bool, scheduler: str, tile,
+                      **form) -> dict:
     """The overrides experiment_config turns into the shipped form (config.TUNED's switches,
-    stages and orders resolved and written out, every other switch off)."""
+    stages and orders resolved and written out, every other switch off); `form`: the varlen /
+    paged_kv axes of an inference form."""
     from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, default_tile
     from cubinforge.generator.kernels.fa3_fwd_sm90.config import SWITCHES, VALUE_SWITCHES
 
     tm, tn = tile or default_tile(head_dim, causal, head_dim_v)
     cfg = FwdConfig(arch="sm_90a", dtype=dtype, head_dim=head_dim, head_dim_v=head_dim_v, causal=causal,
-                    scheduler=scheduler, tile_m=tm, tile_n=tn)
-    return {"dtype": dtype, "head_dim": head_dim, "head_dim_v": head_dim_v, "causal": causal,
+                    scheduler=scheduler, tile_m=tm, tile_n=tn, **form)
+    return {"dtype": dtype, "head_dim": head_dim, "head_dim_v": head_dim_v, "causal": causal, **form,
             "scheduler": scheduler, "tile_m": tm, "tile_n": tn, "stages": cfg.stages,
             "lpt_section_mib": cfg.lpt_section_mib, "causal_order": cfg.causal_order,
             **{s: True for s in SWITCHES if getattr(cfg, s)},
@@ -1200,13 +1216,15 @@ _SWITCH_TOKENS = (("separate_o_smem", "separate-o"), ("wg_epilogue", "wg-epilogu
                   ("mask_bits", "mask-bits"), ("chunked_p_convert", "chunked-p"), ("in_order_row_sum", "in-order-sum"),
                   ("q_double_buffer", "q-double-buffer"), ("deferred_o_store", "deferred-o"),
                   ("pin_loop_invariants", "pin"), ("pin_q_desc", "pin-q"), ("fast_divmod", "fast-divmod"),
-                  ("p_smem", "p-smem"), ("late_k_release", "late-k-release"))
+                  ("p_smem", "p-smem"), ("o_smem_store", "o-smem"), ("o_tma_ragged", "tma-o"),
+                  ("varlen_dynamic", "dynamic"), ("fp8_p_pair_shuffle", "pair-shuffle"),
+                  ("late_k_release", "late-k-release"))
 
 
 def switch_label(over: dict) -> str:
     """A label naming the scheduler, the tile, the stages and every switch `over` turns on."""
     known = {switch for switch, _ in _SWITCH_TOKENS}
-    unnamed = [k for k, v in over.items() if v is True and k not in known and k != "causal"]
+    unnamed = [k for k, v in over.items() if v is True and k not in known and k not in ("causal", "varlen", "paged_kv")]
     if unnamed:
         raise ValueError(f"switch_label has no token for {unnamed}")
     parts = [over["scheduler"], f"tile-{over['tile_m']}x{over['tile_n']}", f"stages-{over['stages']}"]
@@ -1219,16 +1237,13 @@ def switch_label(over: dict) -> str:
     return "+".join(parts + [token for switch, token in _SWITCH_TOKENS if over.get(switch)])
 
 
-def _late_k_rows():
-    rows = []
-    for form in LATE_K_FORMS:
-        over = shipped_overrides(*form)
-        for o in (over, dict(over, late_k_release=True)):
-            rows.append((switch_label(o), o))
-    return rows
+def _late_k_rows(overrides):
+    return [(switch_label(o), o) for over in overrides for o in (over, dict(over, late_k_release=True))]
 
 
-LATE_K_RELEASE = _late_k_rows()
+LATE_K_RELEASE = _late_k_rows(shipped_overrides(*form) for form in LATE_K_FORMS)
+LATE_K_RELEASE_VARLEN = _late_k_rows(shipped_overrides(dt, d, dv, c, "persistent", tile, varlen=True, paged_kv=paged)
+                                     for dt, d, dv, c, tile, paged in LATE_K_VARLEN_FORMS)
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1254,7 +1269,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC,
                "varlen-dynamic-2": VARLEN_DYNAMIC_2, "varlen-wide-5": VARLEN_WIDE_5,
                "varlen-model": VARLEN_MODEL, "varlen-walk-rest": VARLEN_WALK_REST,
-               "decode-hd64": DECODE_HD64, "late-k-release": LATE_K_RELEASE}
+               "decode-hd64": DECODE_HD64, "late-k-release": LATE_K_RELEASE,
+               "late-k-release-varlen": LATE_K_RELEASE_VARLEN}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -207,22 +207,30 @@ def test_the_paged_case_counts_the_pairs_a_window_lets_through():
     assert chunked_flops(32, 64, 64, False, (1024, 0)) == c["requests"] * 2 * 32 * 128 * c["new"] * 1025
 
 
-def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_late():
-    """bench.ab late-k-release: each control is exactly the form the default set ships (so its
-    cubin is the shipped one), each candidate differs from it by late_k_release alone."""
+@pytest.mark.parametrize("varlen", [False, True])
+def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_late(varlen):
+    """bench.ab late-k-release(-varlen): each control is exactly the form the default set ships
+    (so its cubin is the shipped one), each candidate differs from it by late_k_release alone."""
     import dataclasses
 
-    from cubinforge.bench.ab import LATE_K_FORMS, LATE_K_RELEASE, ab_name, experiment_config
+    from cubinforge.bench.ab import (LATE_K_FORMS, LATE_K_RELEASE, LATE_K_RELEASE_VARLEN, LATE_K_VARLEN_FORMS,
+                                     ab_name, experiment_config)
     from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, default_tile
 
-    assert len(LATE_K_RELEASE) == 2 * len(LATE_K_FORMS)
-    names = [ab_name(experiment_config(o), label) for label, o in LATE_K_RELEASE]
+    if varlen:
+        forms = [(dt, d, dv, c, "persistent", tile, dict(varlen=True, paged_kv=paged))
+                 for dt, d, dv, c, tile, paged in LATE_K_VARLEN_FORMS]
+        rows = LATE_K_RELEASE_VARLEN
+    else:
+        forms, rows = [(*f, {}) for f in LATE_K_FORMS], LATE_K_RELEASE
+    assert len(rows) == 2 * len(forms)
+    names = [ab_name(experiment_config(o), label) for label, o in rows]
     assert len(set(names)) == len(names), names
-    for (dtype, hd, dv, causal, scheduler, tile), (label, over), (late_label, late_over) in zip(
-            LATE_K_FORMS, LATE_K_RELEASE[0::2], LATE_K_RELEASE[1::2]):
+    for (dtype, hd, dv, causal, scheduler, tile, axes), (label, over), (late_label, late_over) in zip(
+            forms, rows[0::2], rows[1::2]):
         tm, tn = tile or default_tile(hd, causal, dv)
         shipped = FwdConfig(arch="sm_90a", dtype=dtype, head_dim=hd, head_dim_v=dv, causal=causal,
-                            scheduler=scheduler, tile_m=tm, tile_n=tn)
+                            scheduler=scheduler, tile_m=tm, tile_n=tn, **axes)
         control = experiment_config(over)
         assert control == shipped and not control.late_k_release, label
         assert experiment_config(late_over) == dataclasses.replace(shipped, late_k_release=True), late_label

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Session 22's plan, call B (right after call A on the same warm machine: the homes and FA4's
+# parked first half are there). FA4 unpacked; then the late-k-release A/B, each candidate beside
+# its control (the shipped form, sha256-equal) and the anchors in one process:
+#   1. bench.ab run on the 12 dense pairs at 2k / 8k / 16k beside cuDNN and FA4 (the (192, 128)
+#      pair is a model variant: step 2);
+#   2. bench/model_variants.py --ab-home: the (192, 128) causal pair on issue 12's case beside FA4;
+#   3. bench.inference --ab-home on the 9 varlen pairs (the 16-sequence case, paged: chunked
+#      prefill) beside FA4.
+# OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check22/call_b.sh
+# carry: .stage_fa4y
+set -uo pipefail
+export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown}
+B=/tmp/b2; rm -rf $B; mkdir -p $B
+{
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $B/gpu.txt 2>&1; cat $B/gpu.txt
+test -d .cubinforge-ab-latek || echo "the homes are gone: the machine went back after call A"
+bash bench/stage_fa4.sh unpack $B/fa4-install.log
+export PYTHONPATH=$PWD:/tmp/site/nvidia_cutlass_dsl/dsl_packages:/tmp/site
+echo "== dense A/B ($(date +%T))"
+timeout ${AB_S:-300} python3 -m bench.ab run --home .cubinforge-ab-latek --seqlens 2048,8192,16384 --out $B/ab-latek \
+  > $B/ab-latek.log 2>&1
+echo "rc=$?" >> $B/ab-latek.log; grep -v "Warning\|exe_args" $B/ab-latek.log | tail -45
+echo "== (192, 128) A/B ($(date +%T))"
+CUBINFORGE_HOME=$PWD/.cubinforge timeout 120 python3 bench/model_variants.py --ab-home .cubinforge-ab-latek --iters 30 \
+  --out $B/model_variants_ab.json > $B/model_variants_ab.log 2>&1
+echo "rc=$?" >> $B/model_variants_ab.log; grep -v "Warning\|exe_args" $B/model_variants_ab.log | tail -8
+echo "== varlen A/B ($(date +%T))"
+CUBINFORGE_HOME=$PWD/.cubinforge timeout 240 python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab-latek-vl --iters 20 \
+  > $B/varlen-ab.log 2>&1
+echo "rc=$?" >> $B/varlen-ab.log; grep -v "Warning\|exe_args" $B/varlen-ab.log | tail -30
+echo "done $(date +%T)"
+} 2>&1 | tee $OUT/b2.txt
+tar czf $OUT/b2.tgz -C /tmp b2
