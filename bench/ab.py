@@ -1241,7 +1241,15 @@ def _late_k_rows(overrides):
     return [(switch_label(o), o) for over in overrides for o in (over, dict(over, late_k_release=True))]
 
 
+# The forms the dispatcher serves short causal prefill with (up to 3,072 rows: runtime/dispatch.py),
+# where issue 10's 512-row cells sit at 0.86-0.93 of cuDNN; a tile there has 1-4 key blocks, so
+# the loop weighs less than at 8k. Timed at 512 / 1k / 2k.
+LATE_K_SHORT_FORMS = [
+    ("bf16", 64, 64, True, "persistent", (128, 128)), ("bf16", 128, 128, True, "persistent", None),
+    ("bf16", 192, 192, True, "persistent", (128, 64)), ("bf16", 256, 256, True, "lpt", (128, 64)),
+]
 LATE_K_RELEASE = _late_k_rows(shipped_overrides(*form) for form in LATE_K_FORMS)
+LATE_K_RELEASE_SHORT = _late_k_rows(shipped_overrides(*form) for form in LATE_K_SHORT_FORMS)
 LATE_K_RELEASE_VARLEN = _late_k_rows(shipped_overrides(dt, d, dv, c, "persistent", tile, varlen=True, paged_kv=paged)
                                      for dt, d, dv, c, tile, paged in LATE_K_VARLEN_FORMS)
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
@@ -1269,7 +1277,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "varlen-wide-4": VARLEN_WIDE_4, "varlen-dynamic": VARLEN_DYNAMIC,
                "varlen-dynamic-2": VARLEN_DYNAMIC_2, "varlen-wide-5": VARLEN_WIDE_5,
                "varlen-model": VARLEN_MODEL, "varlen-walk-rest": VARLEN_WALK_REST,
-               "decode-hd64": DECODE_HD64, "late-k-release": LATE_K_RELEASE,
+               "decode-hd64": DECODE_HD64, "late-k-release": LATE_K_RELEASE, "late-k-release-short": LATE_K_RELEASE_SHORT,
                "late-k-release-varlen": LATE_K_RELEASE_VARLEN}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")

@@ -207,17 +207,19 @@ def test_the_paged_case_counts_the_pairs_a_window_lets_through():
     assert chunked_flops(32, 64, 64, False, (1024, 0)) == c["requests"] * 2 * 32 * 128 * c["new"] * 1025
 
 
-@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("varlen", [False, True, "short"])
 def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_late(varlen):
     """bench.ab late-k-release(-varlen): each control is exactly the form the default set ships
     (so its cubin is the shipped one), each candidate differs from it by late_k_release alone."""
     import dataclasses
 
-    from cubinforge.bench.ab import (LATE_K_FORMS, LATE_K_RELEASE, LATE_K_RELEASE_VARLEN, LATE_K_VARLEN_FORMS,
-                                     ab_name, experiment_config)
+    from cubinforge.bench.ab import (LATE_K_FORMS, LATE_K_RELEASE, LATE_K_RELEASE_SHORT, LATE_K_RELEASE_VARLEN,
+                                     LATE_K_SHORT_FORMS, LATE_K_VARLEN_FORMS, ab_name, experiment_config)
     from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, default_tile
 
-    if varlen:
+    if varlen == "short":
+        forms, rows = [(*f, {}) for f in LATE_K_SHORT_FORMS], LATE_K_RELEASE_SHORT
+    elif varlen:
         forms = [(dt, d, dv, c, "persistent", tile, dict(varlen=True, paged_kv=paged))
                  for dt, d, dv, c, tile, paged in LATE_K_VARLEN_FORMS]
         rows = LATE_K_RELEASE_VARLEN

@@ -6,7 +6,9 @@
 #      pair is a model variant: step 2);
 #   2. bench/model_variants.py --ab-home: the (192, 128) causal pair on issue 12's case beside FA4;
 #   3. bench.inference --ab-home on the 9 varlen pairs (the 16-sequence case, paged: chunked
-#      prefill) beside FA4.
+#      prefill) beside FA4;
+#   4. bench.ab run on the 4 short causal pairs (the forms that serve up to 3,072 rows, and hd256
+#      lpt) at 512 / 1k / 2k, where issue 10's 512-row cells sit at 0.86-0.93 of cuDNN.
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check22/call_b.sh
 # carry: .stage_fa4y
 set -uo pipefail
@@ -29,6 +31,10 @@ echo "== varlen A/B ($(date +%T))"
 CUBINFORGE_HOME=$PWD/.cubinforge timeout 240 python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab-latek-vl --iters 20 \
   > $B/varlen-ab.log 2>&1
 echo "rc=$?" >> $B/varlen-ab.log; grep -v "Warning\|exe_args" $B/varlen-ab.log | tail -30
+echo "== short causal A/B ($(date +%T))"
+timeout ${SHORT_S:-150} python3 -m bench.ab run --home .cubinforge-ab-latek-short --seqlens 512,1024,2048 \
+  --out $B/ab-latek-short > $B/ab-latek-short.log 2>&1
+echo "rc=$?" >> $B/ab-latek-short.log; grep -v "Warning\|exe_args" $B/ab-latek-short.log | tail -26
 echo "done $(date +%T)"
 } 2>&1 | tee $OUT/b2.txt
 tar czf $OUT/b2.tgz -C /tmp b2
