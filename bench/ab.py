@@ -1206,7 +1206,7 @@ def shipped_overrides(dtype: str, head_dim: int, head_dim_v: int, causal: bool, 
                     scheduler=scheduler, tile_m=tm, tile_n=tn, **form)
     return {"dtype": dtype, "head_dim": head_dim, "head_dim_v": head_dim_v, "causal": causal, **form,
             "scheduler": scheduler, "tile_m": tm, "tile_n": tn, "stages": cfg.stages,
-            "lpt_section_mib": cfg.lpt_section_mib, "causal_order": cfg.causal_order,
+            "lpt_section_mib": cfg.lpt_section_mib, "causal_order": cfg.causal_order, "ctas_per_sm": cfg.ctas_per_sm,
             **{s: True for s in SWITCHES if getattr(cfg, s)},
             **{v: getattr(cfg, v) for v, off in VALUE_SWITCHES.items() if getattr(cfg, v) != off}}
 
@@ -1224,10 +1224,13 @@ _SWITCH_TOKENS = (("separate_o_smem", "separate-o"), ("wg_epilogue", "wg-epilogu
 def switch_label(over: dict) -> str:
     """A label naming the scheduler, the tile, the stages and every switch `over` turns on."""
     known = {switch for switch, _ in _SWITCH_TOKENS}
-    unnamed = [k for k, v in over.items() if v is True and k not in known and k not in ("causal", "varlen", "paged_kv")]
+    unnamed = [k for k, v in over.items()
+               if v is True and k not in known and k not in ("causal", "varlen", "paged_kv", "pack_gqa", "split_kv")]
     if unnamed:
         raise ValueError(f"switch_label has no token for {unnamed}")
     parts = [over["scheduler"], f"tile-{over['tile_m']}x{over['tile_n']}", f"stages-{over['stages']}"]
+    if over.get("ctas_per_sm", 1) != 1:
+        parts.append(f"{over['ctas_per_sm']}cta")
     if over.get("causal_order", "all") != "all":
         parts.append(over["causal_order"])
     if over.get("lpt_section_mib"):
@@ -1248,6 +1251,27 @@ LATE_K_SHORT_FORMS = [
     ("bf16", 64, 64, True, "persistent", (128, 128)), ("bf16", 128, 128, True, "persistent", None),
     ("bf16", 192, 192, True, "persistent", (128, 64)), ("bf16", 256, 256, True, "lpt", (128, 64)),
 ]
+# The decode forms on a dense cache (pack-GQA, 64-row tiles, one consumer warpgroup: no ping-pong
+# partner covers the softmax, so the overlap inside the warpgroup is all there is): hd64
+# non-causal has 3 exp2s under the PV GEMM as shipped, 62 with K released late (249 -> 89
+# instructions after the wait); hd128 (64 x 64, two CTAs an SM) 2 -> 34. Each head dim its own
+# set, as bench/decode_ab.py --head-dim times one. (head_dim, causal, split_kv.)
+LATE_K_DECODE_FORMS = [(c, sp) for c in (False, True) for sp in (False, True)]  # (causal, split_kv)
+
+
+def _late_k_decode(head_dim: int) -> list:
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import default_tile
+    from cubinforge.generator.spec import pack_gqa_tile
+
+    overs = []
+    for c, sp in LATE_K_DECODE_FORMS:
+        tile = pack_gqa_tile(head_dim, sp, False)  # the tile axes the default set builds
+        tn = tile.get("tile_n", [default_tile(head_dim, c, head_dim)[1]])[0]
+        overs.append(shipped_overrides("bf16", head_dim, head_dim, c, "single", (tile["tile_m"][0], tn),
+                                       pack_gqa=True, split_kv=sp))
+    return _late_k_rows(overs)
+
+
 LATE_K_RELEASE = _late_k_rows(shipped_overrides(*form) for form in LATE_K_FORMS)
 LATE_K_RELEASE_SHORT = _late_k_rows(shipped_overrides(*form) for form in LATE_K_SHORT_FORMS)
 LATE_K_RELEASE_VARLEN = _late_k_rows(shipped_overrides(dt, d, dv, c, "persistent", tile, varlen=True, paged_kv=paged)
@@ -1278,6 +1302,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "varlen-dynamic-2": VARLEN_DYNAMIC_2, "varlen-wide-5": VARLEN_WIDE_5,
                "varlen-model": VARLEN_MODEL, "varlen-walk-rest": VARLEN_WALK_REST,
                "decode-hd64": DECODE_HD64, "late-k-release": LATE_K_RELEASE, "late-k-release-short": LATE_K_RELEASE_SHORT,
+               "late-k-release-decode64": _late_k_decode(64), "late-k-release-decode128": _late_k_decode(128),
                "late-k-release-varlen": LATE_K_RELEASE_VARLEN}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")

@@ -207,7 +207,7 @@ def test_the_paged_case_counts_the_pairs_a_window_lets_through():
     assert chunked_flops(32, 64, 64, False, (1024, 0)) == c["requests"] * 2 * 32 * 128 * c["new"] * 1025
 
 
-@pytest.mark.parametrize("varlen", [False, True, "short"])
+@pytest.mark.parametrize("varlen", [False, True, "short", 64, 128])
 def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_late(varlen):
     """bench.ab late-k-release(-varlen): each control is exactly the form the default set ships
     (so its cubin is the shipped one), each candidate differs from it by late_k_release alone."""
@@ -217,7 +217,17 @@ def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_
                                      LATE_K_SHORT_FORMS, LATE_K_VARLEN_FORMS, ab_name, experiment_config)
     from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, default_tile
 
-    if varlen == "short":
+    if varlen in (64, 128):  # the decode sets: pack-GQA on a dense cache, as spec.pack_gqa_tile tiles them
+        from cubinforge.bench.ab import EXPERIMENTS, LATE_K_DECODE_FORMS
+        from cubinforge.generator.spec import pack_gqa_tile
+
+        forms = []
+        for c, sp in LATE_K_DECODE_FORMS:
+            tile = pack_gqa_tile(varlen, sp, False)
+            tn = tile.get("tile_n", [default_tile(varlen, c, varlen)[1]])[0]
+            forms.append(("bf16", varlen, varlen, c, "single", (64, tn), dict(pack_gqa=True, split_kv=sp)))
+        rows = EXPERIMENTS[f"late-k-release-decode{varlen}"]
+    elif varlen == "short":
         forms, rows = [(*f, {}) for f in LATE_K_SHORT_FORMS], LATE_K_RELEASE_SHORT
     elif varlen:
         forms = [(dt, d, dv, c, "persistent", tile, dict(varlen=True, paged_kv=paged))

@@ -5,12 +5,11 @@
 #   1. bench.ab run on the 12 dense pairs at 2k / 8k / 16k beside cuDNN and FA4 (the (192, 128)
 #      pair is a model variant: step 2);
 #   2. bench/model_variants.py --ab-home: the (192, 128) causal pair on issue 12's case beside FA4;
-#   3. bench.inference --ab-home on the 9 varlen pairs (the 16-sequence case, paged: chunked
-#      prefill) beside FA4;
-#   4. bench.ab run on the 4 short causal pairs (the forms that serve up to 3,072 rows, and hd256
+#   3. bench.ab run on the 4 short causal pairs (the forms that serve up to 3,072 rows, and hd256
 #      lpt) at 512 / 1k / 2k, where issue 10's 512-row cells sit at 0.86-0.93 of cuDNN.
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check22/call_b.sh
 # carry: .stage_fa4y
+# The varlen and decode pairs are call B2's (check22/call_b2.sh), on the same warm machine.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown}
 B=/tmp/b2; rm -rf $B; mkdir -p $B
@@ -27,10 +26,6 @@ echo "== (192, 128) A/B ($(date +%T))"
 CUBINFORGE_HOME=$PWD/.cubinforge timeout 120 python3 bench/model_variants.py --ab-home .cubinforge-ab-latek --iters 30 \
   --out $B/model_variants_ab.json > $B/model_variants_ab.log 2>&1
 echo "rc=$?" >> $B/model_variants_ab.log; grep -v "Warning\|exe_args" $B/model_variants_ab.log | tail -8
-echo "== varlen A/B ($(date +%T))"
-CUBINFORGE_HOME=$PWD/.cubinforge timeout 240 python3 -m cubinforge.bench.inference --ab-home .cubinforge-ab-latek-vl --iters 20 \
-  > $B/varlen-ab.log 2>&1
-echo "rc=$?" >> $B/varlen-ab.log; grep -v "Warning\|exe_args" $B/varlen-ab.log | tail -30
 echo "== short causal A/B ($(date +%T))"
 timeout ${SHORT_S:-150} python3 -m bench.ab run --home .cubinforge-ab-latek-short --seqlens 512,1024,2048 \
   --out $B/ab-latek-short > $B/ab-latek-short.log 2>&1
