@@ -207,7 +207,7 @@ def test_the_paged_case_counts_the_pairs_a_window_lets_through():
     assert chunked_flops(32, 64, 64, False, (1024, 0)) == c["requests"] * 2 * 32 * 128 * c["new"] * 1025
 
 
-@pytest.mark.parametrize("varlen", [False, True, "short", 64, 128])
+@pytest.mark.parametrize("varlen", [False, True, "short", "fp8", 64, 128])
 def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_late(varlen):
     """bench.ab late-k-release(-varlen): each control is exactly the form the default set ships
     (so its cubin is the shipped one), each candidate differs from it by late_k_release alone."""
@@ -227,6 +227,11 @@ def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_
             tn = tile.get("tile_n", [default_tile(varlen, c, varlen)[1]])[0]
             forms.append(("bf16", varlen, varlen, c, "single", (64, tn), dict(pack_gqa=True, split_kv=sp)))
         rows = EXPERIMENTS[f"late-k-release-decode{varlen}"]
+    elif varlen == "fp8":
+        from cubinforge.bench.ab import LATE_K_FP8_FORMS, LATE_K_RELEASE_FP8
+
+        forms = [("e4m3", d, d, c, sched, tile, dict(v_layout="colmajor")) for d, c, sched, tile in LATE_K_FP8_FORMS]
+        rows = LATE_K_RELEASE_FP8
     elif varlen == "short":
         forms, rows = [(*f, {}) for f in LATE_K_SHORT_FORMS], LATE_K_RELEASE_SHORT
     elif varlen:

@@ -12,13 +12,13 @@
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check22/call_a.sh
 # carry: .stage_fa4x .stage_homes
 #   (HOMES=".cubinforge .cubinforge-ab-latek .cubinforge-ab-latek-vl .cubinforge-ab-latek-short
-#    .cubinforge-ab-latek-dec64 .cubinforge-ab-latek-dec128" bash bench/results/2026-12-07-h200/check20/pack_homes.sh)
+#    .cubinforge-ab-latek-dec64 .cubinforge-ab-latek-dec128 .cubinforge-ab-latek-fp8" bash bench/results/2026-12-07-h200/check20/pack_homes.sh)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} PYTHONPATH=$PWD
 A=/tmp/a1; rm -rf $A; mkdir -p $A
 {
 rm -rf .cubinforge .cubinforge-ab-latek .cubinforge-ab-latek-vl .cubinforge-ab-latek-short .cubinforge-ab-latek-dec64 \
-  .cubinforge-ab-latek-dec128
+  .cubinforge-ab-latek-dec128 .cubinforge-ab-latek-fp8
 xz -dc .stage_homes/homes.tar.xz | tar -xf - || { echo "homes unpack failed"; exit 1; }
 bash bench/stage_fa4.sh park || echo "FA4 park failed"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $A/gpu.txt 2>&1

@@ -5,7 +5,9 @@
 #   1. bench.inference --ab-home on the 9 varlen pairs (the 16-sequence case; paged: chunked
 #      prefill) beside FA4;
 #   2. bench/decode_ab.py --ab-home on the decode pairs: hd64's --decode cells and hd128's with
-#      the GQA and speculative decode cases (issue 11's 4.4 TB/s ones), beside cuDNN, FA2, FA4.
+#      the GQA and speculative decode cases (issue 11's 4.4 TB/s ones), beside cuDNN, FA2, FA4;
+#   3. with FP8=1, bench/fp8.py --ab-home on the 6 dense e4m3 pairs (issue 13, blocked: its
+#      gate is the error study against the float64 reference; TFLOPS at 16k).
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check22/call_b2.sh
 # carry: none
 set -uo pipefail
@@ -26,6 +28,12 @@ for h in 64 128; do
     > $B/decode_ab_hd$h.log 2>&1
   echo "rc=$?" >> $B/decode_ab_hd$h.log; grep -v "Warning\|exe_args" $B/decode_ab_hd$h.log | grep -v "^  entry" | tail -60
 done
+if [ -n "${FP8:-}" ]; then
+  echo "== e4m3 A/B ($(date +%T))"
+  CUBINFORGE_HOME=$PWD/.cubinforge timeout 150 python3 -m bench.fp8 --ab-home .cubinforge-ab-latek-fp8 \
+    --json $B/fp8_ab.json > $B/fp8_ab.log 2>&1
+  echo "rc=$?" >> $B/fp8_ab.log; grep -v "Warning\|exe_args" $B/fp8_ab.log | tail -30
+fi
 echo "done $(date +%T)"
 } 2>&1 | tee $OUT/b3.txt
 tar czf $OUT/b3.tgz -C /tmp b3
