@@ -130,3 +130,15 @@ def compare(o, lse, ref_o, ref_lse, what, rtol=RTOL_O, atol=ATOL_LSE, zero_empty
     if not errs:
         numerics_checked()
     return errs
+
+
+def labelled_candidates(home, label_token: str, arch) -> list:
+    """The fa3_fwd manifests of a bench.ab home whose label (after the variant's "+") names
+    `label_token`, for `arch`, by variant name: the candidates a pinned GPU test runs."""
+    from cubinforge.runtime.registry_source import LocalSource, manifests
+
+    if not (home / "manifests").is_dir():
+        return []
+    found, _broken = manifests(LocalSource(home), "fa3_fwd")
+    return sorted((m for m in found if "+" in m.variant and label_token in m.variant.split("+", 1)[1]
+                   and m.contract.arch == arch), key=lambda m: m.variant)

@@ -17,21 +17,13 @@ from pathlib import Path
 import pytest
 
 from cubinforge.runtime import Kernel
-from cubinforge.runtime.registry_source import LocalSource, manifests
+from cubinforge.runtime.registry_source import LocalSource
+from _helpers import labelled_candidates
 from test_runtime_gpu import ARCH, NO_GPU, reference_errors
 
 HOME = Path(os.environ.get("CUBINFORGE_AB_HOME", ".cubinforge-ab-hd96pss"))
 
-
-def _candidates() -> list:
-    if not (HOME / "manifests").is_dir():
-        return []
-    found, _broken = manifests(LocalSource(HOME), "fa3_fwd")
-    return sorted((m for m in found if "+" in m.variant and "p-smem" in m.variant.split("+", 1)[1]
-                   and m.contract.arch == ARCH), key=lambda m: m.variant)
-
-
-CANDIDATES = _candidates()
+CANDIDATES = labelled_candidates(HOME, "p-smem", ARCH)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
 
 # (batch, seqlen_q, seqlen_k, heads_q, heads_kv): 1 x 1; one key tile's edge (143 / 145 / 127 /

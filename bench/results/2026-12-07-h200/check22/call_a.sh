@@ -8,7 +8,7 @@
 #      tests/gpu/test_varlen_persist_gpu.py on the 9 varlen pairs (.cubinforge-ab-latek-vl),
 #      4 shards each, and tests/gpu/test_decode_candidates_gpu.py on the 8 decode pairs
 #      (.cubinforge-ab-latek-dec64 / -dec128, 2 shards each), with verification records;
-#   2. issue 11's bf16 decode cases, back to back and isolated (call_1.sh's step, no FA4).
+#   2. issue 11's bf16 decode cases, back to back and isolated (bench.inference --isolated, no FA4).
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check22/call_a.sh
 # carry: .stage_fa4x .stage_homes
 #   (HOMES=".cubinforge .cubinforge-ab-latek .cubinforge-ab-latek-vl .cubinforge-ab-latek-short
