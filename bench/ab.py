@@ -1161,10 +1161,10 @@ VARLEN_WALK_REST = [
       for dt in ("bf16", "fp16")],
 ]
 # K's stage released after the softmax (FwdConfig.late_k_release, issue 10's long cells): ptxas
-# places the PV GEMM's wait right after K's release, so the shipped hd64 forms wait for PV before
-# any exp2 and run 290-490 instructions a block after it; with the release tied to the row sums
-# the wait comes after 33-66 exp2s and 86-218 run after it, on every dense form (SASS here,
-# bench/results/2026-12-07-cpu/late-k-release.md; not timed yet). Each form the default set
+# places the PV GEMM's wait right after K's release, so the shipped 192-row hd64 forms wait for
+# PV before any exp2 and run 293-493 instructions a block after it; with the release tied to the
+# row sums 24-66 exp2s (130 with softcap) run before the wait on every dense form, and 79-218
+# instructions after it (SASS here, bench/results/2026-12-07-cpu/late-k-release.md; not timed). Each form the default set
 # ships where a cell is under the best anchor (check14/f1, check21/c1), rebuilt exactly as
 # shipped (the control: tests/test_bench_ab.py checks it equals the shipped FwdConfig), and the
 # same with K released late. (dtype, head_dim, head_dim_v, causal, scheduler, tile or None.)
@@ -1224,9 +1224,12 @@ _SWITCH_TOKENS = (("separate_o_smem", "separate-o"), ("wg_epilogue", "wg-epilogu
 
 def switch_label(over: dict) -> str:
     """A label naming the scheduler, the tile, the stages and every switch `over` turns on."""
+    from cubinforge.generator.kernels.fa3_fwd_sm90.config import VALUE_SWITCHES
+
     known = {switch for switch, _ in _SWITCH_TOKENS}
     unnamed = [k for k, v in over.items()
                if v is True and k not in known and k not in ("causal", "varlen", "paged_kv", "pack_gqa", "split_kv")]
+    unnamed += [k for k, off in VALUE_SWITCHES.items() if k != "rescale_threshold" and over.get(k, off) != off]
     if unnamed:
         raise ValueError(f"switch_label has no token for {unnamed}")
     parts = [over["scheduler"], f"tile-{over['tile_m']}x{over['tile_n']}", f"stages-{over['stages']}"]

@@ -262,3 +262,18 @@ def test_switch_label_names_every_switch_or_refuses():
     assert switch_label(over) == "lpt+tile-128x64+stages-2+lazy-rescale-8+mask-bits"
     with pytest.raises(ValueError, match="no token for"):
         switch_label(dict(over, some_new_switch=True))
+
+
+def test_switch_label_refuses_a_value_switch_it_cannot_name():
+    from cubinforge.bench.ab import switch_label
+
+    with pytest.raises(ValueError, match="exp2_emu_eighths"):
+        switch_label(dict(scheduler="persistent", tile_m=128, tile_n=128, stages=2, exp2_emu_eighths=2))
+
+
+def test_late_k_release_is_not_combined_with_the_fma_pipe_exp2():
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+
+    with pytest.raises(ValueError, match="late_k_release"):
+        FwdConfig(arch="sm_90a", dtype="bf16", head_dim=64, causal=False, late_k_release=True, exp2_emu_eighths=2)
+    assert FwdConfig(arch="sm_90a", dtype="bf16", head_dim=64, causal=False, late_k_release=True).late_k_release

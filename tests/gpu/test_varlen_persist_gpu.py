@@ -28,6 +28,9 @@ from cubinforge.runtime.registry_source import LocalSource
 from test_inference_gpu import NO_GPU
 
 HOME = Path(os.environ.get("CUBINFORGE_AB_HOME", ".cubinforge-ab-varlen-persist"))
+# Only the candidates whose label (after the variant's "+") names this token, when set (an A/B
+# home's controls are the shipped cubins, tested already: e.g. CUBINFORGE_AB_LABEL=late-k-release).
+LABEL = os.environ.get("CUBINFORGE_AB_LABEL", "")
 
 
 def _candidates() -> list[tuple[str, dict]]:
@@ -36,7 +39,7 @@ def _candidates() -> list[tuple[str, dict]]:
     out = []
     for p in sorted((HOME / "manifests").glob("*.json")):
         axes = json.loads(p.read_text()).get("axes", {})
-        if axes.get("varlen") and axes.get("scheduler") == "persistent":
+        if axes.get("varlen") and axes.get("scheduler") == "persistent" and LABEL in p.stem.partition("+")[2]:
             out.append((p.stem, axes))
     return out
 

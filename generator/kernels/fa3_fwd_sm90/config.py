@@ -395,10 +395,12 @@ class FwdConfig:
     in_order_row_sum: bool | None = None
     # Release K's stage after the softmax instead of as soon as S is ready, behind a test of the
     # last row's sum (kernel.overlapped_step). ptxas places the PV GEMM's wait right after K's
-    # release, so with the release early (the tree sum) it waits for PV before any exp2, and no
-    # softmax work overlaps the PV GEMM on the hd64 forms (the in-order sum moves it on some forms
-    # only); tied to the sum, the wait comes after most exp2s. K's stage is refilled ~one softmax
-    # later. Off: the cubins as before.
+    # release, so with the release early it waits for PV before any exp2 on the 192-row hd64
+    # forms and the hd128 / hd256 varlen non-causal ones (the in-order sum moves it on some forms
+    # only); tied to the sum, 24-98 exp2s run under the PV GEMM on every form. K's stage is
+    # refilled about one softmax later. The sum of exp2s is never negative; the FMA-pipe exp2
+    # (exp2_emu_eighths) could wrap negative on a negative scale, so the two are not combined.
+    # Off: the cubins as before.
     late_k_release: bool | None = None
     # Keep K's and V's descriptor bases and the consumer-release lane test in registers across the
     # key-block loops instead of letting NVVM rebuild them every block (pinned.py; FA4's loop
@@ -660,6 +662,9 @@ class FwdConfig:
             object.__setattr__(self, "causal_order", tuned.get("causal_order", "all"))
         self._check_softmax_switches()
         self._check_descale_block()
+        if self.late_k_release and self.exp2_emu_eighths:
+            raise ValueError("late_k_release releases K behind a test of the row sum, which the FMA-pipe exp2 "
+                             "(exp2_emu_eighths) does not keep non-negative for every scale: use one or the other")
         if self.fp8_p_pair_shuffle and not (self.fp8 and not self.fp8_local_p):
             raise ValueError("fp8_p_pair_shuffle is the shuffled P's exchange: it needs dtype e4m3 with "
                              "fp8_local_p off (V column-major, or row-major with fp8_local_p=False)")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 22, call 2 (right after call 1 on the same warm machine: the homes and FA4's parked
-# first half are there). FA4 unpacked; then, beside FA4 in one process each:
+# Session 22's plan, call 3 (after calls A, B and B2 on the same warm machine: the homes are
+# there and FA4 is unpacked; on a fresh machine run call A's park and carry .stage_fa4y).
+# FA4 unpacked; then, beside FA4 in one process each:
 #   1. bench.inference on the default registry: issue 11's decode cells (4.0 / 4.4 TB/s targets,
 #      with the HBM copy rate of the same run), timed back to back and, --isolated, call by call
 #      after a GPU sleep as the 2026-12-01 anchors were; and every varlen case;
