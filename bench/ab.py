@@ -1163,7 +1163,7 @@ VARLEN_WALK_REST = [
 # K's stage released after the softmax (FwdConfig.late_k_release, issue 10's long cells): ptxas
 # places the PV GEMM's wait right after K's release, so the shipped 192-row hd64 forms wait for
 # PV before any exp2 and run 293-493 instructions a block after it; with the release tied to the
-# row sums 24-66 exp2s (130 with softcap) run before the wait on every dense form, and 79-218
+# rows' sums every exp2 of the block runs before the wait on every dense form, and 79-178
 # instructions after it (SASS here, bench/results/2026-12-07-cpu/late-k-release.md; not timed). Each form the default set
 # ships where a cell is under the best anchor (check14/f1, check21/c1), rebuilt exactly as
 # shipped (the control: tests/test_bench_ab.py checks it equals the shipped FwdConfig), and the
@@ -1184,7 +1184,7 @@ LATE_K_FORMS = [
 # non-causal leave every exp2 after the PV wait there (0 under the PV GEMM, 327 / 348
 # instructions after it; hd256 non-causal is issue 11's 0.93-0.96x FA4 cell, where the dense
 # hd256 form has 17 exp2s under it and matches FA4). hd64 causal is left out: with the switch it
-# spills (44 local-memory loads/stores). (dtype, head_dim, head_dim_v, causal, tile or None, paged_kv.)
+# spills (42 local-memory loads/stores). (dtype, head_dim, head_dim_v, causal, tile or None, paged_kv.)
 LATE_K_VARLEN_FORMS = [
     *[("bf16", d, dv, c, tile, False) for d, dv, tile in ((128, 128, None), (192, 128, None)) for c in (False, True)],
     ("bf16", 256, 256, False, None, False), ("bf16", 256, 256, True, (128, 64), False),
@@ -1257,8 +1257,8 @@ LATE_K_SHORT_FORMS = [
 ]
 # The decode forms on a dense cache (pack-GQA, 64-row tiles, one consumer warpgroup: no ping-pong
 # partner covers the softmax, so the overlap inside the warpgroup is all there is): hd64
-# non-causal has 3 exp2s under the PV GEMM as shipped, 62 with K released late (249 -> 89
-# instructions after the wait); hd128 (64 x 64, two CTAs an SM) 2 -> 34. Each head dim its own
+# non-causal has 3 exp2s under the PV GEMM as shipped, all 66 with K released late (249 -> 75
+# instructions after the wait); hd128 (64 x 64, two CTAs an SM) 2 -> 34 (all). Each head dim its own
 # set, as bench/decode_ab.py --head-dim times one. (head_dim, causal, split_kv.)
 LATE_K_DECODE_FORMS = [(c, sp) for c in (False, True) for sp in (False, True)]  # (causal, split_kv)
 
@@ -1278,7 +1278,7 @@ def _late_k_decode(head_dim: int) -> list:
 
 # The dense e4m3 forms of the default set (issue 13, blocked at 891 of its 1,000 TFLOPS target):
 # FP8 halves the GEMMs, so the softmax left after the PV wait weighs twice; hd128 non-causal runs
-# 2 exp2s under the PV GEMM and 521 instructions after its wait as shipped, 98 and 117 with K
+# 2 exp2s under the PV GEMM and 521 instructions after its wait as shipped, 98 and 103 with K
 # released late. Timed by bench/fp8.py --ab-home. (head_dim, causal, scheduler, tile or None.)
 LATE_K_FP8_FORMS = [(64, False, "persistent", (128, 192)), (64, True, "persistent", None),
                     (128, False, "persistent", (128, 192)), (128, True, "persistent", (128, 192)),

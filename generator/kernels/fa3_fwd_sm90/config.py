@@ -397,7 +397,7 @@ class FwdConfig:
     # last row's sum (kernel.overlapped_step). ptxas places the PV GEMM's wait right after K's
     # release, so with the release early it waits for PV before any exp2 on the 192-row hd64
     # forms and the hd128 / hd256 varlen non-causal ones (the in-order sum moves it on some forms
-    # only); tied to the sum, 24-98 exp2s run under the PV GEMM on every form. K's stage is
+    # only); tied to the rows' sums, every exp2 runs under the PV GEMM on every form. K's stage is
     # refilled about one softmax later. The sum of exp2s is never negative; the FMA-pipe exp2
     # (exp2_emu_eighths) could wrap negative on a negative scale, so the two are not combined.
     # Off: the cubins as before.

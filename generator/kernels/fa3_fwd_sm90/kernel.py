@@ -857,9 +857,12 @@ class FlashFwdSm90:
         row_scale = softmax.step(acc_S, is_first=False)
         if const_expr(self.cfg.late_k_release):
             # ptxas keeps the PV GEMM's wait below K's release, and a release that tests the
-            # last row's sum cannot rise above the exp2s that make it. The sum is never
-            # negative (NaN fails `<` too), so K is always released.
-            if not (softmax.row_sum[softmax.rows - 1] < Float32(0.0)):
+            # rows' sums cannot rise above the exp2s that make them: every exp2 then runs under
+            # the PV GEMM. The sums are never negative (NaN fails `<` too): K is always released.
+            total = softmax.row_sum[0]
+            for r in cutlass.range_constexpr(1, softmax.rows):
+                total = total + softmax.row_sum[r]
+            if not (total < Float32(0.0)):
                 pipe_k.consumer_release(kv_state)
         warpgroup.wait_group(0)
         pipe_v.consumer_release(v_state)
