@@ -1164,10 +1164,11 @@ VARLEN_WALK_REST = [
 # places the PV GEMM's wait right after K's release, so the shipped 192-row hd64 forms wait for
 # PV before any exp2 and run 293-493 instructions a block after it; with the release tied to the
 # rows' sums every exp2 of the block runs before the wait on every dense form, and 79-178
-# instructions after it (SASS here, bench/results/2026-12-07-cpu/late-k-release.md; not timed). Each form the default set
-# ships where a cell is under the best anchor (check14/f1, check21/c1), rebuilt exactly as
-# shipped (the control: tests/test_bench_ab.py checks it equals the shipped FwdConfig), and the
-# same with K released late. (dtype, head_dim, head_dim_v, causal, scheduler, tile or None.)
+# instructions after it (SASS here, bench/results/2026-12-07-cpu/late-k-release.md; not timed).
+# Each form the default set ships where a cell is under the best anchor (check14/f1, check21/c1),
+# rebuilt exactly as shipped (the control: tests/test_bench_ab.py checks it equals the shipped
+# FwdConfig), and the same with K released late. (dtype, head_dim, head_dim_v, causal,
+# scheduler, tile or None.)
 LATE_K_FORMS = [
     *[(dt, 64, 64, c, "persistent", None) for dt in ("bf16", "fp16") for c in (False, True)],
     ("bf16", 128, 128, True, "lpt", None), ("fp16", 128, 128, False, "persistent", None),
@@ -1258,9 +1259,9 @@ LATE_K_SHORT_FORMS = [
 # The decode forms on a dense cache (pack-GQA, 64-row tiles, one consumer warpgroup: no ping-pong
 # partner covers the softmax, so the overlap inside the warpgroup is all there is): hd64
 # non-causal has 3 exp2s under the PV GEMM as shipped, all 66 with K released late (249 -> 75
-# instructions after the wait); hd128 (64 x 64, two CTAs an SM) 2 -> 34 (all). Each head dim its own
-# set, as bench/decode_ab.py --head-dim times one. (head_dim, causal, split_kv.)
-LATE_K_DECODE_FORMS = [(c, sp) for c in (False, True) for sp in (False, True)]  # (causal, split_kv)
+# instructions after the wait); hd128 (64 x 64, two CTAs an SM) 2 -> 34 (all). Each head dim its
+# own set, as bench/decode_ab.py --head-dim times one. (causal, split_kv.)
+LATE_K_DECODE_FORMS = [(c, sp) for c in (False, True) for sp in (False, True)]
 
 
 def _late_k_decode(head_dim: int) -> list:

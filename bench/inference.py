@@ -678,9 +678,9 @@ def main(argv=None) -> int:
                 t = timing.time_cuda(fn)
                 r[label] = {"ms": t.median_ms, "kv_TBps": kv_bytes / (t.median_ms * 1e-3) / 1e12,
                             "splits": p.plan.num_splits, "pack_gqa": p.plan.pack_gqa, "kernels": p.kernels}
-                if args.isolated and label == "ours_auto":
-                    r[label].update(isolated(timing, fn, kv_bytes))
                 if label == "ours_auto":
+                    if args.isolated:
+                        r[label].update(isolated(timing, fn, kv_bytes))
                     try:  # a quick sanity check against torch SDPA on batch row 0 (dense only)
                         if table is None:
                             g = hq // hkv

@@ -207,50 +207,32 @@ def test_the_paged_case_counts_the_pairs_a_window_lets_through():
     assert chunked_flops(32, 64, 64, False, (1024, 0)) == c["requests"] * 2 * 32 * 128 * c["new"] * 1025
 
 
-@pytest.mark.parametrize("varlen", [False, True, "short", "fp8", 64, 128])
-def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_late(varlen):
-    """bench.ab late-k-release(-varlen): each control is exactly the form the default set ships
-    (so its cubin is the shipped one), each candidate differs from it by late_k_release alone."""
+@pytest.mark.parametrize("experiment", ["late-k-release", "late-k-release-short", "late-k-release-varlen",
+                                        "late-k-release-decode64", "late-k-release-decode128", "late-k-release-fp8"])
+def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_late(experiment):
+    """bench.ab late-k-release*: each control is a form the default set builds (its axes those of
+    a default-set variant) with exactly the FwdConfig that variant resolves to, so its cubin is the
+    shipped one; each candidate differs from it by late_k_release alone."""
     import dataclasses
 
-    from cubinforge.bench.ab import (LATE_K_FORMS, LATE_K_RELEASE, LATE_K_RELEASE_SHORT, LATE_K_RELEASE_VARLEN,
-                                     LATE_K_SHORT_FORMS, LATE_K_VARLEN_FORMS, ab_name, experiment_config)
-    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig, default_tile
+    from cubinforge.bench.ab import EXPERIMENTS, ab_name, experiment_config
+    from cubinforge.generator import spec
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
 
-    if varlen in (64, 128):  # the decode sets: pack-GQA on a dense cache, as spec.pack_gqa_tile tiles them
-        from cubinforge.bench.ab import EXPERIMENTS, LATE_K_DECODE_FORMS
-        from cubinforge.generator.spec import pack_gqa_tile
-
-        forms = []
-        for c, sp in LATE_K_DECODE_FORMS:
-            tile = pack_gqa_tile(varlen, sp, False)
-            tn = tile.get("tile_n", [default_tile(varlen, c, varlen)[1]])[0]
-            forms.append(("bf16", varlen, varlen, c, "single", (64, tn), dict(pack_gqa=True, split_kv=sp)))
-        rows = EXPERIMENTS[f"late-k-release-decode{varlen}"]
-    elif varlen == "fp8":
-        from cubinforge.bench.ab import LATE_K_FP8_FORMS, LATE_K_RELEASE_FP8
-
-        forms = [("e4m3", d, d, c, sched, tile, dict(v_layout="colmajor")) for d, c, sched, tile in LATE_K_FP8_FORMS]
-        rows = LATE_K_RELEASE_FP8
-    elif varlen == "short":
-        forms, rows = [(*f, {}) for f in LATE_K_SHORT_FORMS], LATE_K_RELEASE_SHORT
-    elif varlen:
-        forms = [(dt, d, dv, c, "persistent", tile, dict(varlen=True, paged_kv=paged))
-                 for dt, d, dv, c, tile, paged in LATE_K_VARLEN_FORMS]
-        rows = LATE_K_RELEASE_VARLEN
-    else:
-        forms, rows = [(*f, {}) for f in LATE_K_FORMS], LATE_K_RELEASE
-    assert len(rows) == 2 * len(forms)
+    form_axes = ("dtype", "head_dim", "head_dim_v", "causal", "scheduler", "tile_m", "tile_n", "varlen", "paged_kv",
+                 "pack_gqa", "split_kv", "v_layout")
+    default = [v.axes for v in spec.expand_set("default") if v.family == "fa3_fwd"]
+    rows = EXPERIMENTS[experiment]
     names = [ab_name(experiment_config(o), label) for label, o in rows]
     assert len(set(names)) == len(names), names
-    for (dtype, hd, dv, causal, scheduler, tile, axes), (label, over), (late_label, late_over) in zip(
-            forms, rows[0::2], rows[1::2]):
-        tm, tn = tile or default_tile(hd, causal, dv)
-        shipped = FwdConfig(arch="sm_90a", dtype=dtype, head_dim=hd, head_dim_v=dv, causal=causal,
-                            scheduler=scheduler, tile_m=tm, tile_n=tn, **axes)
+    for (label, over), (late_label, late_over) in zip(rows[0::2], rows[1::2]):
         control = experiment_config(over)
-        assert control == shipped and not control.late_k_release, label
-        assert experiment_config(late_over) == dataclasses.replace(shipped, late_k_release=True), late_label
+        axes = {a: getattr(control, a) for a in form_axes}
+        shipped = [v for v in default if all(v[a] == axes[a] for a in form_axes)
+                   and not (v["softcap"] or v["local"] or v["learnable_sink"])]
+        assert len(shipped) == 1, (label, axes)
+        assert control == FwdConfig(arch="sm_90a", **axes) and not control.late_k_release, label
+        assert experiment_config(late_over) == dataclasses.replace(control, late_k_release=True), late_label
         assert late_label == label + "+late-k-release"
 
 

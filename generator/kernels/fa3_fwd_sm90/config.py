@@ -394,7 +394,7 @@ class FwdConfig:
     # Sum softmax rows in order instead of as a tree (softmax.py says why).
     in_order_row_sum: bool | None = None
     # Release K's stage after the softmax instead of as soon as S is ready, behind a test of the
-    # last row's sum (kernel.overlapped_step). ptxas places the PV GEMM's wait right after K's
+    # rows' sums (kernel.overlapped_step). ptxas places the PV GEMM's wait right after K's
     # release, so with the release early it waits for PV before any exp2 on the 192-row hd64
     # forms and the hd128 / hd256 varlen non-causal ones (the in-order sum moves it on some forms
     # only); tied to the rows' sums, every exp2 runs under the PV GEMM on every form. K's stage is
@@ -663,7 +663,7 @@ class FwdConfig:
         self._check_softmax_switches()
         self._check_descale_block()
         if self.late_k_release and self.exp2_emu_eighths:
-            raise ValueError("late_k_release releases K behind a test of the row sum, which the FMA-pipe exp2 "
+            raise ValueError("late_k_release releases K behind a test of the row sums, which the FMA-pipe exp2 "
                              "(exp2_emu_eighths) does not keep non-negative for every scale: use one or the other")
         if self.fp8_p_pair_shuffle and not (self.fp8 and not self.fp8_local_p):
             raise ValueError("fp8_p_pair_shuffle is the shuffled P's exchange: it needs dtype e4m3 with "
