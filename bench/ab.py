@@ -1290,6 +1290,14 @@ LATE_K_RELEASE_FP8 = _late_k_rows(shipped_overrides("e4m3", d, d, c, sched, tile
 LATE_K_RELEASE_SHORT = _late_k_rows(shipped_overrides(*form) for form in LATE_K_SHORT_FORMS)
 LATE_K_RELEASE_VARLEN = _late_k_rows(shipped_overrides(dt, d, dv, c, "persistent", tile, varlen=True, paged_kv=paged)
                                      for dt, d, dv, c, tile, paged in LATE_K_VARLEN_FORMS)
+# The A/B of check23 (H100): K released after the softmax lost 1-7% on every dense and varlen
+# form, where it only delays the refill of K's stage, so the producer runs short of K stages
+# there. The shipped 192 x 128 hd64 forms (the long cells 0.91-0.97 of FA4 on the H100) keep two
+# K/V stages in 112 KiB of their 227; packed varlen hd64 (192 x 128, three stages) matches or
+# beats FA4. Each shipped form, and the same with three and with four stages.
+K_STAGES_FORMS = [(dt, 64, 64, c, "persistent", None) for dt in ("bf16", "fp16") for c in (False, True)]
+K_STAGES = [(switch_label(o), o) for over in (shipped_overrides(*form) for form in K_STAGES_FORMS)
+            for o in (over, dict(over, stages=3), dict(over, stages=4))]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1318,7 +1326,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "decode-hd64": DECODE_HD64, "late-k-release": LATE_K_RELEASE, "late-k-release-short": LATE_K_RELEASE_SHORT,
                "late-k-release-fp8": LATE_K_RELEASE_FP8,
                "late-k-release-decode64": _late_k_decode(64), "late-k-release-decode128": _late_k_decode(128),
-               "late-k-release-varlen": LATE_K_RELEASE_VARLEN}
+               "late-k-release-varlen": LATE_K_RELEASE_VARLEN, "k-stages": K_STAGES}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).
@@ -1399,22 +1407,29 @@ CHECK_SHAPES = ((2, 777, 1000, 8, 2), (2, 4097, 3000, 8, 2), (1, 1000, 16000, 64
 # differently. Set on channel 0 of q and k; the rest stays Gaussian noise.
 RISING_SHAPES = ((2, 777, 1000, 8, 2),)
 RISING_LOG2_PER_KEY, RISING_CAP_LOG2 = 0.25, 50.0
+# e4m3's largest finite value is 448; 400 leaves room for rounding up (hd128's peak k0 is 392, so
+# its inputs are as before; hd256's 554 moves its excess to q0).
+E4M3_RISING_K_MAX = 400.0
 
 
-def rising(q, k, hd: int, generator):
+def rising(q, k, hd: int, generator, k_max: float | None = None):
     """q, k (float, (b, s, h, d)) with channel 0 set so that row i's score on key j rises as
-    j falls: q0_i k0_j * hd^-0.5 = u_i * min((sk - 1 - j) * 0.25, 50) log2 units."""
+    j falls: q0_i k0_j * hd^-0.5 = u_i * min((sk - 1 - j) * 0.25, 50) log2 units. `k_max`: the
+    largest k0 the inputs' dtype holds (e4m3: hd256's peak k0, 554, is past its 448 and would
+    turn to NaN); the excess moves to q0, so the scores stay the same."""
     import math
 
     import torch
 
     sk = k.shape[1]
     r = torch.clamp((sk - 1 - torch.arange(sk, device=k.device)) * RISING_LOG2_PER_KEY, max=RISING_CAP_LOG2)
+    k0 = r * math.sqrt(hd) / math.log2(math.e)
+    shift = max(1.0, RISING_CAP_LOG2 * math.sqrt(hd) / math.log2(math.e) / k_max) if k_max else 1.0
     q = q.clone()
     k = k.clone()
     u = torch.rand(q.shape[0], q.shape[1], q.shape[2], device=q.device, generator=generator) + 0.5
-    q[..., 0] = u.to(q.dtype)
-    k[..., 0] = (r * math.sqrt(hd) / math.log2(math.e))[None, :, None].to(k.dtype)
+    q[..., 0] = (u * shift).to(q.dtype)
+    k[..., 0] = (k0 / shift)[None, :, None].to(k.dtype)
     return q, k
 
 
@@ -1466,7 +1481,7 @@ def fp8_inputs(b_, sq, sk, hq, hkv, hd, v_layout, seed, device="cuda", rising_sc
     q, k, v = (torch.randn(b_, s, h, hd, device=device, generator=g)
                for s, h in ((sq, hq), (sk, hkv), (sk, hkv)))
     if rising_scores:
-        q, k = rising(q, k, hd, g)  # k0 <= 50 * sqrt(128) / log2(e) = 392 < e4m3's 448
+        q, k = rising(q, k, hd, g, k_max=E4M3_RISING_K_MAX)
     q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
     v_in = v
     if v_layout == "colmajor":

@@ -236,6 +236,27 @@ def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_
         assert late_label == label + "+late-k-release"
 
 
+def test_k_stages_rows_are_the_shipped_forms_and_the_same_with_more_stages():
+    """bench.ab k-stages: in each triple the first row is the default set's hd64 form exactly as
+    shipped (the FwdConfig its variant resolves to), the next two differ from it by stages alone
+    (3, 4), and each fits the shared memory it asks for (FwdConfig refuses what does not)."""
+    import dataclasses
+
+    from cubinforge.bench.ab import EXPERIMENTS, experiment_config
+    from cubinforge.generator.kernels.fa3_fwd_sm90 import FwdConfig
+
+    rows = EXPERIMENTS["k-stages"]
+    assert len(rows) == 12
+    for i in range(0, len(rows), 3):
+        control = experiment_config(rows[i][1])
+        assert control == FwdConfig(arch="sm_90a", dtype=control.dtype, head_dim=64, causal=control.causal,
+                                    scheduler="persistent"), rows[i][0]
+        assert control.stages == 2 and (control.tile_m, control.tile_n) == (192, 128)
+        for stages, (label, over) in zip((3, 4), rows[i + 1:i + 3]):
+            assert experiment_config(over) == dataclasses.replace(control, stages=stages), label
+            assert label == rows[i][0].replace("stages-2", f"stages-{stages}")
+
+
 def test_switch_label_names_every_switch_or_refuses():
     from cubinforge.bench.ab import switch_label
 

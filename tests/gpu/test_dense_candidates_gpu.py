@@ -1,13 +1,15 @@
-"""GPU tests of the late_k_release candidates (bench.ab's `late-k-release` set: K's stage released
-after the softmax, behind a test of the row sums) against the float64 reference of
+"""GPU tests of a dense bench.ab home's candidates (first the `late-k-release` set, K's stage released
+after the softmax behind a test of the row sums; then `k-stages`) against the float64 reference of
 test_runtime_gpu.py: sequence lengths off every tile edge, sq != sk both ways (causal rows that
 see no key), GQA, a batch of more tiles than SMs (a persistent CTA walks several), and a long key
 range (many releases: a release that never came would hang the kernel, not pass). Out and LSE
 NaN-poisoned, every element checked.
 
-The A/B home: $CUBINFORGE_AB_HOME, else ./.cubinforge-ab-latek, built with
-`python -m cubinforge.bench.ab build --home .cubinforge-ab-latek --experiments late-k-release`.
-Skips without a GPU or without the home. No cutlass import.
+The A/B home: $CUBINFORGE_AB_HOME, else ./.cubinforge-ab, built with e.g.
+`python -m cubinforge.bench.ab build --home .cubinforge-ab --experiments k-stages`; the variants
+whose label names $CUBINFORGE_AB_LABEL (a label token such as `late-k-release` or `stages-3`;
+unset: every labelled variant, the controls too). Skips without a GPU or without the home. No
+cutlass import.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from cubinforge.runtime.registry_source import LocalSource
 from _helpers import labelled_candidates
 from test_runtime_gpu import ARCH, NO_GPU, reference_errors
 
-HOME = Path(os.environ.get("CUBINFORGE_AB_HOME", ".cubinforge-ab-latek"))
+HOME = Path(os.environ.get("CUBINFORGE_AB_HOME", ".cubinforge-ab"))
+LABEL = os.environ.get("CUBINFORGE_AB_LABEL", "")
 
-CANDIDATES = labelled_candidates(HOME, "late-k-release", ARCH)
+CANDIDATES = labelled_candidates(HOME, LABEL, ARCH)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
 
 # (batch, seqlen_q, seqlen_k, heads_q, heads_kv): 1 x 1; around the 128/192-row and 64-128-key
@@ -41,10 +44,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("variant", [m.variant for m in CANDIDATES] or ["(no late-k-release candidate)"])
-def test_late_k_release_candidate_matches_reference(variant):
+@pytest.mark.parametrize("variant", [m.variant for m in CANDIDATES] or ["(no candidate)"])
+def test_candidate_matches_reference(variant):
     if not CANDIDATES:
-        pytest.skip(f"no late-k-release candidate in {HOME} (bench.ab build --experiments late-k-release)")
+        pytest.skip(f"no candidate labelled {LABEL!r} in {HOME} (bench.ab build --home {HOME} --experiments ...)")
     m = next(m for m in CANDIDATES if m.variant == variant)
     errs = reference_errors(Kernel.from_manifest(m, LocalSource(HOME)), m, CASES)
     assert not errs, f"{variant}:\n" + "\n".join(errs)
