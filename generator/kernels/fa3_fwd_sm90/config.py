@@ -400,7 +400,8 @@ class FwdConfig:
     # only); tied to the rows' sums, every exp2 runs under the PV GEMM on every form. K's stage is
     # refilled about one softmax later. The sum of exp2s is never negative; the FMA-pipe exp2
     # (exp2_emu_eighths) could wrap negative on a negative scale, so the two are not combined.
-    # Off: the cubins as before.
+    # Off everywhere: it lost on every form (check23: 0.93-1.00 of the shipped cubin; the later
+    # refill of K's stage costs more than the overlap gains).
     late_k_release: bool | None = None
     # Keep K's and V's descriptor bases and the consumer-release lane test in registers across the
     # key-block loops instead of letting NVVM rebuild them every block (pinned.py; FA4's loop
