@@ -1537,15 +1537,16 @@ def check_fp8_variant(ours, name: str, hd: int, causal: bool, v_layout: str, sha
     return rel, lse_err, ok
 
 
-def run(home: Path, out: Path, seqlens, shapes=()) -> int:
+def run(home: Path, out: Path, seqlens, shapes=(), rounds: int = 5) -> int:
     """Gate and time every variant of `home` at the FA3 grid's `seqlens` and at `shapes`
-    ((batch, seqlen, heads) each, square and non-GQA: cells off the grid), beside the anchors."""
+    ((batch, seqlen, heads) each, square and non-GQA: cells off the grid), beside the anchors.
+    The variants of one form (dtype, head dim, mask, V layout: a control and its candidates) are
+    timed on each cell together with the anchors, in `rounds` alternating rounds on the same
+    inputs, so a drift over the run (clocks, heat) hits them alike: check23 timed each variant
+    apart, and FA4 on one cell then ranged 542-578 TFLOPS between them."""
     import torch
 
     from .anchors import Fa4, Ours, Sdpa, Unavailable
-    from .flops import tflops
-    from .grid import Cell, fa3_cell
-    from .timing import alternating, median, time_cuda
 
     os.environ["CUBINFORGE_HOME"] = str(home)
     ours = Ours()
@@ -1554,9 +1555,9 @@ def run(home: Path, out: Path, seqlens, shapes=()) -> int:
         anchors["fa4"] = Fa4()
     except Unavailable as e:
         print(f"fa4 not timed: {e}", flush=True)
-    backends = {"ours": ours, **anchors}
     names = sorted(p.stem for p in (home / "manifests").glob("*.json"))
-    rows, failed = [], 0
+    forms: dict[tuple, list[tuple[str, tuple]]] = {}  # form -> [(name, (rel, lse err, ok))]
+    failed = 0
     for name in names:
         manifest = json.loads((home / "manifests" / f"{name}.json").read_text())
         if any(manifest["axes"].get(a) not in (None, False, manifest["axes"]["head_dim"]) for a in MODEL_AXES):
@@ -1565,60 +1566,90 @@ def run(home: Path, out: Path, seqlens, shapes=()) -> int:
         if any(manifest["axes"].get(a) for a in INFERENCE_AXES):
             print(f"{name}: an inference form, timed by bench/inference.py --ab-home {home}", flush=True)
             continue
-        hd, causal = manifest["axes"]["head_dim"], manifest["axes"]["causal"]
-        dtype = manifest["axes"]["dtype"]
-        fp8 = dtype == "e4m3"
-        v_layout = manifest["axes"].get("v_layout", "rowmajor")
-        if fp8:
-            rel, lse_err, ok = check_fp8_variant(ours, name, hd, causal, v_layout)
-        else:
-            rel, lse_err, ok = check_variant(ours, name, hd, causal, dtype=dtype)
-        if "lazy-rescale" in name:  # the conditional rescale's own case (rising()), in the same gate
-            rise = (check_fp8_variant(ours, name, hd, causal, v_layout, RISING_SHAPES, rising_scores=True) if fp8
-                    else check_variant(ours, name, hd, causal, shapes=RISING_SHAPES, rising_scores=True, dtype=dtype))
-            print(f"{name}: rising scores rel {rise[0]:.2e} lse {rise[1]:.1e} {'ok' if rise[2] else 'FAIL'}", flush=True)
-            rel, lse_err, ok = max(rel, rise[0]), max(lse_err, rise[1]), ok and rise[2]
-        failed += not ok
-        for spec in [*seqlens, *shapes]:
-            # e4m3 rows: the anchors run bf16 on the same cell; fp16 rows run everything in fp16.
-            if isinstance(spec, tuple):
-                b_, s, h_ = spec
-                cell = Cell("bf16" if fp8 else dtype, hd, causal, b_, h_, h_, s, s)
-                where = f"b{b_}xh{h_}xs{s}"
-            else:
-                s = spec
-                cell = fa3_cell("bf16" if fp8 else dtype, hd, s, causal)
-                where = f"s{s}"
-            q = torch.randn(cell.batch, s, cell.heads, hd, device="cuda", dtype=torch_dtype(cell.dtype))
-            k, v = torch.randn_like(q), torch.randn_like(q)
-            if fp8:
-                # e4m3 rows: the anchors run bf16 on the same cell, for scale; compare e4m3
-                # rows with each other (the "default" label is the shipped configuration).
-                q8, k8, v8_in, _v8 = fp8_inputs(cell.batch, s, s, cell.heads, cell.heads, hd, v_layout, seed=s)
-                o8 = torch.empty_like(q)
-                l8 = torch.empty(cell.batch, cell.heads, s, device="cuda")
-                fns = {"ours": fp8_call(ours, name, causal, v_layout, q8, k8, v8_in, o8, l8)}
-            else:
-                fns = {"ours": ours.prepare(cell, q, k, v, variant=name)[0]}
-            fns.update({b: a.prepare(cell, q, k, v)[0] for b, a in anchors.items()})
-            ms = {b: [] for b in fns}
-            for b in alternating(fns):
-                with backends[b].context():
-                    ms[b].append(time_cuda(fns[b], budget_s=0.1).median_ms)
-            t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
-            best = max(t[b] for b in anchors)
-            rows.append({"variant": name, "seqlen": s, "rel_err": rel, "lse_err": lse_err, "ok": ok, **t,
-                         "ratio_cudnn": t["ours"] / t["cudnn"], "ratio_best": t["ours"] / best,
-                         **({"shape": where} if isinstance(spec, tuple) else {})})
-            print(f"{name:60s} {where:<7s} " + " ".join(f"{b} {t[b]:6.1f}" for b in t)
-                  + f"  x{t['ours'] / best:.2f} of best  rel {rel:.2e} lse {lse_err:.1e} {'ok' if ok else 'FAIL'}",
-                  flush=True)
-            del q, k, v
+        ax = manifest["axes"]
+        form = (ax["dtype"], ax["head_dim"], ax["causal"], ax.get("v_layout", "rowmajor"))
+        gate = gate_variant(ours, name, *form)
+        failed += not gate[2]
+        forms.setdefault(form, []).append((name, gate))
+    rows = [row for form, variants in forms.items() for spec in [*seqlens, *shapes]
+            for row in time_form(ours, anchors, form, variants, spec, rounds)]
     out.mkdir(parents=True, exist_ok=True)
     (out / "ab.json").write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "anchors": list(anchors),
-                                             "rows": rows}, indent=1))
+                                             "rounds": rounds, "rows": rows}, indent=1))
     (out / "ab.md").write_text(ab_table(rows, list(anchors)))
     return 1 if failed else 0
+
+
+def gate_variant(ours, name: str, dtype: str, hd: int, causal: bool, v_layout: str) -> tuple[float, float, bool]:
+    """One variant's correctness gate: CHECK_SHAPES against the reference, and the rising-score
+    case where the conditional rescale is on. (rel err, LSE err, ok)."""
+    fp8 = dtype == "e4m3"
+    if fp8:
+        rel, lse_err, ok = check_fp8_variant(ours, name, hd, causal, v_layout)
+    else:
+        rel, lse_err, ok = check_variant(ours, name, hd, causal, dtype=dtype)
+    if "lazy-rescale" in name:  # the conditional rescale's own case (rising()), in the same gate
+        rise = (check_fp8_variant(ours, name, hd, causal, v_layout, RISING_SHAPES, rising_scores=True) if fp8
+                else check_variant(ours, name, hd, causal, shapes=RISING_SHAPES, rising_scores=True, dtype=dtype))
+        print(f"{name}: rising scores rel {rise[0]:.2e} lse {rise[1]:.1e} {'ok' if rise[2] else 'FAIL'}", flush=True)
+        rel, lse_err, ok = max(rel, rise[0]), max(lse_err, rise[1]), ok and rise[2]
+    return rel, lse_err, ok
+
+
+def time_form(ours, anchors: dict, form: tuple, variants: list, spec, rounds: int) -> list[dict]:
+    """The rows of one form's variants on one cell (`spec`: a seqlen of the FA3 grid, or
+    (batch, seqlen, heads)), every variant and anchor timed in the same alternating rounds on
+    the same inputs; each row keeps its per-round milliseconds."""
+    import torch
+
+    from .flops import tflops
+    from .grid import Cell, fa3_cell
+    from .timing import alternating, median, time_cuda
+
+    dtype, hd, causal, v_layout = form
+    fp8 = dtype == "e4m3"
+    # e4m3 rows: the anchors run bf16 on the same cell, for scale; fp16 rows run everything in fp16.
+    if isinstance(spec, tuple):
+        b_, s, h_ = spec
+        cell = Cell("bf16" if fp8 else dtype, hd, causal, b_, h_, h_, s, s)
+        where = f"b{b_}xh{h_}xs{s}"
+    else:
+        s = spec
+        cell = fa3_cell("bf16" if fp8 else dtype, hd, s, causal)
+        where = f"s{s}"
+    q = torch.randn(cell.batch, s, cell.heads, hd, device="cuda", dtype=torch_dtype(cell.dtype))
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    fns = {}
+    if fp8:
+        q8, k8, v8_in, _v8 = fp8_inputs(cell.batch, s, s, cell.heads, cell.heads, hd, v_layout, seed=s)
+        for name, _ in variants:
+            o8 = torch.empty_like(q)
+            l8 = torch.empty(cell.batch, cell.heads, s, device="cuda")
+            fns[name] = fp8_call(ours, name, causal, v_layout, q8, k8, v8_in, o8, l8)
+    else:
+        fns.update({name: ours.prepare(cell, q, k, v, variant=name)[0] for name, _ in variants})
+    contexts = {name: ours.context for name in fns}
+    for b, a in anchors.items():
+        fns[b] = a.prepare(cell, q, k, v)[0]
+        contexts[b] = a.context
+    ms = {b: [] for b in fns}
+    for b in alternating(fns, rounds):
+        with contexts[b]():
+            ms[b].append(time_cuda(fns[b], budget_s=0.1).median_ms)
+    t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
+    best = max((t[b] for b in anchors), default=float("nan"))
+    rows = []
+    for name, (rel, lse_err, ok) in variants:
+        an = {b: t[b] for b in anchors}
+        rows.append({"variant": name, "seqlen": s, "rel_err": rel, "lse_err": lse_err, "ok": ok,
+                     "ours": t[name], **an, "ratio_cudnn": t[name] / t["cudnn"], "ratio_best": t[name] / best,
+                     "ms_rounds": ms[name], **{f"{b}_ms_rounds": ms[b] for b in anchors},
+                     **({"shape": where} if isinstance(spec, tuple) else {})})
+        print(f"{name:60s} {where:<7s} ours {t[name]:6.1f} " + " ".join(f"{b} {an[b]:6.1f}" for b in anchors)
+              + f"  x{t[name] / best:.2f} of best  rel {rel:.2e} lse {lse_err:.1e} {'ok' if ok else 'FAIL'}",
+              flush=True)
+    del q, k, v
+    return rows
 
 
 def ab_table(rows: list[dict], anchors: list[str]) -> str:
@@ -1639,6 +1670,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     ap.add_argument("--shapes", default="", help="cells off the grid, BATCH:SEQLEN:HEADS,... (square, non-GQA)")
+    ap.add_argument("--rounds", type=int, default=5, help="run: alternating timing rounds per cell")
     ap.add_argument("--experiments", default="leave-one-out",
                     help=f"comma-separated sets: {', '.join(EXPERIMENTS)}")
     a = ap.parse_args(argv)
@@ -1647,7 +1679,7 @@ def main(argv=None) -> int:
     shapes = [tuple(int(x) for x in sh.split(":")) for sh in a.shapes.split(",") if sh]
     if any(len(sh) != 3 for sh in shapes):
         raise SystemExit(f"--shapes takes BATCH:SEQLEN:HEADS entries, got {a.shapes!r}")
-    return run(a.home, a.out, [int(x) for x in a.seqlens.split(",") if x], shapes)
+    return run(a.home, a.out, [int(x) for x in a.seqlens.split(",") if x], shapes, a.rounds)
 
 
 if __name__ == "__main__":
