@@ -6,9 +6,9 @@
 `build` compiles the experiments below through the same steps as `make kernels` (contract
 checked against the cubin, metadata from the ELF) into a registry of their own, one variant
 per experiment, named `<variant>+<label>`. `run` checks each against an fp32 reference
-(check_variant: O and LSE, outputs poisoned), then times it beside cuDNN, and FA4 where
-importable, in the same process, in alternating rounds, on the FA3 grid's cells, and writes
-ab.json and ab.md.
+(check_variant: O and LSE, outputs poisoned), then times it beside the other variants of its form,
+cuDNN, and FA4 where importable, in the same process, their calls interleaved, on the FA3
+grid's cells, and writes ab.json and ab.md.
 """
 
 from __future__ import annotations
@@ -1541,9 +1541,9 @@ def run(home: Path, out: Path, seqlens, shapes=(), rounds: int = 5) -> int:
     """Gate and time every variant of `home` at the FA3 grid's `seqlens` and at `shapes`
     ((batch, seqlen, heads) each, square and non-GQA: cells off the grid), beside the anchors.
     The variants of one form (dtype, head dim, mask, V layout: a control and its candidates) are
-    timed on each cell together with the anchors, in `rounds` alternating rounds on the same
-    inputs, so a drift over the run (clocks, heat) hits them alike: check23 timed each variant
-    apart, and FA4 on one cell then ranged 542-578 TFLOPS between them."""
+    timed on each cell together with the anchors, their calls interleaved on the same inputs,
+    so a drift over the run (clocks, power) hits them alike: check23 timed each variant apart,
+    and FA4 on one cell then ranged 542-578 TFLOPS between them."""
     import torch
 
     from .anchors import Fa4, Ours, Sdpa, Unavailable
@@ -1598,13 +1598,14 @@ def gate_variant(ours, name: str, dtype: str, hd: int, causal: bool, v_layout: s
 
 def time_form(ours, anchors: dict, form: tuple, variants: list, spec, rounds: int) -> list[dict]:
     """The rows of one form's variants on one cell (`spec`: a seqlen of the FA3 grid, or
-    (batch, seqlen, heads)), every variant and anchor timed in the same alternating rounds on
-    the same inputs; each row keeps its per-round milliseconds."""
+    (batch, seqlen, heads)), every variant and anchor timed on the same inputs with their calls
+    interleaved (timing.time_interleaved), in `rounds` rounds; each row keeps its per-round
+    milliseconds."""
     import torch
 
     from .flops import tflops
     from .grid import Cell, fa3_cell
-    from .timing import alternating, median, time_cuda
+    from .timing import median, time_interleaved
 
     dtype, hd, causal, v_layout = form
     fp8 = dtype == "e4m3"
@@ -1633,9 +1634,12 @@ def time_form(ours, anchors: dict, form: tuple, variants: list, spec, rounds: in
         fns[b] = a.prepare(cell, q, k, v)[0]
         contexts[b] = a.context
     ms = {b: [] for b in fns}
-    for b in alternating(fns, rounds):
-        with contexts[b]():
-            ms[b].append(time_cuda(fns[b], budget_s=0.1).median_ms)
+    order = list(fns)
+    for r in range(rounds):  # each round the calls interleaved, every other round in reverse
+        timed = time_interleaved({b: fns[b] for b in (order if r % 2 == 0 else order[::-1])}, contexts,
+                                 budget_s=0.3)
+        for b in fns:
+            ms[b].append(timed[b].median_ms)
     t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
     best = max((t[b] for b in anchors), default=float("nan"))
     rows = []
@@ -1670,7 +1674,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     ap.add_argument("--shapes", default="", help="cells off the grid, BATCH:SEQLEN:HEADS,... (square, non-GQA)")
-    ap.add_argument("--rounds", type=int, default=5, help="run: alternating timing rounds per cell")
+    ap.add_argument("--rounds", type=int, default=5, help="run: timing rounds per cell (calls interleaved in each)")
     ap.add_argument("--experiments", default="leave-one-out",
                     help=f"comma-separated sets: {', '.join(EXPERIMENTS)}")
     a = ap.parse_args(argv)

@@ -1,6 +1,7 @@
 """Device timing: CUDA events around each call, warm-up first, median of a time-bounded run.
 
-`plan_iterations` and `median` are pure; `time_cuda` and `time_isolated` need torch and a GPU.
+`plan_iterations` and `median` are pure; `time_cuda`, `time_interleaved` and `time_isolated` need
+torch and a GPU.
 """
 
 from __future__ import annotations
@@ -81,6 +82,56 @@ def time_cuda(fn, *, warmup: int = 5, min_iters: int = 5, max_iters: int = 30,
     torch.cuda.synchronize()
     ts = [a.elapsed_time(b) for a, b in zip(starts, ends)]
     return Timing(median_ms=median(ts), min_ms=min(ts), max_ms=max(ts), iters=n)
+
+
+def time_interleaved(fns: dict, contexts: dict | None = None, *, warmup: int = 3, min_iters: int = 5,
+                     max_iters: int = 30, budget_s: float = 0.3) -> dict:
+    """Median GPU time of each of `fns` (name -> a call on torch's current stream), the calls
+    interleaved: A B C A B C ..., one event pair per call, so a clock or power shift hits each
+    of them alike (check23: timed in turns of ~0.1 s each, two variants of one form on a 16k cell
+    read 0.86-1.12 of each other from turn to turn on an H100). `contexts`: name -> a context
+    manager factory a call runs in (the anchors' backend selection). Returns name -> Timing."""
+    import contextlib
+
+    import torch
+
+    contexts = contexts or {}
+    stream = torch.cuda.current_stream()
+
+    def call(name):
+        with contexts.get(name, contextlib.nullcontext)():
+            fns[name]()
+
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            call(name)
+    torch.cuda.synchronize()
+    # One timed call of each to size the run: the slowest sets how many rounds fit.
+    est = {}
+    for name in names:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(stream)
+        call(name)
+        e.record(stream)
+        e.synchronize()
+        est[name] = s.elapsed_time(e)
+    n = plan_iterations(sum(est.values()), budget_s, min_iters, max_iters)
+    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(n)] for name in names}
+    torch.cuda._sleep(GPU_HOLD_CYCLES)  # as time_cuda: the GPU, not the host, sets the pace
+    for i in range(n):
+        for name in names:
+            a, b = events[name][i]
+            a.record(stream)
+            call(name)
+            b.record(stream)
+    torch.cuda.synchronize()
+    out = {}
+    for name in names:
+        ts = [a.elapsed_time(b) for a, b in events[name]]
+        out[name] = Timing(median_ms=median(ts), min_ms=min(ts), max_ms=max(ts), iters=n)
+    return out
 
 
 # The method of the 2026-12-01 anchor scripts (../shared/measurements/2026-12-01-h200/

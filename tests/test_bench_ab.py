@@ -282,10 +282,11 @@ def test_late_k_release_is_not_combined_with_the_fma_pipe_exp2():
     assert FwdConfig(arch="sm_90a", dtype="bf16", head_dim=64, causal=False, late_k_release=True).late_k_release
 
 
-def test_ab_run_times_a_forms_variants_and_the_anchors_in_the_same_rounds(monkeypatch):
+def test_ab_run_times_a_forms_variants_and_the_anchors_interleaved(monkeypatch):
     """bench.ab run's time_form: on one cell, every variant of the form and every anchor is timed
-    once a round, in alternating order, on the same inputs; each row keeps its rounds and reads
-    its ratio against the best anchor of the same rounds."""
+    in each round in one interleaved run (every other round in reverse order), on the same
+    inputs, each in its backend's context; each row keeps its rounds and reads its ratio against
+    the best anchor of the same rounds."""
     import contextlib
     import sys
     import types
@@ -295,7 +296,7 @@ def test_ab_run_times_a_forms_variants_and_the_anchors_in_the_same_rounds(monkey
     fake_torch = types.SimpleNamespace(bfloat16="bf16", float16="fp16", randn=lambda *a, **k: ("q", a),
                                        randn_like=lambda x: ("like", x))
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    order, inputs = [], set()
+    orders, inputs, entered = [], set(), []
     speed = {"ctl": 1.0, "cand": 0.9, "cudnn": 1.2, "fa4": 1.1}  # ms
 
     class Backend:
@@ -309,18 +310,23 @@ def test_ab_run_times_a_forms_variants_and_the_anchors_in_the_same_rounds(monkey
 
         @contextlib.contextmanager
         def context(self):
+            entered.append(self.name)
             yield
 
-    def fake_time(fn, **kw):
-        order.append(fn())
-        return types.SimpleNamespace(median_ms=speed[fn()])
+    def fake_interleaved(fns, contexts, **kw):
+        orders.append(list(fns))
+        for name in fns:
+            with contexts[name]():
+                assert fns[name]() == name
+        return {name: types.SimpleNamespace(median_ms=speed[name]) for name in fns}
 
-    monkeypatch.setattr(timing, "time_cuda", fake_time)
+    monkeypatch.setattr(timing, "time_interleaved", fake_interleaved)
     variants = [("ctl", (1e-3, 1e-6, True)), ("cand", (2e-3, 1e-6, True))]
     rows = ab.time_form(Backend(), {"cudnn": Backend("cudnn"), "fa4": Backend("fa4")}, ("bf16", 64, True, "rowmajor"),
                         variants, 2048, rounds=3)
     assert len(inputs) == 1  # every backend on the same q, k, v
-    assert order == ["ctl", "cand", "cudnn", "fa4", "fa4", "cudnn", "cand", "ctl", "ctl", "cand", "cudnn", "fa4"]
+    assert orders == [["ctl", "cand", "cudnn", "fa4"], ["fa4", "cudnn", "cand", "ctl"], ["ctl", "cand", "cudnn", "fa4"]]
+    assert entered[:4] == [None, None, "cudnn", "fa4"]  # ours' context for the variants
     by = {r["variant"]: r for r in rows}
     assert by["ctl"]["ms_rounds"] == [1.0] * 3 and by["cand"]["fa4_ms_rounds"] == [1.1] * 3
     assert by["cand"]["ours"] / by["ctl"]["ours"] == pytest.approx(1 / 0.9)

@@ -204,3 +204,50 @@ def test_alternating_reverses_every_other_round():
     assert list(alternating({"ours": 1, "cudnn": 2, "fa4": 3})) == [
         "ours", "cudnn", "fa4", "fa4", "cudnn", "ours", "ours", "cudnn", "fa4"]
     assert list(alternating(["a", "b"], rounds=2)) == ["a", "b", "b", "a"]
+
+
+def test_time_interleaved_pairs_each_call_with_its_own_events(monkeypatch):
+    """time_interleaved on a fake clock: the calls run A B A B ... after the sizing calls, each
+    between its own event pair, in its own context, and each median is that call's cost."""
+    import contextlib
+    import sys
+    import types
+
+    from cubinforge.bench.timing import time_interleaved
+
+    clock, calls, entered = [0.0], [], []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self, stream=None):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    cuda = types.SimpleNamespace(Event=Event, current_stream=lambda: None, synchronize=lambda: None,
+                                 _sleep=lambda cycles: None)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+
+    def fn(name, cost):
+        def call():
+            calls.append(name)
+            clock[0] += cost
+        return call
+
+    @contextlib.contextmanager
+    def ctx():
+        entered.append("b")
+        yield
+
+    out = time_interleaved({"a": fn("a", 2.0), "b": fn("b", 3.0)}, {"b": ctx}, warmup=1, min_iters=4, max_iters=4,
+                           budget_s=1.0)
+    assert calls[:4] == ["a", "b", "a", "b"]  # warm-up, then one sizing call each
+    assert calls[4:] == ["a", "b"] * 4
+    assert len(entered) == calls.count("b")
+    assert (out["a"].median_ms, out["b"].median_ms, out["a"].iters) == (2.0, 3.0, 4)
