@@ -4,7 +4,7 @@
 # B C ..., one event pair per call; c2 / c3 timed in turns of ~0.1 s and one pair's ratio ranged
 # 0.86-1.12 from turn to turn at 8k / 16k), on the k-stages set at 2k / 8k / 16k, 5 rounds,
 # beside cuDNN.
-# OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h100/check23/call_c.sh
+# OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h100/check23/call_d.sh
 # carry: .stage_homes   (HOMES=".cubinforge .cubinforge-ab-kstages .cubinforge-ab-latek-fp8" bash bench/results/2026-12-07-h200/check20/pack_homes.sh)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} PYTHONPATH=$PWD
