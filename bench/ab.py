@@ -1683,6 +1683,8 @@ def main(argv=None) -> int:
     shapes = [tuple(int(x) for x in sh.split(":")) for sh in a.shapes.split(",") if sh]
     if any(len(sh) != 3 for sh in shapes):
         raise SystemExit(f"--shapes takes BATCH:SEQLEN:HEADS entries, got {a.shapes!r}")
+    if a.rounds < 1:
+        raise SystemExit(f"--rounds takes a count of at least 1, got {a.rounds}")
     return run(a.home, a.out, [int(x) for x in a.seqlens.split(",") if x], shapes, a.rounds)
 
 

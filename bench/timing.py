@@ -119,7 +119,9 @@ def time_interleaved(fns: dict, contexts: dict | None = None, *, warmup: int = 3
     n = plan_iterations(sum(est.values()), budget_s, min_iters, max_iters)
     events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(n)] for name in names}
-    torch.cuda._sleep(GPU_HOLD_CYCLES)  # as time_cuda: the GPU, not the host, sets the pace
+    # As time_cuda, the GPU and not the host sets the pace: the hold covers enqueuing
+    # max_iters calls of each of the functions.
+    torch.cuda._sleep(GPU_HOLD_CYCLES * len(names))
     for i in range(n):
         for name in names:
             a, b = events[name][i]
