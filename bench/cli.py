@@ -60,6 +60,8 @@ def run_parser(prog: str) -> argparse.ArgumentParser:
                     help="seconds after which a stuck run (e.g. a hung kernel) writes what it has "
                     "and exits 3 (default 540: inside one 10-minute device call)")
     ap.add_argument("--seed", type=int, default=None, help="input seed (default: from the clock)")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="time each round's backends with their calls interleaved, not in turns")
     ap.add_argument("--no-plots", action="store_true")
     return ap
 
@@ -278,7 +280,7 @@ def _steps(args, results: dict, budget: float, seed: int, t0: float, out_dir: Pa
             checkpoint()
         results["grid"] = run_grid(cells, backends, missing, results["matmul_tflops"],
                                    budget_s=budget, seed=seed, log=_log, stop=stop,
-                                   on_record=on_record)
+                                   on_record=on_record, interleaved=args.interleaved)
         if any(r.get("flags") for r in results["grid"]):
             code = max(code, EXIT_FAILED) if code != EXIT_ENV else code
         _log(f"grid done ({time.time() - t:.1f} s)")

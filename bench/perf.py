@@ -13,7 +13,7 @@ import math
 from .anchors import ANCHORS, BACKENDS, Unavailable, first_line, output_of
 from .correctness import _is_sticky
 from .flops import gbps, tflops
-from .timing import median, time_cuda
+from .timing import median, time_cuda, time_interleaved
 
 # Timing rounds per cell: backends alternate, so drift within a cell is shared.
 ROUNDS = 3
@@ -49,9 +49,12 @@ def best_anchor(rec: dict) -> str | None:
 
 
 def run_grid(cells, backends: dict, unavailable: dict, matmul_tflops, *, budget_s=0.3,
-             seed: int = 0, log=print, stop=None, on_record=None) -> list[dict]:
+             seed: int = 0, log=print, stop=None, on_record=None, interleaved: bool = False) -> list[dict]:
     """One record per cell; `stop()` true leaves the remaining cells unrun (with the reason);
-    `on_record(records)` is called after each cell (the CLI checkpoints the files there)."""
+    `on_record(records)` is called after each cell (the CLI checkpoints the files there).
+    `interleaved`: each round times the backends' calls interleaved (time_interleaved) instead
+    of in turns (not yet run on a GPU; check23 saw turns of one pair range 0.86-1.12 of each
+    other on an H100's long cells)."""
     import torch
 
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -108,22 +111,7 @@ def run_grid(cells, backends: dict, unavailable: dict, matmul_tflops, *, budget_
                     if _is_sticky(e):
                         raise
                     rec["reasons"]["ours_host_us"] = first_line(e)
-        # Backends take turns, in a rotating order, so clock and thermal drift within a cell
-        # falls on all of them alike; each gets the median of its rounds' medians.
-        samples = {name: [] for name in timed}
-        order = list(timed)
-        for r in range(ROUNDS):
-            for name in order[r % len(order):] + order[:r % len(order)] if order else []:
-                be, fn = timed[name]
-                try:
-                    with be.context():
-                        t = time_cuda(fn, budget_s=budget_s / ROUNDS)
-                except Exception as e:  # noqa: BLE001
-                    if _is_sticky(e):
-                        raise
-                    rec["reasons"][name] = first_line(e)
-                    continue
-                samples[name].append(t)
+        samples = (time_rounds_interleaved if interleaved else time_rounds)(timed, rec, budget_s)
         for name, ts in samples.items():
             if not ts or name in rec["reasons"]:
                 continue
@@ -146,6 +134,46 @@ def run_grid(cells, backends: dict, unavailable: dict, matmul_tflops, *, budget_
         if on_record is not None:
             on_record(records)
     return records
+
+
+def time_rounds(timed: dict, rec: dict, budget_s: float) -> dict:
+    """Backends take turns, in a rotating order, so clock and thermal drift within a cell falls
+    on all of them alike. name -> its rounds' Timings; a failure goes to rec["reasons"]."""
+    samples = {name: [] for name in timed}
+    order = list(timed)
+    for r in range(ROUNDS):
+        for name in order[r % len(order):] + order[:r % len(order)] if order else []:
+            be, fn = timed[name]
+            try:
+                with be.context():
+                    t = time_cuda(fn, budget_s=budget_s / ROUNDS)
+            except Exception as e:  # noqa: BLE001
+                if _is_sticky(e):
+                    raise
+                rec["reasons"][name] = first_line(e)
+                continue
+            samples[name].append(t)
+    return samples
+
+
+def time_rounds_interleaved(timed: dict, rec: dict, budget_s: float) -> dict:
+    """time_rounds with each round's calls interleaved (A B C A B C ..., rotating which leads):
+    a clock shift within a round hits every backend alike. A failure in a round falls back to
+    time_rounds for the cell, which names the backend that failed."""
+    samples = {name: [] for name in timed}
+    order = list(timed)
+    for r in range(ROUNDS):
+        turn = order[r % len(order):] + order[:r % len(order)] if order else []
+        try:
+            ts = time_interleaved({n: timed[n][1] for n in turn}, {n: timed[n][0].context for n in turn},
+                                  budget_s=budget_s / ROUNDS)
+        except Exception as e:  # noqa: BLE001
+            if _is_sticky(e):
+                raise
+            return time_rounds(timed, rec, budget_s)
+        for n in turn:
+            samples[n].append(ts[n])
+    return samples
 
 
 def one_line(rec: dict) -> str:

@@ -48,8 +48,9 @@ def fakes(tmp_path, monkeypatch):
         return {"records": recs, "unexercised": [], "skipped": []}
 
     def grid(cells, backends, missing, mm, budget_s=0.3, seed=0, log=print, stop=None,
-             on_record=None):
+             on_record=None, interleaved=False):
         calls["grid"] = [c.id for c in cells]
+        calls["interleaved"] = interleaved
         recs = []
         for r in synthetic_grid():
             if r["id"] in calls["grid"]:
@@ -149,3 +150,30 @@ def test_watchdog_writes_and_exits(tmp_path, monkeypatch):
     assert res["aborted"].startswith("watchdog")
     t = cli._start_watchdog(0.05, {}, tmp_path, t0=0.0)
     t.cancel()
+
+
+def test_grid_rounds_interleave_the_backends_and_fall_back_to_turns_on_a_failure(monkeypatch):
+    """perf.time_rounds_interleaved: each round one interleaved run of every backend, rotating
+    which leads, in each backend's context; a failure sends the cell to the turn-based timing,
+    which names the backend that failed."""
+    runs = []
+
+    def fake_interleaved(fns, contexts, budget_s):
+        runs.append(list(fns))
+        assert all(contexts[n] == timed[n][0].context for n in fns)
+        return {n: types.SimpleNamespace(median_ms=1.0, iters=5) for n in fns}
+
+    be = {n: types.SimpleNamespace(context=object()) for n in ("ours", "cudnn", "fa4")}
+    timed = {n: (be[n], (lambda n=n: n)) for n in be}
+    monkeypatch.setattr(perf, "time_interleaved", fake_interleaved)
+    rec = {"reasons": {}}
+    samples = perf.time_rounds_interleaved(timed, rec, 0.3)
+    assert runs == [["ours", "cudnn", "fa4"], ["cudnn", "fa4", "ours"], ["fa4", "ours", "cudnn"]]
+    assert {n: len(v) for n, v in samples.items()} == {"ours": 3, "cudnn": 3, "fa4": 3}
+
+    def failing(fns, contexts, budget_s):
+        raise RuntimeError("fa4 launch failed")
+
+    monkeypatch.setattr(perf, "time_interleaved", failing)
+    monkeypatch.setattr(perf, "time_rounds", lambda t, r, b: {"turns": True})
+    assert perf.time_rounds_interleaved(timed, rec, 0.3) == {"turns": True}
