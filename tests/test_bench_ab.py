@@ -332,3 +332,14 @@ def test_ab_run_times_a_forms_variants_and_the_anchors_interleaved(monkeypatch):
     assert by["cand"]["ours"] / by["ctl"]["ours"] == pytest.approx(1 / 0.9)
     assert by["ctl"]["ratio_best"] == pytest.approx(1.1 / 1.0)  # fa4 (1.1 ms) is the faster anchor
     assert by["cand"]["ok"] and by["cand"]["rel_err"] == 2e-3
+
+
+def test_a_label_token_picks_whole_tokens_only():
+    """tests/gpu/_helpers.label_names, which the A/B homes' GPU tests filter candidates with."""
+    from gpu_verification_log import _gpu_helpers
+
+    names = _gpu_helpers().label_names
+    v = "fa3-fwd-sm_90a-bf16-hd64-causal+persistent+tile-192x128+stages-3+lazy-rescale-10"
+    assert names(v, "stages-3") and names(v, "lazy-rescale-10") and names(v, "")
+    assert not names(v, "lazy-rescale-1") and not names(v, "stages") and not names(v, "causal")
+    assert not names("fa3-fwd-sm_90a-bf16-hd64-causal-persistent", "")  # a shipped name has no label

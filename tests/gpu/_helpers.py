@@ -132,13 +132,21 @@ def compare(o, lse, ref_o, ref_lse, what, rtol=RTOL_O, atol=ATOL_LSE, zero_empty
     return errs
 
 
+def label_names(variant: str, label_token: str) -> bool:
+    """Whether a bench.ab variant's label (after its first "+") has `label_token` as one of its
+    "+"-separated tokens ("" : any labelled variant). Whole tokens, so "lazy-rescale-1" does not
+    pick "lazy-rescale-10"."""
+    name, plus, label = variant.partition("+")
+    return bool(plus) and (not label_token or label_token in label.split("+"))
+
+
 def labelled_candidates(home, label_token: str, arch) -> list:
-    """The fa3_fwd manifests of a bench.ab home whose label (after the variant's "+") names
-    `label_token`, for `arch`, by variant name: the candidates a pinned GPU test runs."""
+    """The fa3_fwd manifests of a bench.ab home whose label names `label_token` (label_names),
+    for `arch`, by variant name: the candidates a pinned GPU test runs."""
     from cubinforge.runtime.registry_source import LocalSource, manifests
 
     if not (home / "manifests").is_dir():
         return []
     found, _broken = manifests(LocalSource(home), "fa3_fwd")
-    return sorted((m for m in found if "+" in m.variant and label_token in m.variant.split("+", 1)[1]
-                   and m.contract.arch == arch), key=lambda m: m.variant)
+    return sorted((m for m in found if label_names(m.variant, label_token) and m.contract.arch == arch),
+                  key=lambda m: m.variant)

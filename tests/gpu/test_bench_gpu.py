@@ -50,6 +50,37 @@ def test_timer_and_matmul_ceiling():
     assert t.iters >= 5 and 0 < t.min_ms <= t.median_ms <= t.max_ms
 
 
+def test_interleaved_timer_keeps_each_calls_own_time():
+    """time_interleaved on two GEMMs, one with 8x the flops: each gets its own time (the larger
+    one 4-12x the smaller: a pairing mistake, events swapped or shared, reads ~1x or inverts)."""
+    a = torch.randn(1024, 1024, device="cuda")
+    b = torch.randn(4096, 2048, device="cuda")
+    c = torch.randn(2048, 1024, device="cuda")
+    t = timing.time_interleaved({"small": lambda: a @ a, "large": lambda: b @ c}, budget_s=0.05)
+    assert t["small"].iters == t["large"].iters >= 5
+    assert 4 < t["large"].median_ms / t["small"].median_ms < 12, t
+
+
+def test_rising_scores_fit_e4m3_at_every_head_dim():
+    """bench.ab.rising with e4m3's k_max: channel 0 of k stays finite in e4m3 at hd256 (its peak
+    k0, 554, is past e4m3's 448), the scores q0 k0 are those without the limit, and hd64 / hd128's
+    inputs are unchanged by it."""
+    from cubinforge.bench.ab import E4M3_RISING_K_MAX, rising
+
+    for hd in (64, 128, 256):
+        q = torch.randn(1, 300, 2, hd, device="cuda")
+        k = torch.randn(1, 300, 2, hd, device="cuda")
+        qa, ka = rising(q, k, hd, torch.Generator(device="cuda").manual_seed(5))
+        qb, kb = rising(q, k, hd, torch.Generator(device="cuda").manual_seed(5), k_max=E4M3_RISING_K_MAX)
+        assert not torch.isnan(kb.to(torch.float8_e4m3fn).float()).any(), hd
+        assert float(kb[..., 0].abs().max()) <= E4M3_RISING_K_MAX
+        scores_a = torch.einsum("bih,bjh->bhij", qa[..., 0], ka[..., 0])
+        scores_b = torch.einsum("bih,bjh->bhij", qb[..., 0], kb[..., 0])
+        torch.testing.assert_close(scores_b, scores_a, rtol=1e-5, atol=1e-4)
+        if hd <= 128:
+            assert torch.equal(qa, qb) and torch.equal(ka, kb), hd
+
+
 def test_anchors_compute_attention():
     cell = grid.Cell("bf16", 128, True, 2, 4, 4, 256, 256)
     backends, missing = anchors.make_backends(["cudnn", "flash2"], log=lambda m: None)

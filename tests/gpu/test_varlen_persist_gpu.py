@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import test_varlen_gpu as vg
+from _helpers import label_names
 from cubinforge.runtime.registry_source import LocalSource
 from test_inference_gpu import NO_GPU
 
@@ -39,7 +40,7 @@ def _candidates() -> list[tuple[str, dict]]:
     out = []
     for p in sorted((HOME / "manifests").glob("*.json")):
         axes = json.loads(p.read_text()).get("axes", {})
-        if axes.get("varlen") and axes.get("scheduler") == "persistent" and LABEL in p.stem.partition("+")[2]:
+        if axes.get("varlen") and axes.get("scheduler") == "persistent" and (not LABEL or label_names(p.stem, LABEL)):
             out.append((p.stem, axes))
     return out
 
