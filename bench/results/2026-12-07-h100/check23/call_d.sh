@@ -15,6 +15,9 @@ xz -dc .stage_homes/homes.tar.xz | tar -xf - || { echo "homes unpack failed"; ex
 bash bench/stage_fa4.sh park || echo "FA4 park failed"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $C/gpu.txt 2>&1
 cat $C/gpu.txt; echo "commit $CUBINFORGE_COMMIT"
+echo "== the interleaved timer's and rising()'s GPU tests ($(date +%T))"
+timeout 60 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/gpu/test_bench_gpu.py -k "interleaved or rising" \
+  > $C/timer-tests.log 2>&1; tail -3 $C/timer-tests.log
 echo "== k-stages A/B, calls interleaved ($(date +%T))"
 timeout 240 python3 -m bench.ab run --home .cubinforge-ab-kstages --seqlens 2048,8192,16384 --rounds 5 \
   --out $C/ab-kstages > $C/ab-kstages.log 2>&1
