@@ -1667,9 +1667,46 @@ def ab_table(rows: list[dict], anchors: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare_rows(rows: list[dict], control: str | None = None, candidate: str | None = None) -> list[dict]:
+    """Each candidate against its control, from one `run`'s rows (ab.json), per form and cell.
+    A form's control is its variant whose label has the token `control`, or else the one whose
+    label lacks `candidate` (label tokens: the "+"-separated parts after the variant's name).
+    ratio: candidate TFLOPS over control TFLOPS; round_min / round_max: the same ratio round by
+    round (rows with `ms_rounds`, timed in the same rounds), how far one round can mislead."""
+    if (control is None) == (candidate is None):
+        raise ValueError("pass --control TOKEN (the label token of each form's control) or --candidate TOKEN "
+                         "(the token the candidates have and the control lacks), one of the two")
+
+    def tokens(variant):
+        return variant.partition("+")[2].split("+")
+
+    def is_control(variant):
+        return control in tokens(variant) if control is not None else candidate not in tokens(variant)
+
+    cells: dict[tuple, list[dict]] = {}
+    for r in rows:
+        cells.setdefault((r["variant"].partition("+")[0], r.get("shape", r["seqlen"])), []).append(r)
+    out = []
+    for (form, cell), group in cells.items():
+        controls = [r for r in group if is_control(r["variant"])]
+        if len(controls) != 1:
+            raise ValueError(f"{form} at {cell}: {len(controls)} controls among "
+                             f"{[r['variant'].partition('+')[2] for r in group]}")
+        ctl = controls[0]
+        for r in group:
+            if r is ctl:
+                continue
+            per_round = [c / m for c, m in zip(ctl.get("ms_rounds", []), r.get("ms_rounds", []))]
+            out.append({"form": form, "cell": cell, "control": ctl["variant"].partition("+")[2],
+                        "candidate": r["variant"].partition("+")[2], "ratio": r["ours"] / ctl["ours"],
+                        "round_min": min(per_round, default=None), "round_max": max(per_round, default=None),
+                        "ok": r["ok"]})
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench.ab", description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=("build", "run"))
+    ap.add_argument("step", choices=("build", "run", "compare"))
     ap.add_argument("--home", type=Path, default=Path(".cubinforge-ab"))
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
@@ -1677,9 +1714,24 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="run: timing rounds per cell (calls interleaved in each)")
     ap.add_argument("--experiments", default="leave-one-out",
                     help=f"comma-separated sets: {', '.join(EXPERIMENTS)}")
+    ap.add_argument("--json", type=Path, help="compare: a run's ab.json")
+    ap.add_argument("--control", help="compare: the label token that marks each form's control")
+    ap.add_argument("--candidate", help="compare: the label token the candidates have and the control lacks")
     a = ap.parse_args(argv)
     if a.step == "build":
         return build(a.home, a.experiments)
+    if a.step == "compare":
+        if a.json is None:
+            raise SystemExit("compare reads a run's ab.json: pass --json PATH")
+        try:
+            found = compare_rows(json.loads(a.json.read_text())["rows"], a.control, a.candidate)
+        except ValueError as e:
+            raise SystemExit(f"compare: {e}") from None
+        for c in found:
+            spread = (f"  rounds {c['round_min']:.3f}-{c['round_max']:.3f}" if c["round_min"] is not None else "")
+            print(f"{c['form']:44s} {str(c['cell']):>14s}  {c['candidate']} / {c['control']}: {c['ratio']:.3f}"
+                  f"{spread}{'' if c['ok'] else '  (candidate FAILED its gate)'}")
+        return 0
     shapes = [tuple(int(x) for x in sh.split(":")) for sh in a.shapes.split(",") if sh]
     if any(len(sh) != 3 for sh in shapes):
         raise SystemExit(f"--shapes takes BATCH:SEQLEN:HEADS entries, got {a.shapes!r}")

@@ -343,3 +343,27 @@ def test_a_label_token_picks_whole_tokens_only():
     assert names(v, "stages-3") and names(v, "lazy-rescale-10") and names(v, "")
     assert not names(v, "lazy-rescale-1") and not names(v, "stages") and not names(v, "causal")
     assert not names("fa3-fwd-sm_90a-bf16-hd64-causal-persistent", "")  # a shipped name has no label
+
+
+def test_compare_reads_each_candidate_against_its_forms_control_round_by_round():
+    from cubinforge.bench.ab import compare_rows
+
+    def row(label, seqlen, ms, ok=True, form="fa3-fwd-sm_90a-bf16-hd64-causal"):
+        return {"variant": f"{form}+{label}", "seqlen": seqlen, "ours": 100.0 / (sum(ms) / len(ms)),
+                "ms_rounds": ms, "ok": ok}
+
+    rows = [row("p+stages-2", 2048, [1.0, 1.0]), row("p+stages-3", 2048, [0.8, 1.25]),
+            row("p+stages-2", 8192, [2.0, 2.0]), row("p+stages-3+x", 8192, [2.0, 2.0], ok=False),
+            row("q+stages-2", 2048, [1.0, 1.0], form="fa3-fwd-sm_90a-fp16-hd64-causal")]
+    found = compare_rows(rows, control="stages-2")
+    assert [(c["form"][-16:], c["cell"], c["candidate"]) for c in found] == [
+        ("bf16-hd64-causal", 2048, "p+stages-3"), ("bf16-hd64-causal", 8192, "p+stages-3+x")]
+    first = found[0]
+    assert (first["round_min"], first["round_max"]) == (0.8, 1.25)
+    assert not found[1]["ok"]
+    # the same pairs named by the candidates' token; "stages" is no whole token of either label
+    assert [c["candidate"] for c in compare_rows(rows[:2], candidate="stages-3")] == ["p+stages-3"]
+    with pytest.raises(ValueError, match="2 controls"):
+        compare_rows(rows[:2], candidate="stages")
+    with pytest.raises(ValueError, match="one of the two"):
+        compare_rows(rows)
