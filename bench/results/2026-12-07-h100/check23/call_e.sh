@@ -4,7 +4,7 @@
 # check23/c1 (hd64 at 2k-16k, both dtypes and masks; hd128 / hd256 causal at 512) beside cuDNN and
 # FA4, timed twice in one call: in turns (as every grid so far) and with --interleaved. Where the
 # two disagree, or the interleaved rounds agree more closely, the long cells' ratios were partly
-# timing noise.
+# timing noise. On an H200 only, issue 11's decode cases isolated beside FA4 as well.
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h100/check23/call_e.sh
 # carry: .stage_fa4y
 set -uo pipefail
@@ -26,6 +26,14 @@ for mode in turns interleaved; do
   echo "rc=$?" >> $E/grid-$mode.log; grep -v "Warning\|exe_args" $E/grid-$mode.log | tail -24
   save
 done
+if grep -q H200 $E/gpu.txt; then  # issue 11's 4.4 TB/s targets were set on an H200, by this method
+  echo "== inference decode, isolated, beside FA4 ($(date +%T))"
+  CUBINFORGE_HOME=$PWD/.cubinforge timeout 120 python3 -m cubinforge.bench.inference --isolated --json $E/inference.json --cases \
+    paged_decode_b64_k4096_p256,paged_decode_b64_k4096_p16,paged_decode_b8_k32768_p256,paged_decode_b128_k1024_p64,dense_decode_b8_k32768,gqa_decode_b32_k8192_h64_8,spec_decode_b32_q4_k8192_h32_8,paged_spec_decode_b32_q4_k8192_p256 \
+    > $E/inference.log 2>&1
+  echo "rc=$?" >> $E/inference.log; grep -v "Warning\|exe_args" $E/inference.log | tail -24
+  save
+fi
 echo "done $(date +%T)"
 } 2>&1 | tee $OUT/e1.txt
 tar czf $OUT/e1.tgz -C /tmp e1
