@@ -1,5 +1,6 @@
-"""GPU tests of a dense bench.ab home's candidates (first the `late-k-release` set, K's stage released
-after the softmax behind a test of the row sums; then `k-stages`) against the float64 reference of
+"""GPU tests of a dense bench.ab home's candidates (the `hd96-pss` set, P through shared memory:
+CUBINFORGE_AB_HOME=.cubinforge-ab-hd96pss CUBINFORGE_AB_LABEL=p-smem; `late-k-release`, K's stage
+released after the softmax behind a test of the row sums; `k-stages`) against the float64 reference of
 test_runtime_gpu.py: sequence lengths off every tile edge, sq != sk both ways (causal rows that
 see no key), GQA, a batch of more tiles than SMs (a persistent CTA walks several), and a long key
 range (many releases: a release that never came would hang the kernel, not pass). Out and LSE
@@ -30,13 +31,14 @@ LABEL = os.environ.get("CUBINFORGE_AB_LABEL", "")
 CANDIDATES = labelled_candidates(HOME, LABEL, ARCH)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")]
 
-# (batch, seqlen_q, seqlen_k, heads_q, heads_kv): 1 x 1; around the 128/192-row and 64-128-key
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv): 1 x 1; around the 128/192-row and 64-144-key
 # tile edges; sq < sk and sq > sk; 2 x 9 x 8 query tiles over 1000 keys (more than 132 CTAs);
 # 4,099 keys (33-65 key blocks a tile).
 CASES = [
     (1, 1, 1, 4, 4),
     (2, 191, 143, 4, 2),
     (1, 193, 129, 8, 8),
+    (1, 193, 145, 8, 8),
     (3, 129, 1000, 4, 1),
     (1, 1000, 127, 2, 2),
     (2, 1537, 1000, 8, 2),
