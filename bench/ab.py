@@ -1423,8 +1423,9 @@ def rising(q, k, hd: int, generator, k_max: float | None = None):
 
     sk = k.shape[1]
     r = torch.clamp((sk - 1 - torch.arange(sk, device=k.device)) * RISING_LOG2_PER_KEY, max=RISING_CAP_LOG2)
-    k0 = r * math.sqrt(hd) / math.log2(math.e)
-    shift = max(1.0, RISING_CAP_LOG2 * math.sqrt(hd) / math.log2(math.e) / k_max) if k_max else 1.0
+    per_log2 = math.sqrt(hd) / math.log2(math.e)  # k0 for one log2 unit of score at q0 = 1
+    k0 = r * per_log2
+    shift = max(1.0, RISING_CAP_LOG2 * per_log2 / k_max) if k_max else 1.0
     q = q.clone()
     k = k.clone()
     u = torch.rand(q.shape[0], q.shape[1], q.shape[2], device=q.device, generator=generator) + 0.5
@@ -1620,15 +1621,15 @@ def time_form(ours, anchors: dict, form: tuple, variants: list, spec, rounds: in
         where = f"s{s}"
     q = torch.randn(cell.batch, s, cell.heads, hd, device="cuda", dtype=torch_dtype(cell.dtype))
     k, v = torch.randn_like(q), torch.randn_like(q)
-    fns = {}
     if fp8:
         q8, k8, v8_in, _v8 = fp8_inputs(cell.batch, s, s, cell.heads, cell.heads, hd, v_layout, seed=s)
+        fns = {}
         for name, _ in variants:
             o8 = torch.empty_like(q)
             l8 = torch.empty(cell.batch, cell.heads, s, device="cuda")
             fns[name] = fp8_call(ours, name, causal, v_layout, q8, k8, v8_in, o8, l8)
     else:
-        fns.update({name: ours.prepare(cell, q, k, v, variant=name)[0] for name, _ in variants})
+        fns = {name: ours.prepare(cell, q, k, v, variant=name)[0] for name, _ in variants}
     contexts = {name: ours.context for name in fns}
     for b, a in anchors.items():
         fns[b] = a.prepare(cell, q, k, v)[0]
@@ -1641,10 +1642,10 @@ def time_form(ours, anchors: dict, form: tuple, variants: list, spec, rounds: in
         for b in fns:
             ms[b].append(timed[b].median_ms)
     t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
-    best = max((t[b] for b in anchors), default=float("nan"))
+    an = {b: t[b] for b in anchors}
+    best = max(an.values(), default=float("nan"))
     rows = []
     for name, (rel, lse_err, ok) in variants:
-        an = {b: t[b] for b in anchors}
         rows.append({"variant": name, "seqlen": s, "rel_err": rel, "lse_err": lse_err, "ok": ok,
                      "ours": t[name], **an, "ratio_cudnn": t[name] / t["cudnn"], "ratio_best": t[name] / best,
                      "ms_rounds": ms[name], **{f"{b}_ms_rounds": ms[b] for b in anchors},

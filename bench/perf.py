@@ -136,13 +136,17 @@ def run_grid(cells, backends: dict, unavailable: dict, matmul_tflops, *, budget_
     return records
 
 
+def rotated(order: list, r: int) -> list:
+    """`order` rotated left by r: round r's turn, so each backend leads a round in turn."""
+    return order[r % len(order):] + order[:r % len(order)] if order else []
+
+
 def time_rounds(timed: dict, rec: dict, budget_s: float) -> dict:
     """Backends take turns, in a rotating order, so clock and thermal drift within a cell falls
     on all of them alike. name -> its rounds' Timings; a failure goes to rec["reasons"]."""
     samples = {name: [] for name in timed}
-    order = list(timed)
     for r in range(ROUNDS):
-        for name in order[r % len(order):] + order[:r % len(order)] if order else []:
+        for name in rotated(list(timed), r):
             be, fn = timed[name]
             try:
                 with be.context():
@@ -161,9 +165,8 @@ def time_rounds_interleaved(timed: dict, rec: dict, budget_s: float) -> dict:
     a clock shift within a round hits every backend alike. A failure in a round falls back to
     time_rounds for the cell, which names the backend that failed."""
     samples = {name: [] for name in timed}
-    order = list(timed)
     for r in range(ROUNDS):
-        turn = order[r % len(order):] + order[:r % len(order)] if order else []
+        turn = rotated(list(timed), r)
         try:
             ts = time_interleaved({n: timed[n][1] for n in turn}, {n: timed[n][0].context for n in turn},
                                   budget_s=budget_s / ROUNDS)

@@ -51,37 +51,14 @@ GPU_HOLD_CYCLES = 40_000_000
 
 def time_cuda(fn, *, warmup: int = 5, min_iters: int = 5, max_iters: int = 30,
               budget_s: float = 0.3) -> Timing:
-    """Median GPU time of `fn()` on the current torch stream, with one event pair per call.
+    """Median GPU time of `fn()` on the current torch stream, with one event pair per call
+    (time_interleaved of one function).
 
     The caller makes `fn` launch on torch's current stream (ours gets it passed explicitly).
     Async errors surface at the synchronize calls here, as exceptions.
     """
-    import torch
-
-    stream = torch.cuda.current_stream()
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    # One timed call to size the run.
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(stream)
-    fn()
-    e.record(stream)
-    e.synchronize()
-    n = plan_iterations(s.elapsed_time(e), budget_s, min_iters, max_iters)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    # Keep the GPU busy while the host enqueues the timed calls, so each event pair measures
-    # the GPU's work for one call, not the host's launch overhead (reported separately as
-    # host_us): otherwise a short kernel is timed at the speed of the Python that launches it.
-    torch.cuda._sleep(GPU_HOLD_CYCLES)
-    for i in range(n):
-        starts[i].record(stream)
-        fn()
-        ends[i].record(stream)
-    torch.cuda.synchronize()
-    ts = [a.elapsed_time(b) for a, b in zip(starts, ends)]
-    return Timing(median_ms=median(ts), min_ms=min(ts), max_ms=max(ts), iters=n)
+    return time_interleaved({"fn": fn}, warmup=warmup, min_iters=min_iters, max_iters=max_iters,
+                            budget_s=budget_s)["fn"]
 
 
 def time_interleaved(fns: dict, contexts: dict | None = None, *, warmup: int = 3, min_iters: int = 5,
@@ -91,15 +68,16 @@ def time_interleaved(fns: dict, contexts: dict | None = None, *, warmup: int = 3
     of them alike (check23: timed in turns of ~0.1 s each, two variants of one form on a 16k cell
     read 0.86-1.12 of each other from turn to turn on an H100). `contexts`: name -> a context
     manager factory a call runs in (the anchors' backend selection). Returns name -> Timing."""
-    import contextlib
-
     import torch
 
     contexts = contexts or {}
     stream = torch.cuda.current_stream()
 
     def call(name):
-        with contexts.get(name, contextlib.nullcontext)():
+        if name not in contexts:
+            fns[name]()
+            return
+        with contexts[name]():
             fns[name]()
 
     names = list(fns)
@@ -107,7 +85,7 @@ def time_interleaved(fns: dict, contexts: dict | None = None, *, warmup: int = 3
         for _ in range(warmup):
             call(name)
     torch.cuda.synchronize()
-    # One timed call of each to size the run: the slowest sets how many rounds fit.
+    # One timed call of each to size the run: their sum sets how many rounds fit.
     est = {}
     for name in names:
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -119,8 +97,10 @@ def time_interleaved(fns: dict, contexts: dict | None = None, *, warmup: int = 3
     n = plan_iterations(sum(est.values()), budget_s, min_iters, max_iters)
     events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(n)] for name in names}
-    # As time_cuda, the GPU and not the host sets the pace: the hold covers enqueuing
-    # max_iters calls of each of the functions.
+    # Keep the GPU busy while the host enqueues the timed calls (max_iters of each function), so
+    # each event pair measures the GPU's work for one call, not the host's launch overhead
+    # (reported separately as host_us): otherwise a short kernel is timed at the speed of the
+    # Python that launches it.
     torch.cuda._sleep(GPU_HOLD_CYCLES * len(names))
     for i in range(n):
         for name in names:
