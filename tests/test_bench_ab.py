@@ -236,10 +236,11 @@ def test_late_k_release_rows_are_the_shipped_forms_and_the_same_with_k_released_
         assert late_label == label + "+late-k-release"
 
 
-def test_k_stages_rows_are_the_shipped_forms_and_the_same_with_more_stages():
-    """bench.ab k-stages: in each triple the first row is the default set's hd64 form exactly as
-    shipped (the FwdConfig its variant resolves to), the next two differ from it by stages alone
-    (3, 4), and each fits the shared memory it asks for (FwdConfig refuses what does not)."""
+def test_k_stages_rows_are_the_shipped_forms_with_two_three_and_four_stages():
+    """bench.ab k-stages: each triple is the default set's hd64 form (the FwdConfig its variant
+    resolves to) with 2, 3 and 4 stages and nothing else changed, each fitting the shared memory
+    it asks for (FwdConfig refuses what does not). The shipped form is the 3-stage row where the
+    A/B promoted it (causal, check24/d1) and the 2-stage control elsewhere."""
     import dataclasses
 
     from cubinforge.bench.ab import EXPERIMENTS, experiment_config
@@ -249,12 +250,14 @@ def test_k_stages_rows_are_the_shipped_forms_and_the_same_with_more_stages():
     assert len(rows) == 12
     for i in range(0, len(rows), 3):
         control = experiment_config(rows[i][1])
-        assert control == FwdConfig(arch="sm_90a", dtype=control.dtype, head_dim=64, causal=control.causal,
-                                    scheduler="persistent"), rows[i][0]
-        assert control.stages == 2 and (control.tile_m, control.tile_n) == (192, 128)
+        shipped = FwdConfig(arch="sm_90a", dtype=control.dtype, head_dim=64, causal=control.causal,
+                            scheduler="persistent")
+        assert control == dataclasses.replace(shipped, stages=2), rows[i][0]
+        assert (control.tile_m, control.tile_n) == (192, 128) and "stages-2" in rows[i][0]
         for stages, (label, over) in zip((3, 4), rows[i + 1:i + 3]):
             assert experiment_config(over) == dataclasses.replace(control, stages=stages), label
             assert label == rows[i][0].replace("stages-2", f"stages-{stages}")
+        assert shipped.stages == (3 if control.causal else 2)
 
 
 def test_switch_label_names_every_switch_or_refuses():

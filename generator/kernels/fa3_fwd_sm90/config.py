@@ -96,7 +96,12 @@ TUNED: dict[tuple[int, bool, str, tuple[int, int] | None], dict[str, bool | int 
     # (lpt 260 / 405 / 539; cuDNN 343 / 439 / 518; FA4 in b1 275 / 424 / 553); 4 x 3000 x 16
     # heads 558 against lpt's 515; from 4k lpt leads (633 against 603).
     (128, True, "persistent", None): {"separate_o_smem": True, "warp_o_store": True, "causal_order": "sections"},
-    (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True, "q_double_buffer": True},
+    # Sessions 23-24 (bench.ab k-stages, H100, float64 tests check23/a2): three K/V stages, ours
+    # / two stages with the calls interleaved (check24/d1, 5 rounds): bf16 1.020 / 1.004 / 1.003 at
+    # 2k / 8k / 16k, fp16 1.014 / 1.002 / 1.001; four stages tied or lost to three (fp16 8k 0.998).
+    # The non-causal form lost 1% with either (0.986-0.992 bf16) and keeps two.
+    (64, True, "persistent", None): {"separate_o_smem": True, "wg_epilogue": True, "q_double_buffer": True,
+                                     "stages": 3},
     # Session 10 (bench/results/2026-12-02-h200/check10/r2 bf16 beside FA4, s1 fp16): hd96 at
     # FA4's 192-row tiles with P through shared memory (p_smem; P in registers spills there),
     # TFLOPS at 1k / 2k / 8k / 16k. Non-causal 192 x 144 + in-order sum: bf16 446 / 599 / 685 /
