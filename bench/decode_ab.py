@@ -19,7 +19,7 @@ seqlen_k = 128k), and at hd128 inference.py's speculative and GQA decode (b32 x 
 Every ours entry first runs once on NaN-poisoned O and LSE and is checked against the float32
 reference (bench.reference.attention_torch; bench.correctness.judge: rel err <= 2.5e-3, LSE
 <= 1e-3, nothing left unwritten); one that fails is reported and not timed. Then all entries
-are timed in alternating rounds (bench.timing.alternating / time_cuda), median of the rounds.
+are timed in rounds of interleaved calls (bench.timing.interleaved_rounds), median of the rounds.
 Figures: ms, TB/s of K+V read (inference.py's measure) and ours / best anchor (time ratio).
 Each forward kernel's resident CTAs per SM comes from the driver's occupancy query.
 """
@@ -230,18 +230,11 @@ def run(cells, splits, home, ab_splits, iters: int, log=print, on_cell=None) -> 
                     return records
         if len(ours_sets) <= len(splits):
             check_anchors()
-        samples = {key: [] for key in fns}
-        for key in timing.alternating(fns):
-            ctx, fn = fns[key]
-            try:
-                if ctx is not None:
-                    with ctx():
-                        t = timing.time_cuda(fn, warmup=3, min_iters=iters, max_iters=iters, budget_s=0.05)
-                else:
-                    t = timing.time_cuda(fn, warmup=3, min_iters=iters, max_iters=iters, budget_s=0.05)
-                samples[key].append(t.median_ms)
-            except Exception as e:  # noqa: BLE001
-                rec["entries"][key]["error"] = f"{type(e).__name__}: {e}"[:300]
+        samples, errors = timing.interleaved_rounds(
+            {key: fn for key, (_, fn) in fns.items()}, 3, {key: ctx for key, (ctx, _) in fns.items() if ctx is not None},
+            min_iters=iters, max_iters=iters, budget_s=0.05)
+        for key, e in errors.items():
+            rec["entries"][key]["error"] = f"{type(e).__name__}: {e}"[:300]
         for key, ts in samples.items():
             if ts:
                 ms = timing.median(ts)

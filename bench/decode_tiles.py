@@ -1,7 +1,7 @@
 """Decode forms side by side, one registry home per form: the same flash_attn_with_kvcache call
 against each home (whose only decode forms are one tile's), run once on NaN-poisoned O and LSE
 and checked against torch's float32 attention (bench.reference.attention_torch,
-bench.correctness.judge), then timed in alternating rounds.
+bench.correctness.judge), then timed in rounds of interleaved calls (timing.interleaved_rounds).
 
     PYTHONPATH=. python3 -m bench.decode_tiles --homes .cubinforge-ab-d80,.cubinforge-ab-d64
     PYTHONPATH=. python3 -m bench.decode_tiles --head-dim 128 --dtype fp16 --homes A,B --cells 32,4,8192,32,8
@@ -55,7 +55,7 @@ def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str 
     from .correctness import errors_torch, judge
     from .decode_ab import occupancy
     from .reference import attention_torch
-    from .timing import alternating, median, time_cuda
+    from .timing import interleaved_rounds, median
 
     D, tdt = head_dim, getattr(torch, TORCH_DTYPES[dtype])
     failed = 0
@@ -93,9 +93,9 @@ def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str 
                                 f"lse {errs['lse_err']:.1e} {'ok' if ok else 'FAIL ' + '; '.join(why)}")
             if ok:
                 fns[home.name] = (lambda p=p: p.run(stream))
-        ms = {n: [] for n in fns}
-        for n in alternating(fns):
-            ms[n].append(time_cuda(fns[n], budget_s=0.2).median_ms)
+        ms, errors = interleaved_rounds(fns, 3, warmup=5, budget_s=0.2)
+        for n, e in errors.items():
+            print(f"{n}: timing failed: {type(e).__name__}: {e}"[:300], flush=True)
         nbytes = 2 * b * sk * hkv * D * 2
         # Causal bottom-right: query i of sq sees sk - sq + i + 1 keys.
         keys_seen = sq * sk - (sq * (sq - 1) // 2 if causal else 0)
@@ -103,7 +103,7 @@ def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str 
         first = None
         for home in homes:
             n = home.name
-            if n not in ms:
+            if not ms.get(n):
                 print(f"b{b} q{sq} k{sk} {hq}/{hkv}  {n:24s} not timed: {names[n]}", flush=True)
                 continue
             t = median(ms[n])

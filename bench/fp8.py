@@ -318,7 +318,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
     fp8-p-scale`): each through bench.ab's e4m3 gate (and its rising-score case where the
     softmax keeps a stale maximum or shifts P), then the error study's kernel rows (a0), (a)
     and (b) pinned to it (a causal variant against the causal float64 reference), and TFLOPS
-    at `seqlen` in alternating rounds with the other variants of its (head dim, causal, V
+    at `seqlen` in rounds of interleaved calls with the other variants of its (head dim, causal, V
     layout), read against that group's base (bench.ab's FP8_*_BASES); each causal variant's
     TFLOPS over the non-causal ones' of the same run (causal_ratios). A bf16 variant in the
     home gives row (c). The inputs are quantised on the host (fp8_reference.quantize:
@@ -332,7 +332,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
 
     from .ab import RISING_SHAPES, check_fp8_variant, fp8_call
     from .anchors import Ours
-    from .timing import alternating, median, time_cuda
+    from .timing import interleaved_rounds, median
 
     torch = _torch()
     ours = Ours()
@@ -385,7 +385,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
                 record(f"{name} {case}", rmse=row[case])
             attempt(f"{name} {case}", one)
     failed = rising_gate(summary, dense, rising)
-    # Speed: the variants of one (head dim, causal, V layout) in alternating rounds.
+    # Speed: the variants of one (head dim, causal, V layout) in rounds of interleaved calls.
     groups: dict[tuple, list[str]] = {}
     for name, ax in dense.items():
         if ax["dtype"] == "e4m3" and summary.get(name, {}).get("gate") == "ok":
@@ -400,9 +400,9 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
             out = torch.empty((1, seqlen, heads, d), dtype=torch.bfloat16, device="cuda")
             lse = torch.empty((1, heads, seqlen), dtype=torch.float32, device="cuda")
             fns = {n: fp8_call(ours, n, causal, v_layout, q8, k8, v8_in, out, lse) for n in names}
-            ms = {n: [] for n in names}
-            for n in alternating(fns, rounds):
-                ms[n].append(time_cuda(fns[n], warmup=3, min_iters=10, max_iters=30, budget_s=0.2).median_ms)
+            ms, errors = interleaved_rounds(fns, rounds, min_iters=10, max_iters=30, budget_s=0.2)
+            if errors:
+                raise RuntimeError("; ".join(f"{n}: {type(e).__name__}: {e}" for n, e in errors.items())[:500])
             flops = attention_flops(1, heads, seqlen, seqlen, d, causal)
             base = group_base(names)
             for n in names:
@@ -526,7 +526,7 @@ def main(argv=None) -> int:
                         "column-major TFLOPS per-head and with block descales (needs SET=fp8's block variants)")
     p.add_argument("--v-layout", choices=("colmajor", "rowmajor", "both"), default="both",
                    help="V layouts of the speed rows (rowmajor needs SET=fp8)")
-    p.add_argument("--rounds", type=int, default=3, help="--ab-home: alternating timing rounds per group "
+    p.add_argument("--rounds", type=int, default=3, help="--ab-home: timing rounds per group (calls interleaved) "
                                                          "(default 3; more to resolve ~1%% differences)")
     p.add_argument("--ab-home", help="bench.ab's e4m3 candidates in this registry (fp8-p-scale): gate, "
                                      "error rows and TFLOPS per variant, nothing else")

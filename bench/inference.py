@@ -8,9 +8,10 @@ cache, per-(batch, head_kv) descales; TB/s of the e4m3 K+V bytes, beside bf16's 
 decode of the same values and its own TB/s), and its varlen prefill and paged chunked
 prefill cells as TFLOPS (ours: flash_attn_varlen_func, prepared; FA4: its
 flash_attn_varlen_func with the same cu_seqlens / seqused_k / page_table). Each runs in its own try/except, so one
-failure leaves the rest of the table. Times are the median of CUDA-event timings after
-warm-up (bench.timing.time_cuda); ours is timed as a prepared call (the checked launches
-only, as a serving loop runs them). The HBM copy rate of a 1 GiB clone (read + write) is
+failure leaves the rest of the table. Each case's calls (ours, its other forms, FA4) are timed
+together, interleaved, in 3 rounds (bench.timing.interleaved_rounds: one event pair a call,
+median of the rounds' medians); ours is timed as a prepared call (the checked launches only,
+as a serving loop runs them). The HBM copy rate of a 1 GiB clone (read + write) is
 measured in the same run, and each bandwidth is shown against it.
 """
 
@@ -149,6 +150,19 @@ def varlen_case(torch, kind, d=D, dv=D, dtype="bf16"):
     return q, k, v, cu_q, None, used, table, c["new"], c["ctx"], full, per_pair * pairs
 
 
+def time_side_by_side(timing, fns: dict, r: dict, figures) -> None:
+    """`fns` (name -> a prepared call) timed together, their calls interleaved, in 3 rounds
+    (timing.interleaved_rounds; check23: one anchor moved 6% between turns on an H100). r[name]
+    gets {"ms": the median of the rounds, **figures(name, ms)}, or {"error": ...} where its call failed."""
+    ms, errors = timing.interleaved_rounds(fns, 3, warmup=5, budget_s=0.1)
+    for name, e in errors.items():
+        r[name] = {"error": first_line(e)}
+    for name, xs in ms.items():
+        if xs:
+            m = timing.median(xs)
+            r[name] = {"ms": m, **figures(name, m)}
+
+
 def run_varlen_cases(torch, timing, want) -> list:
     from cubinforge.runtime import prepare_varlen
     rows = []
@@ -169,13 +183,13 @@ def run_varlen_cases(torch, timing, want) -> list:
             flops = varlen_flops(VARLEN_LENS, q.shape[1], q.shape[2], v.shape[2], causal, model["window_size"])
         r["flops"] = flops
         stream = torch.cuda.current_stream().cuda_stream
+        fns = {}
         try:
             out = q.new_empty(*q.shape[:2], v.shape[-1])
             lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device="cuda")
             p = prepare_varlen(q, k, v, cu_q, cu_k, mq, mk, seqused_k=used, page_table=table, causal=causal,
                                out=out, lse=lse, stream=stream, **model)
-            t = timing.time_cuda(lambda: p.run(stream))
-            r["ours"] = {"ms": t.median_ms, "tflops": flops / (t.median_ms * 1e-3) / 1e12, "kernels": p.kernels}
+            fns["ours"] = lambda: p.run(stream)
         except Exception as e:
             r["ours"] = {"error": first_line(e)}
             traceback.print_exc(limit=2, file=sys.stderr)
@@ -184,19 +198,21 @@ def run_varlen_cases(torch, timing, want) -> list:
             kw = dict(cu_seqlens_q=cu_q, max_seqlen_q=mq, causal=causal, **model)
             kw.update(dict(seqused_k=used, page_table=table) if table is not None
                       else dict(cu_seqlens_k=cu_k, max_seqlen_k=mk))
-            t = timing.time_cuda(lambda: flash_attn_varlen_func(q, k, v, **kw))
-            r["fa4"] = {"ms": t.median_ms, "tflops": flops / (t.median_ms * 1e-3) / 1e12}
+            fns["fa4"] = lambda: flash_attn_varlen_func(q, k, v, **kw)
+        except Exception as e:
+            r["fa4"] = {"error": first_line(e)}
+        time_side_by_side(timing, fns, r, lambda _, ms: {"tflops": flops / (ms * 1e-3) / 1e12})
+        if "ms" in r.get("ours", {}):
+            r["ours"]["kernels"] = p.kernels
+        if "ms" in r.get("fa4", {}) and "ms" in r.get("ours", {}):
             try:  # ours against FA4's output, every element (both bf16)
                 ref = flash_attn_varlen_func(q, k, v, **kw)
                 ref = ref[0] if isinstance(ref, tuple) else ref
-                if "ms" in r.get("ours", {}):
-                    p.run(stream)
-                    torch.cuda.synchronize()
-                    r["ours_rel_err_vs_fa4"] = float((out.float() - ref.float()).norm() / ref.float().norm())
+                p.run(stream)
+                torch.cuda.synchronize()
+                r["ours_rel_err_vs_fa4"] = float((out.float() - ref.float()).norm() / ref.float().norm())
             except Exception as e:
                 r["check_error"] = first_line(e)
-        except Exception as e:
-            r["fa4"] = {"error": first_line(e)}
         rows.append((name, r))
         del q, k, v
         torch.cuda.empty_cache()
@@ -209,7 +225,7 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
     dims (a paged candidate: the paged chunked prefill case at its head dim and dtype): output
     poisoned, checked against the shipped variant's LSE and FA4's O (else the shipped variant's;
     with no shipped form, a float32 reference's O and LSE), then timed beside the shipped variant
-    and FA4 in alternating rounds in this process. Returns the number of failed candidates."""
+    and FA4 in rounds of interleaved calls in this process. Returns the number of failed candidates."""
     from pathlib import Path
 
     from cubinforge.runtime import LocalSource, prepare_varlen
@@ -305,10 +321,6 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
             refs[(dims, causal)] = (r_o.float(), lse.clone(), p.kernels, what)
         return refs[(dims, causal)]
 
-    def tf(fn, flops):
-        t = timing.time_cuda(fn, warmup=3, min_iters=iters, max_iters=iters, budget_s=0.05)
-        return flops / (t.median_ms * 1e-3) / 1e12
-
     for name in names:
         ax = axes_of[name]
         causal = bool(ax["causal"])
@@ -337,10 +349,10 @@ def run_varlen_ab(torch, timing, home, iters: int = 20) -> int:
                 fns = {"ab": fn, **({"shipped": ours(dims, causal)[0]} if shipped else {})}
                 if fa4 is not None and (dims, causal) not in fa4_refused:
                     fns["fa4"] = fa4_call(dims, causal)
-                ts = {b: [] for b in fns}
-                for b in timing.alternating(fns):
-                    ts[b].append(tf(fns[b], flops))
-                rec.update({b: sorted(x)[1] for b, x in ts.items()})
+                ms, errors = timing.interleaved_rounds(fns, 3, min_iters=iters, max_iters=iters, budget_s=0.05)
+                if errors:
+                    raise RuntimeError("; ".join(f"{b}: {first_line(e)}" for b, e in errors.items()))
+                rec.update({b: flops / (timing.median(x) * 1e-3) / 1e12 for b, x in ms.items()})
         except Exception as e:
             rec.update(ok=False, error=first_line(e))
             traceback.print_exc(limit=2, file=sys.stderr)
@@ -390,7 +402,7 @@ def run_fp8_decode_ab(torch, timing, home, iters: int = 20) -> int:
     --experiments fp8-decode`) on the paged e4m3 cells: output poisoned, checked against the
     shipped e4m3 decode's O (rel err <= 5e-3: only the split count and summation order may
     differ) and bf16's on the same values (<= 4e-2: P in e4m3), then timed as TB/s of K+V
-    beside the shipped e4m3 and bf16 decode in alternating rounds. Returns the failures."""
+    beside the shipped e4m3 and bf16 decode in rounds of interleaved calls. Returns the failures."""
     from pathlib import Path
 
     from cubinforge.runtime import LocalSource, prepare_kvcache
@@ -418,10 +430,6 @@ def run_fp8_decode_ab(torch, timing, home, iters: int = 20) -> int:
                                 source=source)
             return (lambda: p.run(stream)), out, lse, p
 
-        def tbps(fn, nbytes):
-            t = timing.time_cuda(fn, warmup=3, min_iters=iters, max_iters=iters, budget_s=0.05)
-            return nbytes / (t.median_ms * 1e-3) / 1e12
-
         bf_fn, _, bf_out = ours(torch, q, k, v, table, seqlens, causal, 0)
         sh_fn, sh_out, sh_lse, sh_p = e4m3()
         bf_fn()
@@ -443,11 +451,12 @@ def run_fp8_decode_ab(torch, timing, home, iters: int = 20) -> int:
                 rec.update(rel_err=rel, rel_err_vs_bf16=rel_bf, lse_err=lse_err, ok=ok, kernels=p.kernels,
                            shipped_kernels=sh_p.kernels)  # "shipped" is its TB/s below
                 if ok:
-                    fns = {"ab": (fn, kv_bytes), "shipped": (sh_fn, kv_bytes), "bf16": (bf_fn, 2 * kv_bytes)}
-                    ts = {x: [] for x in fns}
-                    for x in timing.alternating(fns):
-                        ts[x].append(tbps(*fns[x]))
-                    rec.update({x: sorted(y)[1] for x, y in ts.items()})
+                    nbytes = {"ab": kv_bytes, "shipped": kv_bytes, "bf16": 2 * kv_bytes}
+                    ms, errors = timing.interleaved_rounds({"ab": fn, "shipped": sh_fn, "bf16": bf_fn}, 3,
+                                                           min_iters=iters, max_iters=iters, budget_s=0.05)
+                    if errors:
+                        raise RuntimeError("; ".join(f"{x}: {first_line(e)}" for x, e in errors.items()))
+                    rec.update({x: nbytes[x] / (timing.median(y) * 1e-3) / 1e12 for x, y in ms.items()})
             except Exception as e:
                 rec.update(ok=False, error=first_line(e))
                 traceback.print_exc(limit=2, file=sys.stderr)
@@ -506,13 +515,9 @@ def run_fp8_cases(torch, timing, want, hbm) -> list:
             r["error"] = first_line(e)
             rows.append((name, r))
             continue
-        ref = None
+        fns, plans, outs = {}, {}, {}
         try:
-            fn, p, ref = ours(torch, q, k, v, table, seqlens, causal, 0)
-            fn()
-            t = timing.time_cuda(fn)
-            r["bf16_auto"] = {"ms": t.median_ms, "kv_TBps": 2 * kv_bytes / (t.median_ms * 1e-3) / 1e12,
-                              "splits": p.plan.num_splits, "kernels": p.kernels}
+            fns["bf16_auto"], plans["bf16_auto"], outs["bf16_auto"] = ours(torch, q, k, v, table, seqlens, causal, 0)
         except Exception as e:
             r["bf16_auto"] = {"error": first_line(e)}
         for label, splits in (("e4m3_auto", 0), ("e4m3_1split", 1)):
@@ -522,18 +527,30 @@ def run_fp8_cases(torch, timing, want, hbm) -> list:
                 p = prepare_kvcache(q8, k8, v8, cache_seqlens=seqlens, page_table=table, causal=causal,
                                     num_splits=splits, out=out, lse=lse, stream=stream, q_descale=ones,
                                     k_descale=ones, v_descale=ones)
-                fn = lambda: p.run(stream)  # noqa: E731
-                fn()
-                torch.cuda.synchronize()
-                t = timing.time_cuda(fn)
-                r[label] = {"ms": t.median_ms, "kv_TBps": kv_bytes / (t.median_ms * 1e-3) / 1e12,
-                            "splits": p.plan.num_splits, "kernels": p.kernels}
-                if ref is not None:  # P in e4m3: ~2e-2 expected; a wrong layout gives ~0.3-1
-                    r[label]["rel_err_vs_bf16"] = float((out.float() - ref.float()).norm() / ref.float().norm())
-                    r[label]["nan"] = int(out.isnan().sum())
+                fns[label], plans[label], outs[label] = (lambda p=p: p.run(stream)), p, out
             except Exception as e:
                 r[label] = {"error": first_line(e)}
                 traceback.print_exc(limit=2, file=sys.stderr)
+        # bf16 reads two bytes an element: its TB/s counts them.
+        time_side_by_side(timing, fns, r, lambda label, ms: {
+            "kv_TBps": (2 if label == "bf16_auto" else 1) * kv_bytes / (ms * 1e-3) / 1e12})
+        for label, p in plans.items():
+            if "ms" in r.get(label, {}):
+                r[label].update(splits=p.plan.num_splits, kernels=p.kernels)
+        if "ms" in r.get("bf16_auto", {}):
+            ref = outs["bf16_auto"]
+            for label in ("e4m3_auto", "e4m3_1split"):
+                if "ms" not in r.get(label, {}):
+                    continue
+                try:  # P in e4m3: ~2e-2 expected; a wrong layout gives ~0.3-1
+                    fns["bf16_auto"]()
+                    fns[label]()
+                    torch.cuda.synchronize()
+                    out = outs[label]
+                    r[label]["rel_err_vs_bf16"] = float((out.float() - ref.float()).norm() / ref.float().norm())
+                    r[label]["nan"] = int(out.isnan().sum())
+                except Exception as e:
+                    r[label]["check_error"] = first_line(e)
         rows.append((name, r))
         del q, k, v, q8, k8, v8, table, seqlens
         torch.cuda.empty_cache()
@@ -571,10 +588,11 @@ def hbm_copy_tbps(torch, timing, isolated: bool = False) -> float:
     return 2 * x.numel() * 2 / (t.median_ms * 1e-3) / 1e12
 
 
-def isolated(timing, fn, kv_bytes: int) -> dict:
-    """`fn` timed as the 2026-12-01 anchors were (timing.time_isolated): its ms and TB/s of K+V."""
-    t = timing.time_isolated(fn)
-    return {"ms_isolated": t.median_ms, "kv_TBps_isolated": kv_bytes / (t.median_ms * 1e-3) / 1e12}
+def isolated(timing, fns: dict, kv_bytes: int) -> dict:
+    """`fns` timed as the 2026-12-01 anchors were, each call after its own GPU sleep, their calls
+    interleaved (timing.time_isolated_each): name -> its ms and TB/s of K+V."""
+    return {name: {"ms_isolated": t.median_ms, "kv_TBps_isolated": kv_bytes / (t.median_ms * 1e-3) / 1e12}
+            for name, t in timing.time_isolated_each(fns).items()}
 
 
 def print_isolated(rows, hbm) -> None:
@@ -672,39 +690,45 @@ def main(argv=None) -> int:
             r["error"] = first_line(e)
             rows.append((name, r))
             continue
+        fns, plans = {}, {}
         for label, splits in (("ours_auto", 0), ("ours_1split", 1)):
             try:
-                fn, p, out = ours(torch, q, k, v, table, seqlens, causal, splits)
-                t = timing.time_cuda(fn)
-                r[label] = {"ms": t.median_ms, "kv_TBps": kv_bytes / (t.median_ms * 1e-3) / 1e12,
-                            "splits": p.plan.num_splits, "pack_gqa": p.plan.pack_gqa, "kernels": p.kernels}
+                fns[label], plans[label], out = ours(torch, q, k, v, table, seqlens, causal, splits)
                 if label == "ours_auto":
-                    if args.isolated:
-                        r[label].update(isolated(timing, fn, kv_bytes))
-                    try:  # a quick sanity check against torch SDPA on batch row 0 (dense only)
-                        if table is None:
-                            g = hq // hkv
-                            qq = q[:1].transpose(1, 2).float()
-                            kk = k[:1].repeat_interleave(g, 2).transpose(1, 2).float()
-                            vv = v[:1].repeat_interleave(g, 2).transpose(1, 2).float()
-                            # Bottom-right causal: query i sees keys j <= i + sk - sq.
-                            mask = None if sq == 1 else torch.ones(sq, sk, dtype=torch.bool, device="cuda").tril(sk - sq)
-                            ref = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask)
-                            got = out[:1].transpose(1, 2).float()
-                            r["ours_rel_err_row0"] = float((got - ref).norm() / ref.norm())
-                    except Exception as e:
-                        r["check_error"] = first_line(e)
+                    auto_out = out
             except Exception as e:
                 r[label] = {"error": first_line(e)}
                 traceback.print_exc(limit=2, file=sys.stderr)
         try:
-            fn = fa4(torch, q, k, v, table, seqlens, causal)
-            t = timing.time_cuda(fn)
-            r["fa4"] = {"ms": t.median_ms, "kv_TBps": kv_bytes / (t.median_ms * 1e-3) / 1e12}
-            if args.isolated:
-                r["fa4"].update(isolated(timing, fn, kv_bytes))
+            fns["fa4"] = fa4(torch, q, k, v, table, seqlens, causal)
         except Exception as e:
             r["fa4"] = {"error": first_line(e)}
+        time_side_by_side(timing, fns, r, lambda _, ms: {"kv_TBps": kv_bytes / (ms * 1e-3) / 1e12})
+        for label, p in plans.items():
+            if "ms" in r.get(label, {}):
+                r[label].update(splits=p.plan.num_splits, pack_gqa=p.plan.pack_gqa, kernels=p.kernels)
+        if args.isolated:
+            timed = {label: fns[label] for label in ("ours_auto", "fa4") if "ms" in r.get(label, {})}
+            try:
+                for label, figures in isolated(timing, timed, kv_bytes).items():
+                    r[label].update(figures)
+            except Exception as e:
+                r["isolated_error"] = first_line(e)
+        if "ms" in r.get("ours_auto", {}) and table is None:
+            try:  # a quick sanity check against torch SDPA on batch row 0 (dense only)
+                fns["ours_auto"]()
+                torch.cuda.synchronize()
+                g = hq // hkv
+                qq = q[:1].transpose(1, 2).float()
+                kk = k[:1].repeat_interleave(g, 2).transpose(1, 2).float()
+                vv = v[:1].repeat_interleave(g, 2).transpose(1, 2).float()
+                # Bottom-right causal: query i sees keys j <= i + sk - sq.
+                mask = None if sq == 1 else torch.ones(sq, sk, dtype=torch.bool, device="cuda").tril(sk - sq)
+                ref = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask)
+                got = auto_out[:1].transpose(1, 2).float()
+                r["ours_rel_err_row0"] = float((got - ref).norm() / ref.norm())
+            except Exception as e:
+                r["check_error"] = first_line(e)
         rows.append((name, r))
         del q, k, v, table, seqlens
         torch.cuda.empty_cache()

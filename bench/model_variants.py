@@ -1,5 +1,6 @@
 """The model variants on the GPU: ours against FA4 (flash-attn-4, where importable) on issue
-12's cases, timed the way shared/measurements/2026-12-01-h200/anchor_features.py timed FA4.
+12's cases, timed the way shared/measurements/2026-12-01-h200/anchor_features.py timed FA4 (each
+call after its own GPU sleep: bench.timing.time_isolated_each), with ours' and FA4's calls interleaved.
 
     PYTHONPATH=. python3 bench/model_variants.py [--out results.json] [--iters 15]
     PYTHONPATH=. python3 bench/model_variants.py --ab-home .cubinforge-ab [--out ab.json]
@@ -7,7 +8,7 @@
 `--ab-home` times the model-variant candidates of `bench.ab build --experiments model-variants`
 instead: each pinned to itself, on its own case (window, (192, 128), sink), after a check
 against a float32 reference on poisoned outputs, beside the default-set variant and FA4 in
-alternating rounds.
+rounds of interleaved calls (bench.timing.timed_rounds).
 
 (FA4 needs PYTHONPATH to hold its site folder, device-notes.md.) Each case runs in its own
 try/except, so one that fails (a variant not built, FA4 missing) leaves the others; a table
@@ -27,28 +28,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-
-def t_gpu(fn, iters: int) -> float:
-    """Median seconds of fn() between CUDA events, each call behind a 2 ms sleep kernel so the
-    host's launch cost stays out of it (anchor_features.py's timer)."""
-    import torch
-    fn()
-    torch.cuda.synchronize()
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(2_000_000)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def visible_pairs(sq: int, sk: int, causal: bool, window=(-1, -1)) -> int:
@@ -119,7 +98,7 @@ def ab_main(home: Path, iters: int, out: str | None) -> int:
     import torch
     from cubinforge.runtime import LocalSource, flash_attn_func, last_launch
     from bench.anchors import _PinnedSource
-    from bench.timing import alternating
+    from bench.timing import time_isolated, time_isolated_each, timed_rounds
 
     try:
         from flash_attn.cute import flash_attn_func as fa4
@@ -161,7 +140,7 @@ def ab_main(home: Path, iters: int, out: str | None) -> int:
     for kind, (shape, d, kw) in AB_REFS.items():
         q, k, v, kw = make_inputs(shape, d, d, kw)
         pairs = visible_pairs(shape[1], shape[2], True)
-        s = t_gpu(call(q, k, v, kw)[0], iters)
+        s = time_isolated(call(q, k, v, kw)[0], iters=iters).median_ms / 1e3
         refs[kind] = {"tflops": round(2 * shape[0] * shape[3] * pairs * 2 * d / s / 1e12, 1),
                       "variant": last_launch().variant}
         print(json.dumps({f"reference for {kind}": refs[kind]}), flush=True)
@@ -210,15 +189,12 @@ def ab_main(home: Path, iters: int, out: str | None) -> int:
             if fa4 is not None:
                 fkw = dict(kw)
                 fns["fa4"] = lambda: fa4(q, k, v, **fkw)
-            ts = {b: [] for b in fns}
-            for b in alternating(fns):
-                try:
-                    ts[b].append(t_gpu(fns[b], iters))
-                except Exception as e:
-                    rec[f"{b}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            ts, errors = timed_rounds(lambda group: time_isolated_each(group, iters=iters), fns)
+            for b, e in errors.items():
+                rec[f"{b}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
             for b, v_ in ts.items():
                 if v_:
-                    rec[b] = round(flops / sorted(v_)[len(v_) // 2] / 1e12, 1)
+                    rec[b] = round(flops / (sorted(v_)[len(v_) // 2] * 1e-3) / 1e12, 1)
             fns["shipped"]()
             rec["shipped_variant"] = last_launch().variant
             if kind in refs and rec.get("ab"):
@@ -254,6 +230,7 @@ def main(argv=None) -> int:
 
     import torch
     from cubinforge.runtime import flash_attn_func, last_launch
+    from bench.timing import side_by_side, time_isolated_each
 
     try:
         from flash_attn.cute import flash_attn_func as fa4
@@ -300,14 +277,21 @@ def main(argv=None) -> int:
             results[name] = rec
             rows.append((name, rec))
             return rec
+        fns = {}
         for who, make, extra in (("ours", ours, ours_kw), ("fa4", theirs, fa4_kw)):
             try:
-                s = t_gpu(make(q, k, v, **{**kw, **(extra or {})}), args.iters)
-                rec[who] = {"ms": round(s * 1e3, 4), "tflops": round(flops / s / 1e12, 1)}
-                if who == "ours":
-                    rec[who]["variant"] = last_launch().variant
+                fns[who] = make(q, k, v, **{**kw, **(extra or {})})
             except Exception as e:
                 rec[who] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        # Side by side, calls interleaved, each after its own GPU sleep (the anchors' method).
+        ts, errors = side_by_side(lambda group: time_isolated_each(group, iters=args.iters), fns)
+        for who, e in errors.items():
+            rec[who] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        for who, t in ts.items():
+            rec[who] = {"ms": round(t.median_ms, 4), "tflops": round(flops / (t.median_ms * 1e-3) / 1e12, 1)}
+        if "ours" in ts:
+            fns["ours"]()
+            rec["ours"]["variant"] = last_launch().variant
         results[name] = rec
         rows.append((name, rec))
         print(json.dumps({name: rec}), flush=True)

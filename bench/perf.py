@@ -53,8 +53,8 @@ def run_grid(cells, backends: dict, unavailable: dict, matmul_tflops, *, budget_
     """One record per cell; `stop()` true leaves the remaining cells unrun (with the reason);
     `on_record(records)` is called after each cell (the CLI checkpoints the files there).
     `interleaved`: each round times the backends' calls interleaved (time_interleaved) instead
-    of in turns (not yet run on a GPU; check23 saw turns of one pair range 0.86-1.12 of each
-    other on an H100's long cells)."""
+    of in turns (the CLI's default; check24/d1 on an H100: rounds within ~1%, where turns had
+    ranged 0.86-1.12 on the long cells in check23/c2)."""
     import torch
 
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -1,7 +1,7 @@
 """Device timing: CUDA events around each call, warm-up first, median of a time-bounded run.
 
-`plan_iterations` and `median` are pure; `time_cuda`, `time_interleaved` and `time_isolated` need
-torch and a GPU.
+`plan_iterations` and `median` are pure; `time_cuda`, `time_interleaved`, `interleaved_rounds` and
+`time_isolated` need torch and a GPU.
 """
 
 from __future__ import annotations
@@ -116,6 +116,49 @@ def time_interleaved(fns: dict, contexts: dict | None = None, *, warmup: int = 3
     return out
 
 
+def side_by_side(timer, fns: dict) -> tuple[dict, dict]:
+    """`timer(fns)` (name -> Timing) over all of `fns` together; where that raises, `timer` of
+    each alone, so a failure names its function and the others keep their times.
+    Returns (name -> Timing, name -> the exception its call raised)."""
+    try:
+        return timer(fns), {}
+    except Exception:  # noqa: BLE001 - which one: each alone, below
+        out, errors = {}, {}
+        for name, fn in fns.items():
+            try:
+                out[name] = timer({name: fn})[name]
+            except Exception as e:  # noqa: BLE001 - a failure is a result
+                errors[name] = e
+        return out, errors
+
+
+def timed_rounds(timer, fns: dict, rounds: int = 3) -> tuple[dict, dict]:
+    """`rounds` runs of `timer` (name -> Timing for a dict of functions) over all of `fns`
+    together, every other round in reverse order (which function leads alternates).
+
+    Returns (name -> its rounds' median ms, name -> the exception its call raised); a function
+    that fails (side_by_side) is left out of the later rounds."""
+    names, ms, errors = list(fns), {n: [] for n in fns}, {}
+    for r in range(rounds):
+        live = [n for n in names if n not in errors]
+        if not live:
+            break
+        ts, errs = side_by_side(timer, {n: fns[n] for n in (live if r % 2 == 0 else live[::-1])})
+        errors.update(errs)
+        for n, t in ts.items():
+            ms[n].append(t.median_ms)
+    return ms, errors
+
+
+def interleaved_rounds(fns: dict, rounds: int = 3, contexts: dict | None = None, *, warmup: int = 3,
+                       min_iters: int = 5, max_iters: int = 30, budget_s: float = 0.2) -> tuple[dict, dict]:
+    """The benches' side-by-side timing: timed_rounds of time_interleaved. `budget_s` is per
+    function per round, as each time_cuda call of the turn-based loops this replaced had."""
+    kw = dict(warmup=warmup, min_iters=min_iters, max_iters=max_iters)
+    return timed_rounds(lambda group: time_interleaved(group, contexts, budget_s=budget_s * len(group), **kw),
+                        fns, rounds)
+
+
 # The method of the 2026-12-01 anchor scripts (../shared/measurements/2026-12-01-h200/
 # anchor_features.py), which set issue 11's absolute TB/s targets: each call timed alone, right
 # after a ~1 ms GPU sleep that leaves the memory system idle. time_cuda times calls back to back;
@@ -127,22 +170,32 @@ def time_isolated(fn, *, iters: int = 15, warmup: int = 4,
                   hold_cycles: int = ISOLATED_HOLD_CYCLES) -> Timing:
     """Median GPU time of `fn()` on the current torch stream, each call after its own GPU sleep
     and synchronized before the next."""
+    return time_isolated_each({"fn": fn}, iters=iters, warmup=warmup, hold_cycles=hold_cycles)["fn"]
+
+
+def time_isolated_each(fns: dict, *, iters: int = 15, warmup: int = 4,
+                       hold_cycles: int = ISOLATED_HOLD_CYCLES) -> dict:
+    """time_isolated of several functions with their calls interleaved (A B A B ..., each after
+    its own GPU sleep): the anchors' method, with a drift over the run hitting each alike.
+    Returns name -> Timing."""
     import torch
 
     stream = torch.cuda.current_stream()
-    for _ in range(warmup):
-        fn()
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize()
-    ts = []
+    ts = {name: [] for name in fns}
     for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(hold_cycles)
-        s.record(stream)
-        fn()
-        e.record(stream)
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e))
-    return Timing(median_ms=median(ts), min_ms=min(ts), max_ms=max(ts), iters=iters)
+        for name, fn in fns.items():
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(hold_cycles)
+            s.record(stream)
+            fn()
+            e.record(stream)
+            torch.cuda.synchronize()
+            ts[name].append(s.elapsed_time(e))
+    return {name: Timing(median_ms=median(t), min_ms=min(t), max_ms=max(t), iters=iters) for name, t in ts.items()}
 
 
 def matmul_ceiling(n: int = 8192, budget_s: float = 1.0) -> dict:

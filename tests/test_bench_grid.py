@@ -251,3 +251,48 @@ def test_time_interleaved_pairs_each_call_with_its_own_events(monkeypatch):
     assert calls[4:] == ["a", "b"] * 4
     assert len(entered) == calls.count("b")
     assert (out["a"].median_ms, out["b"].median_ms, out["a"].iters) == (2.0, 3.0, 4)
+
+
+def test_time_isolated_each_interleaves_the_calls_each_after_its_own_sleep(monkeypatch):
+    """Two functions on the fake clock: after both warm up, round i runs a then b, each behind
+    its own sleep and synchronized alone; each median is its own calls' cost."""
+    import sys
+
+    log = []
+    # warm-up 1 each (a then b), then a, b alternately: a costs 2, 4, 6; b 1, 3, 5.
+    torch, fn = _fake_torch([9.0, 9.0, 2.0, 1.0, 4.0, 3.0, 6.0, 5.0], log)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+
+    def named(n):
+        def call():
+            log.append(n)
+            fn()
+        return call
+    out = T.time_isolated_each({"a": named("a"), "b": named("b")}, iters=3, warmup=1, hold_cycles=7)
+    assert (out["a"].median_ms, out["b"].median_ms, out["a"].iters) == (4.0, 3.0, 3)
+    timed = log[log.index("sync") + 1:]
+    one = lambda n: [("sleep", 7), "record", n, "call", "record", "sync"]  # noqa: E731
+    assert timed == (one("a") + one("b")) * 3
+
+
+def test_interleaved_rounds_alternate_the_lead_and_drop_only_a_failing_function(monkeypatch):
+    """Each round is one time_interleaved run over the functions still timed, every other round
+    reversed, with the per-function budget scaled to the run; a round that raises is retried one
+    function at a time, the one that fails is named and left out, the others keep their rounds."""
+    runs = []
+
+    def fake(fns, contexts=None, *, budget_s, **kw):
+        runs.append((list(fns), budget_s))
+        if "bad" in fns:
+            raise RuntimeError("bad launch")
+        return {n: T.Timing(median_ms=float(len(runs)), min_ms=0, max_ms=0, iters=5) for n in fns}
+    monkeypatch.setattr(T, "time_interleaved", fake)
+    ms, errors = T.interleaved_rounds({"a": 1, "b": 2}, rounds=3, budget_s=0.1)
+    assert [r[0] for r in runs] == [["a", "b"], ["b", "a"], ["a", "b"]]
+    assert all(abs(b - 0.2) < 1e-12 for _, b in runs) and errors == {}
+    assert ms == {"a": [1.0, 2.0, 3.0], "b": [1.0, 2.0, 3.0]}
+    runs.clear()
+    ms, errors = T.interleaved_rounds({"a": 1, "bad": 2}, rounds=2, budget_s=0.1)
+    assert [r[0] for r in runs] == [["a", "bad"], ["a"], ["bad"], ["a"]]
+    assert list(errors) == ["bad"] and "bad launch" in str(errors["bad"])
+    assert ms == {"a": [2.0, 4.0], "bad": []}

@@ -91,6 +91,7 @@ def test_full_run_writes_every_file(tmp_path, fakes, capsys):
     res = json.loads((out / "results.json").read_text())
     assert res["command"] == f"python3 -m bench --quick --out {out} --no-plots --seed 5"
     assert res["gpu"] == "NVIDIA H200" and res["matmul_tflops"] == 780.0 and res["seed"] == 5
+    assert res["timing"] == "interleaved" and fakes["interleaved"] is True  # the default since check24
     assert res["correctness_summary"]["passed"] == res["correctness_summary"]["cases"] == 6
     assert len(res["grid"]) == 12 and fakes["cold"] == ("bf16", 128, False, False)
     assert fakes["sweep"] == (2, len(correctness.QUICK_SHAPES))
@@ -98,6 +99,16 @@ def test_full_run_writes_every_file(tmp_path, fakes, capsys):
     assert "fa3_fwd-sm_90a-bf16-hd64: 168 regs" in (out / "env.txt").read_text()
     printed = capsys.readouterr().out
     assert "bench: PASS (exit 0)" in printed.splitlines()[-1]
+
+
+@pytest.mark.parametrize("flag,timing", [(["--timing", "turns"], "turns"), (["--interleaved"], "interleaved")])
+def test_timing_flag_reaches_the_grid_and_the_record(tmp_path, fakes, flag, timing):
+    """--timing turns times each backend's calls in a row (the grids before check24);
+    --interleaved, session 23's opt-in, still parses and means the default."""
+    code = cli.main(["--quick", "--out", str(tmp_path), "--no-plots", "--skip", "correctness,cold_start", *flag])
+    assert code == cli.EXIT_OK
+    assert fakes["interleaved"] is (timing == "interleaved")
+    assert json.loads((tmp_path / "results.json").read_text())["timing"] == timing
 
 
 def test_correctness_failure_exits_1(tmp_path, fakes, monkeypatch, capsys):
