@@ -1300,6 +1300,23 @@ K_STAGES_FORMS = [(dt, 64, 64, c, "persistent", None) for dt in ("bf16", "fp16")
 # rows stay the ones that ran (two stages the control).
 K_STAGES = [(switch_label(o), o) for over in (shipped_overrides(*form) for form in K_STAGES_FORMS)
             for o in (dict(over, stages=2), dict(over, stages=3), dict(over, stages=4))]
+# The short causal cells on an H100 (check24/g1, calls interleaved: hd128 / hd256 causal 512 at
+# 0.92 / 0.87 of cuDNN, where the H200 had hd128 at 1.00). At 512 keys the cell moves 268 MB
+# (Q, K, V, O), 89 us at the H100's 3.0 TB/s copy rate against ~55 us of tensor-core work: it is
+# bound by memory there, not on the H200 (63 us). So the overlaps the H200 did not reward may pay
+# on the H100: Q double-buffered (and the O store deferred) on hd128's short persistent form, a
+# third K/V stage in place of its separate O (cuDNN's layout; lost 5-8% on the H200, session 6),
+# and hd256 at 128 x 64 on the sectioned persistent walk beside the shipped lpt.
+def _short_h100_rows(dtype: str) -> list:
+    hd128 = shipped_overrides(dtype, 128, 128, True, "persistent", None)
+    hd256 = shipped_overrides(dtype, 256, 256, True, "lpt", (128, 64))
+    rows = [hd128, dict(hd128, q_double_buffer=True), dict(hd128, q_double_buffer=True, deferred_o_store=True),
+            dict(hd128, stages=3, separate_o_smem=False, warp_o_store=False),
+            hd256, dict(hd256, scheduler="persistent", causal_order="sections")]
+    return [(switch_label(o), o) for o in rows]
+
+
+SHORT_H100 = _short_h100_rows("bf16") + _short_h100_rows("fp16")
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1328,7 +1345,8 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "decode-hd64": DECODE_HD64, "late-k-release": LATE_K_RELEASE, "late-k-release-short": LATE_K_RELEASE_SHORT,
                "late-k-release-fp8": LATE_K_RELEASE_FP8,
                "late-k-release-decode64": _late_k_decode(64), "late-k-release-decode128": _late_k_decode(128),
-               "late-k-release-varlen": LATE_K_RELEASE_VARLEN, "k-stages": K_STAGES}
+               "late-k-release-varlen": LATE_K_RELEASE_VARLEN, "k-stages": K_STAGES,
+               "short-h100": SHORT_H100}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

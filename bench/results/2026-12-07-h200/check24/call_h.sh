@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Session 24, call H (a fresh machine): the homes unpacked (the default set with hd64 causal's
+# third K/V stage promoted, and bench.ab's short-h100 set), FA4's first half parked for call I;
+# then
+#   1. the bench timers' GPU tests (time_interleaved, the rounds helper's callers);
+#   2. the float64 GPU tests of the short-h100 candidates (tests/gpu/test_dense_candidates_gpu.py),
+#      with verification records;
+#   3. bench.ab run on short-h100 at 512 / 1k / 2k beside cuDNN (the best anchor on those cells),
+#      calls interleaved, 5 rounds.
+# OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check24/call_h.sh
+# carry: .stage_fa4x .stage_homes   (HOMES=".cubinforge .cubinforge-ab-shorth100" bash bench/results/2026-12-07-h200/check20/pack_homes.sh)
+set -uo pipefail
+export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} PYTHONPATH=$PWD
+H=/tmp/h1; rm -rf $H; mkdir -p $H
+save() { tar czf $OUT/h1.tgz -C /tmp h1; }
+{
+rm -rf .cubinforge .cubinforge-ab-shorth100
+xz -dc .stage_homes/homes.tar.xz | tar -xf - || { echo "homes unpack failed"; exit 1; }
+bash bench/stage_fa4.sh park || echo "FA4 park failed"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $H/gpu.txt 2>&1
+cat $H/gpu.txt; echo "commit $CUBINFORGE_COMMIT"
+echo "== bench timer GPU tests ($(date +%T))"
+timeout 60 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/gpu/test_bench_gpu.py > $H/timer-tests.log 2>&1
+tail -1 $H/timer-tests.log; grep -E "^(FAILED|ERROR)" $H/timer-tests.log | head -4
+echo "== short-h100 float64 tests ($(date +%T))"
+for ((i = 0; i < 4; i++)); do
+  CUBINFORGE_HOME=$PWD/.cubinforge CUBINFORGE_AB_HOME=$PWD/.cubinforge-ab-shorth100 CUBINFORGE_TEST_SHARD=$i/4 \
+    CUBINFORGE_VERIFIED_OUT=$H/verified-sh/tests.json OMP_NUM_THREADS=2 timeout 150 \
+    python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/gpu/test_dense_candidates_gpu.py > $H/sh-tests-$i.log 2>&1 &
+done
+wait
+for f in $H/sh-tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; grep -E "^(FAILED|ERROR)" $f | head -4; done
+if ls $H/verified-sh/*.running > /dev/null 2>&1; then echo "records NOT merged: a process did not finish"
+else python3 -m cubinforge.bench.verified --merge $H/verified-sh/*.json --out $H/verified-sh.json; fi
+save
+echo "== short-h100 A/B, calls interleaved ($(date +%T))"
+timeout 200 python3 -m bench.ab run --home .cubinforge-ab-shorth100 --seqlens 512,1024,2048 --rounds 5 \
+  --out $H/ab-shorth100 > $H/ab-shorth100.log 2>&1
+echo "rc=$?" >> $H/ab-shorth100.log; grep -v "Warning\|exe_args" $H/ab-shorth100.log | tail -40
+echo "done $(date +%T)"
+} 2>&1 | tee $OUT/h1.txt
+save
