@@ -21,14 +21,6 @@ class Timing:
                 "iters": self.iters}
 
 
-def alternating(keys, rounds: int = 3):
-    """The keys `rounds` times over, every other round reversed: timing backends in this order
-    lets a drift over the run (clocks, heat) hit each of them alike."""
-    keys = list(keys)
-    for r in range(rounds):
-        yield from (keys if r % 2 == 0 else keys[::-1])
-
-
 def median(xs) -> float:
     s = sorted(xs)
     if not s:

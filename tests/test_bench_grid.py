@@ -198,14 +198,6 @@ def test_arch_of_capability():
     assert V.arch_of_capability(8, 9) == "sm_89"
 
 
-def test_alternating_reverses_every_other_round():
-    from cubinforge.bench.timing import alternating
-
-    assert list(alternating({"ours": 1, "cudnn": 2, "fa4": 3})) == [
-        "ours", "cudnn", "fa4", "fa4", "cudnn", "ours", "ours", "cudnn", "fa4"]
-    assert list(alternating(["a", "b"], rounds=2)) == ["a", "b", "b", "a"]
-
-
 def test_time_interleaved_pairs_each_call_with_its_own_events(monkeypatch):
     """time_interleaved on a fake clock: the calls run A B A B ... after the sizing calls, each
     between its own event pair, in its own context, and each median is that call's cost."""
