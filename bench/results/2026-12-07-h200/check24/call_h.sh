@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 24, call H (a fresh machine): the homes unpacked (the default set with hd64 causal's
-# third K/V stage promoted, and bench.ab's short-h100 set), FA4's first half parked for call I;
+# third K/V stage promoted, and bench.ab's short-h100 set); FA4's first half parked for call I
+# when carried (NO_FA4=1 after the session's device time ran short: call I will not follow);
 # then
 #   1. the bench timers' GPU tests (time_interleaved, the rounds helper's callers);
 #   2. the float64 GPU tests of the short-h100 candidates (tests/gpu/test_dense_candidates_gpu.py),
@@ -8,7 +9,7 @@
 #   3. bench.ab run on short-h100 at 512 / 1k / 2k beside cuDNN (the best anchor on those cells),
 #      calls interleaved, 5 rounds.
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check24/call_h.sh
-# carry: .stage_fa4x .stage_homes   (HOMES=".cubinforge .cubinforge-ab-shorth100" bash bench/results/2026-12-07-h200/check20/pack_homes.sh)
+# carry: .stage_fa4x .stage_homes (NO_FA4=1: .stage_homes alone)   (HOMES=".cubinforge .cubinforge-ab-shorth100" bash bench/results/2026-12-07-h200/check20/pack_homes.sh)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} PYTHONPATH=$PWD
 H=/tmp/h1; rm -rf $H; mkdir -p $H
@@ -16,7 +17,7 @@ save() { tar czf $OUT/h1.tgz -C /tmp h1; }
 {
 rm -rf .cubinforge .cubinforge-ab-shorth100
 xz -dc .stage_homes/homes.tar.xz | tar -xf - || { echo "homes unpack failed"; exit 1; }
-bash bench/stage_fa4.sh park || echo "FA4 park failed"
+[ -n "${NO_FA4:-}" ] || bash bench/stage_fa4.sh park || echo "FA4 park failed"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $H/gpu.txt 2>&1
 cat $H/gpu.txt; echo "commit $CUBINFORGE_COMMIT"
 echo "== bench timer GPU tests ($(date +%T))"
@@ -37,6 +38,14 @@ echo "== short-h100 A/B, calls interleaved ($(date +%T))"
 timeout 200 python3 -m bench.ab run --home .cubinforge-ab-shorth100 --seqlens 512,1024,2048 --rounds 5 \
   --out $H/ab-shorth100 > $H/ab-shorth100.log 2>&1
 echo "rc=$?" >> $H/ab-shorth100.log; grep -v "Warning\|exe_args" $H/ab-shorth100.log | tail -40
+save
+if [ -n "${NO_FA4:-}" ]; then  # the benches' interleaved paths on the GPU once, ours only (no FA4 here)
+  echo "== inference, two cases, ours only ($(date +%T))"
+  CUBINFORGE_HOME=$PWD/.cubinforge timeout 60 python3 -m cubinforge.bench.inference --json $H/inference.json \
+    --cases paged_decode_b64_k4096_p256,varlen_prefill_16seq_17850tok_h16_causal,e4m3_paged_decode_b64_k4096_p256 \
+    > $H/inference.log 2>&1
+  echo "rc=$?" >> $H/inference.log; grep -v "Warning\|exe_args" $H/inference.log | tail -20
+fi
 echo "done $(date +%T)"
 } 2>&1 | tee $OUT/h1.txt
 save
