@@ -182,8 +182,9 @@ def run_sweep(variants, ours, shapes=SHAPES, seed: int = 0, log=print) -> dict:
 def _is_sticky(e: Exception) -> bool:
     """An error after which the CUDA context is unusable (illegal address and the like)."""
     text = str(e).lower()
-    return any(s in text for s in ("illegal address", "illegal_address", "illegal instruction",
-                                   "misaligned address", "unspecified launch failure",
+    # torch words an illegal address "an illegal memory access was encountered".
+    return any(s in text for s in ("illegal address", "illegal_address", "illegal memory access",
+                                   "illegal instruction", "misaligned address", "unspecified launch failure",
                                    "launch_failed", "hardware stack error"))
 
 

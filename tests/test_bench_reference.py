@@ -139,7 +139,8 @@ def test_case_record_and_summary():
 
 
 def test_sticky_errors():
-    assert C._is_sticky(RuntimeError("CUDA error: an illegal memory access... illegal address"))
+    assert C._is_sticky(RuntimeError("CUDA error: an illegal memory access was encountered"))  # torch's words
+    assert C._is_sticky(RuntimeError("cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"))
     assert C._is_sticky(RuntimeError("cuCtxSynchronize failed: CUDA_ERROR_LAUNCH_FAILED (719)"))
     assert not C._is_sticky(ValueError("head_dim 96 not supported"))
 
