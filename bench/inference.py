@@ -158,7 +158,7 @@ def time_side_by_side(timing, fns: dict, r: dict, figures) -> None:
     for name, e in errors.items():
         r[name] = {"error": first_line(e)}
     for name, xs in ms.items():
-        if xs:
+        if xs and name not in errors:  # a call that failed in a later round has no whole figure
             m = timing.median(xs)
             r[name] = {"ms": m, **figures(name, m)}
 

@@ -168,8 +168,9 @@ def time_rounds_interleaved(timed: dict, rec: dict, budget_s: float) -> dict:
     for r in range(ROUNDS):
         turn = rotated(list(timed), r)
         try:
+            # budget_s is per backend (--time-budget), as in turns: the round holds all of them.
             ts = time_interleaved({n: timed[n][1] for n in turn}, {n: timed[n][0].context for n in turn},
-                                  budget_s=budget_s / ROUNDS)
+                                  budget_s=budget_s / ROUNDS * len(turn))
         except Exception as e:  # noqa: BLE001
             if _is_sticky(e):
                 raise

@@ -110,11 +110,16 @@ def time_interleaved(fns: dict, contexts: dict | None = None, *, warmup: int = 3
 
 def side_by_side(timer, fns: dict) -> tuple[dict, dict]:
     """`timer(fns)` (name -> Timing) over all of `fns` together; where that raises, `timer` of
-    each alone, so a failure names its function and the others keep their times.
+    each alone, so a failure names its function and the others keep their times. An error that
+    leaves the CUDA context unusable (correctness._is_sticky) is raised as it is.
     Returns (name -> Timing, name -> the exception its call raised)."""
+    from .correctness import _is_sticky
+
     try:
         return timer(fns), {}
-    except Exception:  # noqa: BLE001 - which one: each alone, below
+    except Exception as e:  # noqa: BLE001 - which one: each alone, below
+        if _is_sticky(e):  # the context is gone: every call alone would fail too, so none is named
+            raise
         out, errors = {}, {}
         for name, fn in fns.items():
             try:
@@ -128,8 +133,9 @@ def timed_rounds(timer, fns: dict, rounds: int = 3) -> tuple[dict, dict]:
     """`rounds` runs of `timer` (name -> Timing for a dict of functions) over all of `fns`
     together, every other round in reverse order (which function leads alternates).
 
-    Returns (name -> its rounds' median ms, name -> the exception its call raised); a function
-    that fails (side_by_side) is left out of the later rounds."""
+    Returns (name -> the list of its rounds' median ms, name -> the exception its call raised);
+    a function that fails (side_by_side) is left out of the later rounds, and its earlier rounds
+    stay in the list: a caller reports the error, not a figure from part of the rounds."""
     names, ms, errors = list(fns), {n: [] for n in fns}, {}
     for r in range(rounds):
         live = [n for n in names if n not in errors]

@@ -288,3 +288,19 @@ def test_interleaved_rounds_alternate_the_lead_and_drop_only_a_failing_function(
     assert [r[0] for r in runs] == [["a", "bad"], ["a"], ["bad"], ["a"]]
     assert list(errors) == ["bad"] and "bad launch" in str(errors["bad"])
     assert ms == {"a": [2.0, 4.0], "bad": []}
+
+
+def test_side_by_side_names_the_failing_call_but_raises_a_lost_context():
+    """A call that fails in the group is found by timing each alone; an error after which the
+    CUDA context is unusable is raised, not blamed on every function by the retries."""
+    def timer(group):
+        if "bad" in group:
+            raise RuntimeError("bad launch")
+        return {n: T.Timing(median_ms=1.0, min_ms=1.0, max_ms=1.0, iters=5) for n in group}
+    ts, errors = T.side_by_side(timer, {"a": 1, "bad": 2})
+    assert list(ts) == ["a"] and list(errors) == ["bad"]
+
+    def lost(group):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        T.side_by_side(lost, {"a": 1, "b": 2})

@@ -172,6 +172,7 @@ def test_grid_rounds_interleave_the_backends_and_fall_back_to_turns_on_a_failure
     def fake_interleaved(fns, contexts, budget_s):
         runs.append(list(fns))
         assert all(contexts[n] == timed[n][0].context for n in fns)
+        assert abs(budget_s - 0.1 * len(fns)) < 1e-12  # 0.3 s per backend over 3 rounds, as in turns
         return {n: types.SimpleNamespace(median_ms=1.0, iters=5) for n in fns}
 
     be = {n: types.SimpleNamespace(context=object()) for n in ("ours", "cudnn", "fa4")}
