@@ -55,7 +55,7 @@ def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str 
     from .correctness import errors_torch, judge
     from .decode_ab import occupancy
     from .reference import attention_torch
-    from .timing import interleaved_rounds, median
+    from .timing import interleaved_rounds
 
     D, tdt = head_dim, getattr(torch, TORCH_DTYPES[dtype])
     failed = 0
@@ -97,7 +97,6 @@ def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str 
         for n, e in errors.items():
             print(f"{n}: timing failed: {type(e).__name__}: {e}"[:300], flush=True)
             failed += 1
-            ms.pop(n)  # its earlier rounds are not a whole figure
         nbytes = 2 * b * sk * hkv * D * 2
         # Causal bottom-right: query i of sq sees sk - sq + i + 1 keys.
         keys_seen = sq * sk - (sq * (sq - 1) // 2 if causal else 0)
@@ -105,10 +104,10 @@ def run(homes: list[Path], causal: bool = True, head_dim: int = 256, dtype: str 
         first = None
         for home in homes:
             n = home.name
-            if not ms.get(n):
+            if n not in ms:
                 print(f"b{b} q{sq} k{sk} {hq}/{hkv}  {n:24s} not timed: {names[n]}", flush=True)
                 continue
-            t = median(ms[n])
+            t = ms[n]
             first = first or t
             print(f"{dtype} b{b} q{sq} k{sk} {hq}/{hkv}{f' p{page}' if page else ''}  {n:24s} {t:.4f} ms {nbytes / t / 1e9:.2f} TB/s "
                   f"{flops / t / 1e9:6.1f} TFLOPS  x{first / t:.3f}  {names[n]}", flush=True)

@@ -332,7 +332,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
 
     from .ab import RISING_SHAPES, check_fp8_variant, fp8_call
     from .anchors import Ours
-    from .timing import interleaved_rounds, median
+    from .timing import interleaved_rounds
 
     torch = _torch()
     ours = Ours()
@@ -406,7 +406,7 @@ def ab_home(home: str, seqlen: int, err_seqlen: int, heads: int = 16, seed: int 
             flops = attention_flops(1, heads, seqlen, seqlen, d, causal)
             base = group_base(names)
             for n in names:
-                summary[n]["tflops"] = tflops(flops, median(ms[n]))
+                summary[n]["tflops"] = tflops(flops, ms[n])
             for n in names:
                 summary[n]["vs_base"] = summary[n]["tflops"] / summary[base]["tflops"]
                 record(f"{n} s{seqlen}", tflops=round(summary[n]["tflops"], 1),

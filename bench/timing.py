@@ -133,9 +133,9 @@ def timed_rounds(timer, fns: dict, rounds: int = 3) -> tuple[dict, dict]:
     """`rounds` runs of `timer` (name -> Timing for a dict of functions) over all of `fns`
     together, every other round in reverse order (which function leads alternates).
 
-    Returns (name -> the list of its rounds' median ms, name -> the exception its call raised);
-    a function that fails (side_by_side) is left out of the later rounds, and its earlier rounds
-    stay in the list: a caller reports the error, not a figure from part of the rounds."""
+    Returns (name -> the median over the rounds of its rounds' median ms, name -> the exception
+    its call raised). A function that fails (side_by_side) is left out of the later rounds and
+    has no figure: part of the rounds is not one."""
     names, ms, errors = list(fns), {n: [] for n in fns}, {}
     for r in range(rounds):
         live = [n for n in names if n not in errors]
@@ -145,7 +145,7 @@ def timed_rounds(timer, fns: dict, rounds: int = 3) -> tuple[dict, dict]:
         errors.update(errs)
         for n, t in ts.items():
             ms[n].append(t.median_ms)
-    return ms, errors
+    return {n: median(xs) for n, xs in ms.items() if n not in errors}, errors
 
 
 def interleaved_rounds(fns: dict, rounds: int = 3, contexts: dict | None = None, *, warmup: int = 3,
