@@ -1626,7 +1626,7 @@ def time_form(ours, anchors: dict, form: tuple, variants: list, spec, rounds: in
 
     from .flops import tflops
     from .grid import Cell, fa3_cell
-    from .timing import median, time_interleaved
+    from .timing import median, rounds_of, time_interleaved
 
     dtype, hd, causal, v_layout = form
     fp8 = dtype == "e4m3"
@@ -1654,13 +1654,11 @@ def time_form(ours, anchors: dict, form: tuple, variants: list, spec, rounds: in
     for b, a in anchors.items():
         fns[b] = a.prepare(cell, q, k, v)[0]
         contexts[b] = a.context
-    ms = {b: [] for b in fns}
-    order = list(fns)
-    for r in range(rounds):  # each round the calls interleaved, every other round in reverse
-        timed = time_interleaved({b: fns[b] for b in (order if r % 2 == 0 else order[::-1])}, contexts,
-                                 budget_s=0.3)
-        for b in fns:
-            ms[b].append(timed[b].median_ms)
+    # Each round the calls interleaved, the order rotating which leads.
+    samples, errors = rounds_of(lambda group: time_interleaved(group, contexts, budget_s=0.3), fns, rounds)
+    for name, e in errors.items():  # every row is compared with every other: none can be missing
+        raise RuntimeError(f"{name} failed while timed at {where}: {e}") from e
+    ms = {b: [t.median_ms for t in ts] for b, ts in samples.items()}
     t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
     an = {b: t[b] for b in anchors}
     best = max(an.values(), default=float("nan"))

@@ -13,7 +13,7 @@ import math
 from .anchors import ANCHORS, BACKENDS, Unavailable, first_line, output_of
 from .correctness import _is_sticky
 from .flops import gbps, tflops
-from .timing import median, time_cuda, time_interleaved
+from .timing import median, rotated, rounds_of, time_cuda, time_interleaved
 
 # Timing rounds per cell: backends alternate, so drift within a cell is shared.
 ROUNDS = 3
@@ -136,11 +136,6 @@ def run_grid(cells, backends: dict, unavailable: dict, matmul_tflops, *, budget_
     return records
 
 
-def rotated(order: list, r: int) -> list:
-    """`order` rotated left by r: round r's turn, so each backend leads a round in turn."""
-    return order[r % len(order):] + order[:r % len(order)] if order else []
-
-
 def time_rounds(timed: dict, rec: dict, budget_s: float) -> dict:
     """Backends take turns, in a rotating order, so clock and thermal drift within a cell falls
     on all of them alike. name -> its rounds' Timings; a failure goes to rec["reasons"]."""
@@ -161,22 +156,18 @@ def time_rounds(timed: dict, rec: dict, budget_s: float) -> dict:
 
 
 def time_rounds_interleaved(timed: dict, rec: dict, budget_s: float) -> dict:
-    """time_rounds with each round's calls interleaved (A B C A B C ..., rotating which leads):
-    a clock shift within a round hits every backend alike. A failure in a round falls back to
-    time_rounds for the cell, which names the backend that failed."""
-    samples = {name: [] for name in timed}
-    for r in range(ROUNDS):
-        turn = rotated(list(timed), r)
-        try:
-            # budget_s is per backend (--time-budget), as in turns: the round holds all of them.
-            ts = time_interleaved({n: timed[n][1] for n in turn}, {n: timed[n][0].context for n in turn},
-                                  budget_s=budget_s / ROUNDS * len(turn))
-        except Exception as e:  # noqa: BLE001
-            if _is_sticky(e):
-                raise
-            return time_rounds(timed, rec, budget_s)
-        for n in turn:
-            samples[n].append(ts[n])
+    """time_rounds with each round's calls interleaved (timing.rounds_of of time_interleaved,
+    A B C A B C ..., the order rotating which leads): a clock shift within a round hits every
+    backend alike. A backend that fails is named in rec["reasons"] and has no samples; the
+    others keep their rounds."""
+    def timer(group):
+        # budget_s is per backend (--time-budget), as in turns: the round holds all of them.
+        return time_interleaved(group, {n: timed[n][0].context for n in group},
+                                budget_s=budget_s / ROUNDS * len(group))
+
+    samples, errors = rounds_of(timer, {n: fn for n, (_, fn) in timed.items()}, ROUNDS)
+    for name, e in errors.items():
+        rec["reasons"][name] = first_line(e)
     return samples
 
 

@@ -129,23 +129,35 @@ def side_by_side(timer, fns: dict) -> tuple[dict, dict]:
         return out, errors
 
 
-def timed_rounds(timer, fns: dict, rounds: int = 3) -> tuple[dict, dict]:
-    """`rounds` runs of `timer` (name -> Timing for a dict of functions) over all of `fns`
-    together, every other round in reverse order (which function leads alternates).
+def rotated(order: list, r: int) -> list:
+    """`order` rotated left by r: round r's order, so each function leads a round in turn."""
+    return order[r % len(order):] + order[:r % len(order)] if order else []
 
-    Returns (name -> the median over the rounds of its rounds' median ms, name -> the exception
-    its call raised). A function that fails (side_by_side) is left out of the later rounds and
-    has no figure: part of the rounds is not one."""
-    names, ms, errors = list(fns), {n: [] for n in fns}, {}
+
+def rounds_of(timer, fns: dict, rounds: int = 3) -> tuple[dict, dict]:
+    """`rounds` runs of `timer` (name -> Timing for a dict of functions) over all of `fns`
+    together, round r in `fns`' order rotated by r (each function leads a round in turn).
+
+    Returns (name -> its rounds' Timings, name -> the exception its call raised). A function
+    that fails (side_by_side) is left out of the later rounds and has no Timings: part of the
+    rounds is not a figure."""
+    names, samples, errors = list(fns), {n: [] for n in fns}, {}
     for r in range(rounds):
         live = [n for n in names if n not in errors]
         if not live:
             break
-        ts, errs = side_by_side(timer, {n: fns[n] for n in (live if r % 2 == 0 else live[::-1])})
+        ts, errs = side_by_side(timer, {n: fns[n] for n in rotated(live, r)})
         errors.update(errs)
         for n, t in ts.items():
-            ms[n].append(t.median_ms)
-    return {n: median(xs) for n, xs in ms.items() if n not in errors}, errors
+            samples[n].append(t)
+    return {n: ts for n, ts in samples.items() if n not in errors}, errors
+
+
+def timed_rounds(timer, fns: dict, rounds: int = 3) -> tuple[dict, dict]:
+    """rounds_of, as (name -> the median over the rounds of its rounds' median ms, name -> the
+    exception its call raised)."""
+    samples, errors = rounds_of(timer, fns, rounds)
+    return {n: median([t.median_ms for t in ts]) for n, ts in samples.items()}, errors
 
 
 def interleaved_rounds(fns: dict, rounds: int = 3, contexts: dict | None = None, *, warmup: int = 3,

@@ -287,9 +287,9 @@ def test_late_k_release_is_not_combined_with_the_fma_pipe_exp2():
 
 def test_ab_run_times_a_forms_variants_and_the_anchors_interleaved(monkeypatch):
     """bench.ab run's time_form: on one cell, every variant of the form and every anchor is timed
-    in each round in one interleaved run (every other round in reverse order), on the same
-    inputs, each in its backend's context; each row keeps its rounds and reads its ratio against
-    the best anchor of the same rounds."""
+    in each round in one interleaved run (the order rotating which leads), on the same inputs,
+    each in its backend's context; each row keeps its rounds and reads its ratio against the best
+    anchor of the same rounds. A call that fails is named, not timed without."""
     import contextlib
     import sys
     import types
@@ -328,13 +328,21 @@ def test_ab_run_times_a_forms_variants_and_the_anchors_interleaved(monkeypatch):
     rows = ab.time_form(Backend(), {"cudnn": Backend("cudnn"), "fa4": Backend("fa4")}, ("bf16", 64, True, "rowmajor"),
                         variants, 2048, rounds=3)
     assert len(inputs) == 1  # every backend on the same q, k, v
-    assert orders == [["ctl", "cand", "cudnn", "fa4"], ["fa4", "cudnn", "cand", "ctl"], ["ctl", "cand", "cudnn", "fa4"]]
+    assert orders == [["ctl", "cand", "cudnn", "fa4"], ["cand", "cudnn", "fa4", "ctl"], ["cudnn", "fa4", "ctl", "cand"]]
     assert entered[:4] == [None, None, "cudnn", "fa4"]  # ours' context for the variants
     by = {r["variant"]: r for r in rows}
     assert by["ctl"]["ms_rounds"] == [1.0] * 3 and by["cand"]["fa4_ms_rounds"] == [1.1] * 3
     assert by["cand"]["ours"] / by["ctl"]["ours"] == pytest.approx(1 / 0.9)
     assert by["ctl"]["ratio_best"] == pytest.approx(1.1 / 1.0)  # fa4 (1.1 ms) is the faster anchor
     assert by["cand"]["ok"] and by["cand"]["rel_err"] == 2e-3
+
+    def failing(fns, contexts, **kw):
+        if "cand" in fns:
+            raise RuntimeError("cand launch failed")
+        return fake_interleaved(fns, contexts, **kw)
+    monkeypatch.setattr(timing, "time_interleaved", failing)
+    with pytest.raises(RuntimeError, match="cand failed while timed at s2048: cand launch failed"):
+        ab.time_form(Backend(), {"cudnn": Backend("cudnn")}, ("bf16", 64, True, "rowmajor"), variants, 2048, rounds=3)
 
 
 def test_a_label_token_picks_whole_tokens_only():

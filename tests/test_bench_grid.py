@@ -268,8 +268,8 @@ def test_time_isolated_each_interleaves_the_calls_each_after_its_own_sleep(monke
 
 
 def test_interleaved_rounds_alternate_the_lead_and_drop_only_a_failing_function(monkeypatch):
-    """Each round is one time_interleaved run over the functions still timed, every other round
-    reversed, with the per-function budget scaled to the run; a round that raises is retried one
+    """Each round is one time_interleaved run over the functions still timed, the order rotated
+    a step a round, with the per-function budget scaled to the run; a round that raises is retried one
     function at a time, the one that fails is named and left out, the others keep their rounds
     and get the median of them."""
     runs = []
