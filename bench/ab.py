@@ -1220,7 +1220,7 @@ _SWITCH_TOKENS = (("separate_o_smem", "separate-o"), ("wg_epilogue", "wg-epilogu
                   ("pin_loop_invariants", "pin"), ("pin_q_desc", "pin-q"), ("fast_divmod", "fast-divmod"),
                   ("p_smem", "p-smem"), ("o_smem_store", "o-smem"), ("o_tma_ragged", "tma-o"),
                   ("varlen_dynamic", "dynamic"), ("fp8_p_pair_shuffle", "pair-shuffle"),
-                  ("late_k_release", "late-k-release"))
+                  ("late_k_release", "late-k-release"), ("try_wait_first", "try-wait"))
 
 
 def switch_label(over: dict) -> str:
@@ -1317,6 +1317,19 @@ def _short_h100_rows(dtype: str) -> list:
 
 
 SHORT_H100 = _short_h100_rows("bf16") + _short_h100_rows("fp16")
+# fp16 hd64, the grid's long cells at 0.96-0.98 of FA4 where bf16 ties it (check24/g1, H100;
+# check14 had the same on the H200). In the SASS (session 25) the one difference from bf16 is
+# ptxas's placement of the K/V waits' retry: inline in fp16's key-block loops, with the barrier
+# addresses in vector registers (436 / 446 instructions a block, non-causal / causal, against
+# bf16's 417 / 435); FA4, whose loops are the same in both dtypes, tries the wait once and
+# blocks only where that failed (FwdConfig.try_wait_first), and so does each candidate here.
+# The bf16 rows check that it costs bf16 nothing. Each shipped form, then with the switch; fp16
+# also with the loop invariants pinned on top, whose loops then match bf16's shipped ones (417 /
+# 433; the pin alone lost 2-4% on bf16 hd64 in check9/n5, where it cut bf16's loop to 408).
+TRY_WAIT_FORMS = [(dt, 64, 64, c, "persistent", None) for dt in ("fp16", "bf16") for c in (False, True)]
+TRY_WAIT = [(switch_label(o), o) for dt, over in ((form[0], shipped_overrides(*form)) for form in TRY_WAIT_FORMS)
+            for o in (over, dict(over, try_wait_first=True),
+                      *([dict(over, try_wait_first=True, pin_loop_invariants=True)] if dt == "fp16" else []))]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1346,7 +1359,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "late-k-release-fp8": LATE_K_RELEASE_FP8,
                "late-k-release-decode64": _late_k_decode(64), "late-k-release-decode128": _late_k_decode(128),
                "late-k-release-varlen": LATE_K_RELEASE_VARLEN, "k-stages": K_STAGES,
-               "short-h100": SHORT_H100}
+               "short-h100": SHORT_H100, "try-wait": TRY_WAIT}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

@@ -60,6 +60,7 @@ def compile_variant(cfg: FwdConfig):
             **({"descale_block": cfg.descale_block} if cfg.descale_blocks[1] else {}),
             **({"ctas_per_sm": cfg.ctas_per_sm} if cfg.ctas_per_sm != 1 else {}),
             **({"late_k_release": True} if cfg.late_k_release else {}),
+            **({"try_wait_first": True} if cfg.try_wait_first else {}),
             "dsl_compile_seconds": round(seconds, 3),
         },
     )

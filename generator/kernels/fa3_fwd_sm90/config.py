@@ -285,7 +285,7 @@ TUNED_DECODE: dict[tuple[int, tuple[int, int], bool], dict] = {
 SWITCHES = ("separate_o_smem", "wg_epilogue", "mask_bits", "chunked_p_convert", "in_order_row_sum",
             "q_double_buffer", "deferred_o_store", "o_smem_store", "fp8_p_pair_shuffle", "pin_loop_invariants",
             "pin_q_desc", "fast_divmod", "warp_o_store", "o_tma_ragged", "p_smem", "varlen_dynamic",
-            "late_k_release")
+            "late_k_release", "try_wait_first")
 # The softmax's switches that take a value, with the value that turns each off (the tables
 # above may name them like the others once measured).
 VALUE_SWITCHES = {"exp2_emu_eighths": 0, "exp2_emu_degree": 3, "rescale_threshold": 0.0, "p_scale_log2": 0.0}
@@ -408,6 +408,13 @@ class FwdConfig:
     # Off everywhere: it lost on every form (check23: 0.93-1.00 of the shipped cubin; the later
     # refill of K's stage costs more than the overlap gains).
     late_k_release: bool | None = None
+    # The overlapped key-block loop's K and V waits as FA4 has them: one try_wait, and the
+    # blocking wait only where it failed. ptxas then places the wait's retry outside the loop
+    # on every form. With the plain wait it inlined the retry (NANOSLEEP and a second phase
+    # check) into fp16 hd64's loops only, with the barrier addresses in vector registers: 436 /
+    # 446 instructions a block (non-causal / causal) against bf16's 417 / 435; with it 432 /
+    # 442, bf16 421 / 442, FA4's 420 / 434 in both dtypes (session 25, the SASS on the CPU).
+    try_wait_first: bool | None = None
     # Keep K's and V's descriptor bases and the consumer-release lane test in registers across the
     # key-block loops instead of letting NVVM rebuild them every block (pinned.py; FA4's loop
     # keeps them). pin_q_desc: the QK^T GEMM's twelve Q descriptors too (FA4 keeps those as

@@ -839,12 +839,12 @@ class FlashFwdSm90:
         """QK^T of block n_block runs while PV of the previous block and this softmax do."""
         v_state = kv_state.clone()
         kv_state.advance()
-        pipe_k.consumer_wait(kv_state)
+        self.wait_full(pipe_k, kv_state)
         self.schedule_wait(wg)
         acc_S = gemm_qk(kv_state.index)  # in flight
         if const_expr(self.rescale_early):
             rescale_rows(acc_O, scale_prev)  # under the QK^T GEMM, before PV accumulates
-        pipe_v.consumer_wait(v_state)
+        self.wait_full(pipe_v, v_state)
         gemm_pv(v_state.index, False)  # in flight behind it
         self.schedule_pass(wg)
         warpgroup.wait_group(1)  # S is ready; PV still running
@@ -872,6 +872,13 @@ class FlashFwdSm90:
         else:
             softmax.rescale_o(acc_O, row_scale)
         return kv_state
+
+    def wait_full(self, pipe, state):
+        """The key-block loop's wait for a loaded K or V stage (FwdConfig.try_wait_first)."""
+        if const_expr(self.cfg.try_wait_first):
+            pipe.consumer_wait(state, pipe.consumer_try_wait(state))
+        else:
+            pipe.consumer_wait(state)
 
     def schedule_wait(self, wg):
         if const_expr(self.pingpong):

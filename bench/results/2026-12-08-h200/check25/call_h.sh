@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Session 24, call H (a fresh machine): the homes unpacked (the default set with hd64 causal's
-# third K/V stage promoted, and bench.ab's short-h100 set); FA4's first half parked for call I
-# when carried (NO_FA4=1 after the session's device time ran short: call I will not follow);
-# then
+# Written in session 24 (no machine came for it), extended in session 25 (no machine lent).
+# Call H (a fresh machine): the homes unpacked (the default set with hd64 causal's third K/V stage
+# promoted, and bench.ab's short-h100 and try-wait sets); FA4's first half parked for call I when
+# carried (NO_FA4=1 where the session's device time is short: call I will not follow); then
 #   1. the bench timers' GPU tests (time_interleaved, the rounds helper's callers);
-#   2. the float64 GPU tests of the short-h100 candidates (tests/gpu/test_dense_candidates_gpu.py),
-#      with verification records;
+#   2. the float64 GPU tests of the short-h100 and try-wait candidates
+#      (tests/gpu/test_dense_candidates_gpu.py), with verification records;
 #   3. bench.ab run on short-h100 at 512 / 1k / 2k beside cuDNN (the best anchor on those cells),
 #      calls interleaved, 5 rounds.
-# OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check24/call_h.sh
-# carry: .stage_fa4x .stage_homes (NO_FA4=1: .stage_homes alone)   (HOMES=".cubinforge .cubinforge-ab-shorth100" bash bench/results/2026-12-07-h200/check20/pack_homes.sh)
+# OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-08-h200/check25/call_h.sh
+# carry: .stage_fa4x .stage_homes (NO_FA4=1: .stage_homes alone)   (HOMES=".cubinforge .cubinforge-ab-shorth100 .cubinforge-ab-trywait" bash bench/results/2026-12-07-h200/check20/pack_homes.sh)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} PYTHONPATH=$PWD
 H=/tmp/h1; rm -rf $H; mkdir -p $H
 save() { tar czf $OUT/h1.tgz -C /tmp h1; }
 {
-rm -rf .cubinforge .cubinforge-ab-shorth100
+rm -rf .cubinforge .cubinforge-ab-shorth100 .cubinforge-ab-trywait
 xz -dc .stage_homes/homes.tar.xz | tar -xf - || { echo "homes unpack failed"; exit 1; }
 [ -n "${NO_FA4:-}" ] || bash bench/stage_fa4.sh park || echo "FA4 park failed"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $H/gpu.txt 2>&1
@@ -25,16 +25,18 @@ if [ -z "${NO_FA4:-}" ]; then  # (check24/d1 ran the timer's own tests already)
   timeout 60 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/gpu/test_bench_gpu.py > $H/timer-tests.log 2>&1
   tail -1 $H/timer-tests.log; grep -E "^(FAILED|ERROR)" $H/timer-tests.log | head -4
 fi
-echo "== short-h100 float64 tests ($(date +%T))"
-for ((i = 0; i < 4; i++)); do
-  CUBINFORGE_HOME=$PWD/.cubinforge CUBINFORGE_AB_HOME=$PWD/.cubinforge-ab-shorth100 CUBINFORGE_TEST_SHARD=$i/4 \
-    CUBINFORGE_VERIFIED_OUT=$H/verified-sh/tests.json OMP_NUM_THREADS=2 timeout 150 \
-    python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/gpu/test_dense_candidates_gpu.py > $H/sh-tests-$i.log 2>&1 &
+for set in shorth100 trywait; do
+  echo "== $set float64 tests ($(date +%T))"
+  for ((i = 0; i < 4; i++)); do
+    CUBINFORGE_HOME=$PWD/.cubinforge CUBINFORGE_AB_HOME=$PWD/.cubinforge-ab-$set CUBINFORGE_TEST_SHARD=$i/4 \
+      CUBINFORGE_VERIFIED_OUT=$H/verified-$set/tests.json OMP_NUM_THREADS=2 timeout 150 \
+      python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/gpu/test_dense_candidates_gpu.py > $H/$set-tests-$i.log 2>&1 &
+  done
+  wait
+  for f in $H/$set-tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; grep -E "^(FAILED|ERROR)" $f | head -4; done
+  if ls $H/verified-$set/*.running > /dev/null 2>&1; then echo "records NOT merged: a process did not finish"
+  else python3 -m cubinforge.bench.verified --merge $H/verified-$set/*.json --out $H/verified-$set.json; fi
 done
-wait
-for f in $H/sh-tests-*.log; do echo "$(basename $f): $(tail -1 $f)"; grep -E "^(FAILED|ERROR)" $f | head -4; done
-if ls $H/verified-sh/*.running > /dev/null 2>&1; then echo "records NOT merged: a process did not finish"
-else python3 -m cubinforge.bench.verified --merge $H/verified-sh/*.json --out $H/verified-sh.json; fi
 save
 echo "== short-h100 A/B, calls interleaved ($(date +%T))"
 timeout 200 python3 -m bench.ab run --home .cubinforge-ab-shorth100 --seqlens ${AB_SEQLENS:-512,1024,2048} --rounds ${AB_ROUNDS:-5} \

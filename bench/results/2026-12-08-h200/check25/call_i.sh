@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Session 24, call I (right after call H on the same warm machine: the homes and FA4's parked
-# first half are there). FA4 unpacked; then, with the benches now timing ours and the anchors
-# side by side with their calls interleaved (bench.timing.interleaved_rounds /
-# time_isolated_each; first GPU run of those paths):
+# Written in session 24 (no machine came for it), extended in session 25 (no machine lent).
+# Call I (right after call H on the same warm machine: the homes and FA4's parked first half are
+# there). FA4 unpacked; then, with the benches now timing ours and the anchors side by side with
+# their calls interleaved (bench.timing.interleaved_rounds / rounds_of / time_isolated_each;
+# first GPU run of those paths):
+#   0. bench.ab run on the try-wait set (fp16 / bf16 hd64, K and V waits tried once first) at
+#      2k / 8k / 16k beside cuDNN and FA4 (FA4 leads those cells), 5 rounds; call H gated it;
 #   1. bench.inference: issue 11's varlen, chunked-prefill, decode and e4m3 decode cases beside
 #      FA4 (--isolated on an H200: the decode cases also timed by the anchors' method);
 #   2. bench/model_variants.py: issue 12's cells beside FA4;
 #   3. the grid's hd64 cells, bf16 + fp16, beside cuDNN and FA4 (the promoted third K/V stage of
 #      hd64 causal at 192 x 128 in the full bench).
-# OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-07-h200/check24/call_i.sh
+# OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-08-h200/check25/call_i.sh
 # carry: .stage_fa4y
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown}
@@ -20,6 +23,11 @@ test -d .cubinforge || echo "the homes are gone: the machine went back after cal
 bash bench/stage_fa4.sh unpack $I/fa4-install.log
 export PYTHONPATH=$PWD:/tmp/site/nvidia_cutlass_dsl/dsl_packages:/tmp/site
 iso=$(grep -q H200 $I/gpu.txt && echo --isolated)
+echo "== try-wait A/B beside cuDNN and FA4 ($(date +%T))"
+timeout 120 python3 -m bench.ab run --home .cubinforge-ab-trywait --seqlens 2048,8192,16384 --rounds 5 \
+  --out $I/ab-trywait > $I/ab-trywait.log 2>&1
+echo "rc=$?" >> $I/ab-trywait.log; grep -v "Warning\|exe_args" $I/ab-trywait.log | tail -34
+save
 echo "== inference $iso ($(date +%T))"
 CUBINFORGE_HOME=$PWD/.cubinforge timeout 220 python3 -m cubinforge.bench.inference $iso --json $I/inference.json > $I/inference.log 2>&1
 echo "rc=$?" >> $I/inference.log
