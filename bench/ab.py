@@ -1330,6 +1330,16 @@ TRY_WAIT_FORMS = [(dt, 64, 64, c, "persistent", None) for dt in ("fp16", "bf16")
 TRY_WAIT = [(switch_label(o), o) for dt, over in ((form[0], shipped_overrides(*form)) for form in TRY_WAIT_FORMS)
             for o in (over, dict(over, try_wait_first=True),
                       *([dict(over, try_wait_first=True, pin_loop_invariants=True)] if dt == "fp16" else []))]
+# fp16's non-causal loops run 13-43 instructions a key block over bf16's (hd96 / 128 / 192 / 256:
+# 454 / 484 / 469 / 492 against 441 / 461 / 440 / 449; check25/fp16-loops.md): ptxas rebuilds
+# K's and V's descriptors in 32-bit halves (UIADD3 + UIADD3.X and re-made UMOVs) for the f16
+# GEMMs where it uses 64-bit adds for bf16, from the same PTX. Pinned (FwdConfig.
+# pin_loop_invariants) they come out at or under bf16's (432 / 458 / 429 / 440). The pin lost
+# 1-7% on bf16 hd64 / hd128 in check9/n5; fp16's loops gain more from it. Each shipped fp16
+# non-causal form from hd128 up (hd64's is in try-wait), then pinned.
+FP16_PIN = [(switch_label(o), o) for over in (shipped_overrides("fp16", d, d, False, "persistent", None)
+                                              for d in (128, 192, 256))
+            for o in (over, dict(over, pin_loop_invariants=True))]
 EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persistent": PERSISTENT, "softmax": SOFTMAX,
                "epilogue": EPILOGUE, "mask": MASK,
                "tiles": TILES, "overhead": OVERHEAD, "short-causal": SHORT_CAUSAL,
@@ -1359,7 +1369,7 @@ EXPERIMENTS = {"leave-one-out": LEAVE_ONE_OUT, "scheduler": SCHEDULER, "persiste
                "late-k-release-fp8": LATE_K_RELEASE_FP8,
                "late-k-release-decode64": _late_k_decode(64), "late-k-release-decode128": _late_k_decode(128),
                "late-k-release-varlen": LATE_K_RELEASE_VARLEN, "k-stages": K_STAGES,
-               "short-h100": SHORT_H100, "try-wait": TRY_WAIT}
+               "short-h100": SHORT_H100, "try-wait": TRY_WAIT, "fp16-pin": FP16_PIN}
 # FwdConfig fields that are variant axes of their own (the runtime selects by them).
 MODEL_AXES = ("softcap", "local", "learnable_sink", "head_dim_v")
 # The inference forms' axes (runtime/varlen.py selects a varlen variant by them).

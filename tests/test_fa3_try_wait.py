@@ -40,6 +40,16 @@ def test_try_wait_set_is_each_shipped_hd64_form_then_the_switch():
             assert [c.pin_loop_invariants for c in form[1:]] == ([False, True] if dt == "fp16" else [False])
 
 
+def test_fp16_pin_set_is_each_shipped_fp16_non_causal_form_then_pinned():
+    from cubinforge.bench.ab import EXPERIMENTS, experiment_config
+
+    cfgs = [experiment_config(o) for _, o in EXPERIMENTS["fp16-pin"]]
+    assert [(c.head_dim, c.pin_loop_invariants) for c in cfgs] == [(d, p) for d in (128, 192, 256) for p in (False, True)]
+    for control in cfgs[::2]:
+        assert control == FwdConfig(arch="sm_90a", dtype="fp16", head_dim=control.head_dim, causal=False,
+                                    scheduler="persistent")
+
+
 def _loop_ops(cfg) -> Counter:
     from loop_sass import loop_bodies
 

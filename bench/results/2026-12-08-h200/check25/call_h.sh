@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Written in session 24 (no machine came for it), extended in session 25 (no machine lent).
 # Call H (a fresh machine): the homes unpacked (the default set with hd64 causal's third K/V stage
-# promoted, and bench.ab's short-h100 and try-wait sets); FA4's first half parked for call I when
+# promoted, and bench.ab's short-h100 set, and try-wait with fp16-pin in one home); FA4's first half parked for call I when
 # carried (NO_FA4=1 where the session's device time is short: call I will not follow); then
 #   1. the bench timers' GPU tests (time_interleaved, the rounds helper's callers);
-#   2. the float64 GPU tests of the short-h100 and try-wait candidates
+#   2. the float64 GPU tests of the short-h100, try-wait and fp16-pin candidates
 #      (tests/gpu/test_dense_candidates_gpu.py), with verification records;
 #   3. bench.ab run on short-h100 at 512 / 1k / 2k beside cuDNN (the best anchor on those cells),
 #      calls interleaved, 5 rounds.

@@ -4,8 +4,9 @@
 # there). FA4 unpacked; then, with the benches now timing ours and the anchors side by side with
 # their calls interleaved (bench.timing.interleaved_rounds / rounds_of / time_isolated_each;
 # first GPU run of those paths):
-#   0. bench.ab run on the try-wait set (fp16 / bf16 hd64, K and V waits tried once first) at
-#      2k / 8k / 16k beside cuDNN and FA4 (FA4 leads those cells), 5 rounds; call H gated it;
+#   0. bench.ab run on the try-wait home (fp16 / bf16 hd64 with K and V waits tried once first;
+#      fp16 hd128-256 non-causal pinned) at 2k / 8k / 16k beside cuDNN and FA4, 5 rounds; call H
+#      ran their float64 tests;
 #   1. bench.inference: issue 11's varlen, chunked-prefill, decode and e4m3 decode cases beside
 #      FA4 (--isolated on an H200: the decode cases also timed by the anchors' method);
 #   2. bench/model_variants.py: issue 12's cells beside FA4;
@@ -23,7 +24,7 @@ test -d .cubinforge || echo "the homes are gone: the machine went back after cal
 bash bench/stage_fa4.sh unpack $I/fa4-install.log
 export PYTHONPATH=$PWD:/tmp/site/nvidia_cutlass_dsl/dsl_packages:/tmp/site
 iso=$(grep -q H200 $I/gpu.txt && echo --isolated)
-echo "== try-wait A/B beside cuDNN and FA4 ($(date +%T))"
+echo "== try-wait + fp16-pin A/B beside cuDNN and FA4 ($(date +%T))"
 timeout 120 python3 -m bench.ab run --home .cubinforge-ab-trywait --seqlens 2048,8192,16384 --rounds 5 \
   --out $I/ab-trywait > $I/ab-trywait.log 2>&1
 echo "rc=$?" >> $I/ab-trywait.log; grep -v "Warning\|exe_args" $I/ab-trywait.log | tail -34
