@@ -1679,8 +1679,8 @@ def time_form(ours, anchors: dict, form: tuple, variants: list, spec, rounds: in
         contexts[b] = a.context
     # Each round the calls interleaved, the order rotating which leads.
     samples, errors = rounds_of(lambda group: time_interleaved(group, contexts, budget_s=0.3), fns, rounds)
-    for name, e in errors.items():  # every row is compared with every other: none can be missing
-        raise RuntimeError(f"{name} failed while timed at {where}: {e}") from e
+    if errors:  # every row is compared with every other: none can be missing
+        raise RuntimeError(f"failed while timed at {where}: " + "; ".join(f"{n}: {e}" for n, e in errors.items()))
     ms = {b: [t.median_ms for t in ts] for b, ts in samples.items()}
     t = {b: tflops(cell.flops, median(v)) for b, v in ms.items()}
     an = {b: t[b] for b in anchors}

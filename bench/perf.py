@@ -13,9 +13,9 @@ import math
 from .anchors import ANCHORS, BACKENDS, Unavailable, first_line, output_of
 from .correctness import _is_sticky
 from .flops import gbps, tflops
-from .timing import median, rotated, rounds_of, time_cuda, time_interleaved
+from .timing import median, rounds_of, time_cuda, time_interleaved
 
-# Timing rounds per cell: backends alternate, so drift within a cell is shared.
+# Timing rounds per cell: the backends' order rotates a step a round, so drift within a cell is shared.
 ROUNDS = 3
 
 CROSS_CHECK_TOL = 1e-2  # ours vs cuDNN, both rounded to bf16: a few 1e-3 is normal
@@ -137,34 +137,32 @@ def run_grid(cells, backends: dict, unavailable: dict, matmul_tflops, *, budget_
 
 
 def time_rounds(timed: dict, rec: dict, budget_s: float) -> dict:
-    """Backends take turns, in a rotating order, so clock and thermal drift within a cell falls
-    on all of them alike. name -> its rounds' Timings; a failure goes to rec["reasons"]."""
-    samples = {name: [] for name in timed}
-    for r in range(ROUNDS):
-        for name in rotated(list(timed), r):
-            be, fn = timed[name]
-            try:
-                with be.context():
-                    t = time_cuda(fn, budget_s=budget_s / ROUNDS)
-            except Exception as e:  # noqa: BLE001
-                if _is_sticky(e):
-                    raise
-                rec["reasons"][name] = first_line(e)
-                continue
-            samples[name].append(t)
-    return samples
+    """Backends take turns (each one's calls in a row, then the next's), the order rotating a
+    step a round so drift within a cell falls on all of them alike. name -> its rounds'
+    Timings; a backend that fails is named in rec["reasons"] and has none."""
+    def timer(group):
+        out = {}
+        for n, fn in group.items():
+            with timed[n][0].context():
+                out[n] = time_cuda(fn, budget_s=budget_s / ROUNDS)
+        return out
+
+    return _rounds(timer, timed, rec)
 
 
 def time_rounds_interleaved(timed: dict, rec: dict, budget_s: float) -> dict:
-    """time_rounds with each round's calls interleaved (timing.rounds_of of time_interleaved,
-    A B C A B C ..., the order rotating which leads): a clock shift within a round hits every
-    backend alike. A backend that fails is named in rec["reasons"] and has no samples; the
-    others keep their rounds."""
+    """time_rounds with each round's calls interleaved (A B C A B C ..., time_interleaved): a
+    clock shift within a round hits every backend alike."""
     def timer(group):
         # budget_s is per backend (--time-budget), as in turns: the round holds all of them.
         return time_interleaved(group, {n: timed[n][0].context for n in group},
                                 budget_s=budget_s / ROUNDS * len(group))
 
+    return _rounds(timer, timed, rec)
+
+
+def _rounds(timer, timed: dict, rec: dict) -> dict:
+    """timing.rounds_of over the cell's backends, each failure's first line in rec["reasons"]."""
     samples, errors = rounds_of(timer, {n: fn for n, (_, fn) in timed.items()}, ROUNDS)
     for name, e in errors.items():
         rec["reasons"][name] = first_line(e)

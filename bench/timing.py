@@ -125,31 +125,35 @@ def side_by_side(timer, fns: dict) -> tuple[dict, dict]:
             try:
                 out[name] = timer({name: fn})[name]
             except Exception as e:  # noqa: BLE001 - a failure is a result
+                if _is_sticky(e):  # this call lost the context: the ones after it would be blamed
+                    raise
                 errors[name] = e
         return out, errors
 
 
 def rotated(order: list, r: int) -> list:
-    """`order` rotated left by r: round r's order, so each function leads a round in turn."""
+    """`order` rotated left by r: round r's order, so each of n functions leads one of n rounds."""
     return order[r % len(order):] + order[:r % len(order)] if order else []
 
 
 def rounds_of(timer, fns: dict, rounds: int = 3) -> tuple[dict, dict]:
     """`rounds` runs of `timer` (name -> Timing for a dict of functions) over all of `fns`
-    together, round r in `fns`' order rotated by r (each function leads a round in turn).
+    together, round r in `fns`' order rotated by r: with rounds >= len(fns) each function leads
+    a round (a dropped one keeps its place in the rotation).
 
-    Returns (name -> its rounds' Timings, name -> the exception its call raised). A function
-    that fails (side_by_side) is left out of the later rounds and has no Timings: part of the
-    rounds is not a figure."""
+    A round in which a call fails names it (side_by_side, each alone), drops it from that round
+    on, and times the others together again, so every sample is of the group timed together.
+    Returns (name -> its rounds' Timings, name -> the exception its call raised); a function that
+    failed has no Timings: part of the rounds is not a figure."""
     names, samples, errors = list(fns), {n: [] for n in fns}, {}
     for r in range(rounds):
-        live = [n for n in names if n not in errors]
-        if not live:
-            break
-        ts, errs = side_by_side(timer, {n: fns[n] for n in rotated(live, r)})
-        errors.update(errs)
-        for n, t in ts.items():
-            samples[n].append(t)
+        while group := [n for n in rotated(names, r) if n not in errors]:
+            ts, errs = side_by_side(timer, {n: fns[n] for n in group})
+            errors.update(errs)
+            if not errs:
+                for n, t in ts.items():
+                    samples[n].append(t)
+                break
     return {n: ts for n, ts in samples.items() if n not in errors}, errors
 
 

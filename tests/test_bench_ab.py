@@ -341,7 +341,7 @@ def test_ab_run_times_a_forms_variants_and_the_anchors_interleaved(monkeypatch):
             raise RuntimeError("cand launch failed")
         return fake_interleaved(fns, contexts, **kw)
     monkeypatch.setattr(timing, "time_interleaved", failing)
-    with pytest.raises(RuntimeError, match="cand failed while timed at s2048: cand launch failed"):
+    with pytest.raises(RuntimeError, match="failed while timed at s2048: cand: cand launch failed"):
         ab.time_form(Backend(), {"cudnn": Backend("cudnn")}, ("bf16", 64, True, "rowmajor"), variants, 2048, rounds=3)
 
 

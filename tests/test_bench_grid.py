@@ -267,11 +267,11 @@ def test_time_isolated_each_interleaves_the_calls_each_after_its_own_sleep(monke
     assert timed == (one("a") + one("b")) * 3
 
 
-def test_interleaved_rounds_alternate_the_lead_and_drop_only_a_failing_function(monkeypatch):
+def test_interleaved_rounds_rotate_the_lead_and_drop_only_a_failing_function(monkeypatch):
     """Each round is one time_interleaved run over the functions still timed, the order rotated
     a step a round, with the per-function budget scaled to the run; a round that raises is retried one
-    function at a time, the one that fails is named and left out, the others keep their rounds
-    and get the median of them."""
+    function at a time, the one that fails is named and left out, the others are timed together
+    again and get the median of their rounds."""
     runs = []
 
     def fake(fns, contexts=None, *, budget_s, **kw):
@@ -286,9 +286,11 @@ def test_interleaved_rounds_alternate_the_lead_and_drop_only_a_failing_function(
     assert ms == {"a": 2.0, "b": 2.0}  # the median of the three rounds' 1.0, 2.0, 3.0
     runs.clear()
     ms, errors = T.interleaved_rounds({"a": 1, "bad": 2}, rounds=2, budget_s=0.1)
-    assert [r[0] for r in runs] == [["a", "bad"], ["a"], ["bad"], ["a"]]
+    # Round 0 fails together, each alone names "bad", "a" is timed again (the group without it);
+    # round 1 without "bad".
+    assert [r[0] for r in runs] == [["a", "bad"], ["a"], ["bad"], ["a"], ["a"]]
     assert list(errors) == ["bad"] and "bad launch" in str(errors["bad"])
-    assert ms == {"a": 3.0}  # rounds 2.0 and 4.0; "bad" has no figure
+    assert ms == {"a": 4.5}  # rounds 4.0 and 5.0 (run 2, "a" alone to name the failure, is not one)
 
 
 def test_side_by_side_names_the_failing_call_but_raises_a_lost_context():
@@ -305,3 +307,18 @@ def test_side_by_side_names_the_failing_call_but_raises_a_lost_context():
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
     with pytest.raises(RuntimeError, match="illegal memory access"):
         T.side_by_side(lost, {"a": 1, "b": 2})
+
+    # The group fails for an ordinary reason, then one call alone loses the context: raised, not
+    # recorded against it and every call after it.
+    alone = []
+
+    def lost_alone(group):
+        if len(group) > 1:
+            raise RuntimeError("bad launch")
+        alone.append(list(group))
+        if "b" in group:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return {n: T.Timing(median_ms=1.0, min_ms=1.0, max_ms=1.0, iters=5) for n in group}
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        T.side_by_side(lost_alone, {"a": 1, "b": 2, "c": 3})
+    assert alone == [["a"], ["b"]]

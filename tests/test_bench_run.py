@@ -163,10 +163,45 @@ def test_watchdog_writes_and_exits(tmp_path, monkeypatch):
     t.cancel()
 
 
+def test_grid_rounds_in_turns_rotate_and_name_a_backend_that_fails(monkeypatch):
+    """perf.time_rounds (--timing turns): each round every backend's calls in a row, in its
+    context, the order rotating; a backend that fails is named and not timed again."""
+    calls = []
+    be = {n: types.SimpleNamespace(context=(lambda n=n: _entered(calls, n))) for n in ("ours", "cudnn", "fa4")}
+    timed = {n: (be[n], (lambda n=n: n)) for n in be}
+
+    def fake_time_cuda(fn, budget_s):
+        assert abs(budget_s - 0.1) < 1e-12
+        name = fn()
+        calls.append(name)
+        if name == "cudnn":
+            raise RuntimeError("cudnn refused the shape")
+        return types.SimpleNamespace(median_ms=1.0, iters=5)
+
+    monkeypatch.setattr(perf, "time_cuda", fake_time_cuda)
+    rec = {"reasons": {}}
+    samples = perf.time_rounds(timed, rec, 0.3)
+    assert {n: len(v) for n, v in samples.items()} == {"ours": 3, "fa4": 3}
+    assert rec["reasons"] == {"cudnn": "RuntimeError: cudnn refused the shape"}
+    # Round 0: ours, then cudnn fails; each alone; ours and fa4 again. Rounds 1 and 2 rotated
+    # (cudnn, fa4, ours and fa4, ours, cudnn) without cudnn.
+    assert [c for c in calls if not c.startswith("enter ")] == [
+        "ours", "cudnn", "ours", "cudnn", "fa4", "ours", "fa4", "fa4", "ours", "fa4", "ours"]
+    assert calls[0] == "enter ours"  # each call in its backend's context
+
+
+def _entered(log, name):
+    import contextlib
+
+    log.append(f"enter {name}")
+    return contextlib.nullcontext()
+
+
 def test_grid_rounds_interleave_the_backends_and_name_one_that_fails(monkeypatch):
     """perf.time_rounds_interleaved: each round one interleaved run of every backend, rotating
     which leads, in each backend's context; a backend that fails is timed alone to name it, its
-    reason recorded and its samples dropped, and the others keep all their rounds."""
+    reason recorded and its samples dropped, and the others keep all their rounds, each timed
+    together."""
     runs = []
 
     def fake_interleaved(fns, contexts, budget_s):
@@ -182,8 +217,9 @@ def test_grid_rounds_interleave_the_backends_and_name_one_that_fails(monkeypatch
     monkeypatch.setattr(perf, "time_interleaved", fake_interleaved)
     rec = {"reasons": {}}
     samples = perf.time_rounds_interleaved(timed, rec, 0.3)
-    # Round 0 whole; round 1 fails, each alone names fa4; round 2 without it, rotated by 2.
+    # Round 0 whole; round 1 fails, each alone names fa4 and the rest run together again; round 2
+    # without it, its place in the rotation kept.
     assert runs == [["ours", "cudnn", "fa4"], ["cudnn", "fa4", "ours"], ["cudnn"], ["fa4"], ["ours"],
-                    ["ours", "cudnn"]]
+                    ["cudnn", "ours"], ["ours", "cudnn"]]
     assert {n: len(v) for n, v in samples.items()} == {"ours": 3, "cudnn": 3}
     assert rec["reasons"] == {"fa4": "RuntimeError: fa4 launch failed"}

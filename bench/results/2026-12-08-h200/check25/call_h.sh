@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Written in session 24 (no machine came for it), extended in session 25 (no machine lent).
-# Call H (a fresh machine): the homes unpacked (the default set with hd64 causal's third K/V stage
-# promoted, and bench.ab's short-h100 set, and try-wait with fp16-pin in one home); FA4's first half parked for call I when
-# carried (NO_FA4=1 where the session's device time is short: call I will not follow); then
+# Call H (a fresh machine): the homes unpacked (the default set with hd64 causal's third K/V
+# stage promoted; bench.ab's short-h100 set; try-wait with fp16-pin in one home); FA4's first
+# half parked for call I when carried (NO_FA4=1 where the session's device time is short: call I
+# will not follow); then
 #   1. the bench timers' GPU tests (time_interleaved, the rounds helper's callers);
 #   2. the float64 GPU tests of the short-h100, try-wait and fp16-pin candidates
 #      (tests/gpu/test_dense_candidates_gpu.py), with verification records;
 #   3. bench.ab run on short-h100 at 512 / 1k / 2k beside cuDNN (the best anchor on those cells),
 #      calls interleaved, 5 rounds.
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-08-h200/check25/call_h.sh
-# carry: .stage_fa4x .stage_homes (NO_FA4=1: .stage_homes alone)   (HOMES=".cubinforge .cubinforge-ab-shorth100 .cubinforge-ab-trywait" bash bench/results/2026-12-07-h200/check20/pack_homes.sh)
+# carry: .stage_fa4x .stage_homes (NO_FA4=1: .stage_homes alone), packed by
+#   HOMES=".cubinforge .cubinforge-ab-shorth100 .cubinforge-ab-trywait" \
+#     bash bench/results/2026-12-07-h200/check20/pack_homes.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUBINFORGE_COMMIT=${CUBINFORGE_COMMIT:-unknown} PYTHONPATH=$PWD
 H=/tmp/h1; rm -rf $H; mkdir -p $H
@@ -29,7 +32,7 @@ for set in shorth100 trywait; do
   echo "== $set float64 tests ($(date +%T))"
   for ((i = 0; i < 4; i++)); do
     CUBINFORGE_HOME=$PWD/.cubinforge CUBINFORGE_AB_HOME=$PWD/.cubinforge-ab-$set CUBINFORGE_TEST_SHARD=$i/4 \
-      CUBINFORGE_VERIFIED_OUT=$H/verified-$set/tests.json OMP_NUM_THREADS=2 timeout 150 \
+      CUBINFORGE_VERIFIED_OUT=$H/verified-$set/tests.json OMP_NUM_THREADS=2 timeout 100 \
       python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/gpu/test_dense_candidates_gpu.py > $H/$set-tests-$i.log 2>&1 &
   done
   wait

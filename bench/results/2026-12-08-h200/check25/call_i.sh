@@ -30,12 +30,12 @@ timeout 120 python3 -m bench.ab run --home .cubinforge-ab-trywait --seqlens 2048
 echo "rc=$?" >> $I/ab-trywait.log; grep -v "Warning\|exe_args" $I/ab-trywait.log | tail -34
 save
 echo "== inference $iso ($(date +%T))"
-CUBINFORGE_HOME=$PWD/.cubinforge timeout 220 python3 -m cubinforge.bench.inference $iso --json $I/inference.json > $I/inference.log 2>&1
+CUBINFORGE_HOME=$PWD/.cubinforge timeout 170 python3 -m cubinforge.bench.inference $iso --json $I/inference.json > $I/inference.log 2>&1
 echo "rc=$?" >> $I/inference.log
 grep -v "Warning\|exe_args\|^ \|Traceback\|File " $I/inference.log | tail -60
 save
 echo "== model variants ($(date +%T))"
-CUBINFORGE_HOME=$PWD/.cubinforge timeout 120 python3 bench/model_variants.py --out $I/model_variants.json > $I/model_variants.log 2>&1
+CUBINFORGE_HOME=$PWD/.cubinforge timeout 100 python3 bench/model_variants.py --out $I/model_variants.json > $I/model_variants.log 2>&1
 echo "rc=$?" >> $I/model_variants.log
 grep -v "Warning\|exe_args" $I/model_variants.log | tail -16
 save
