@@ -25,6 +25,7 @@ import pytest
 
 import test_varlen_gpu as vg
 from _helpers import label_names
+from cubinforge.bench.anchors import _PinnedSource
 from cubinforge.runtime.registry_source import LocalSource
 from test_inference_gpu import NO_GPU
 
@@ -58,21 +59,12 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=NO_
 _RUN_VARLEN = vg.run_varlen
 
 
-class _Pinned:
+class _Pinned(_PinnedSource):
     """The home's registry showing one variant only: the runtime's selection can pick nothing else."""
 
     def __init__(self, name: str):
-        self.base, self.name = LocalSource(HOME), name
-        self.home = HOME
-
-    def list(self):
-        return [self.name]
-
-    def get(self, name):
-        return self.base.get(name)
-
-    def blob(self, sha256):
-        return self.base.blob(sha256)
+        super().__init__(LocalSource(HOME), name)
+        self.home = HOME  # the skip messages of the modules whose SRC it stands in for name it
 
 
 @pytest.fixture
