@@ -410,9 +410,10 @@ class FwdConfig:
     late_k_release: bool | None = None
     # The overlapped key-block loop's K and V waits as FA4 has them: one try_wait, and the
     # blocking wait only where it failed (plain_step, the loop without overlap, keeps the plain
-    # wait). ptxas then places the wait's retry outside the loop on every form. With the plain
-    # wait it inlined the retry (NANOSLEEP and a second phase check) into fp16's loops only (hd64
-    # prefill and the pack-GQA decode forms), with the barrier addresses in vector registers:
+    # wait). With the plain wait ptxas inlined the retry (NANOSLEEP and a second phase check)
+    # into fp16's loops only (hd64 prefill and the pack-GQA decode forms), with the barrier
+    # addresses in vector registers; with the try first it places the retry outside the loop on
+    # the prefill forms (the fp16 pack-GQA decode forms keep it inline, behind a branch):
     # fp16 hd64 436 / 446 instructions a block (non-causal / causal) against bf16's 417 / 435;
     # with it 432 / 442, bf16 421 / 442, FA4's 420 / 434 in both dtypes (session 25, the SASS on
     # the CPU: bench/results/2026-12-08-h200/check25/fp16-loops.md).
