@@ -8,7 +8,9 @@
 #   2. the float64 GPU tests of the short-h100, try-wait and fp16-pin candidates
 #      (tests/gpu/test_dense_candidates_gpu.py), with verification records;
 #   3. bench.ab run on short-h100 at 512 / 1k / 2k beside cuDNN (the best anchor on those cells),
-#      calls interleaved, 5 rounds.
+#      calls interleaved, 5 rounds;
+#   4. with NO_FA4=1 only (call I will not follow): call I's try-wait / fp16-pin A/B beside
+#      cuDNN alone, and a smoke run of bench.inference's interleaved paths.
 # OUT=<dir> CUBINFORGE_COMMIT=<sha> bash bench/results/2026-12-08-h200/check25/call_h.sh
 # carry: .stage_fa4x .stage_homes (NO_FA4=1: .stage_homes alone), packed by
 #   HOMES=".cubinforge .cubinforge-ab-shorth100 .cubinforge-ab-trywait" \
@@ -42,11 +44,17 @@ for set in shorth100 trywait; do
 done
 save
 echo "== short-h100 A/B, calls interleaved ($(date +%T))"
-timeout 200 python3 -m bench.ab run --home .cubinforge-ab-shorth100 --seqlens ${AB_SEQLENS:-512,1024,2048} --rounds ${AB_ROUNDS:-5} \
+timeout 170 python3 -m bench.ab run --home .cubinforge-ab-shorth100 --seqlens ${AB_SEQLENS:-512,1024,2048} --rounds ${AB_ROUNDS:-5} \
   --out $H/ab-shorth100 > $H/ab-shorth100.log 2>&1
 echo "rc=$?" >> $H/ab-shorth100.log; grep -v "Warning\|exe_args" $H/ab-shorth100.log | tail -40
 save
-if [ -n "${NO_FA4:-}" ]; then  # the benches' interleaved paths on the GPU once, ours only (no FA4 here)
+if [ -n "${NO_FA4:-}" ]; then  # call I will not follow: its A/B beside cuDNN alone, and a smoke run
+  echo "== try-wait + fp16-pin A/B beside cuDNN ($(date +%T))"  # candidate / control is the verdict
+  timeout 100 python3 -m bench.ab run --home .cubinforge-ab-trywait --seqlens 2048,8192,16384 --rounds 5 \
+    --out $H/ab-trywait > $H/ab-trywait.log 2>&1
+  echo "rc=$?" >> $H/ab-trywait.log; grep -v "Warning\|exe_args" $H/ab-trywait.log | tail -34
+  save
+  # the benches' interleaved paths on the GPU once, ours only (no FA4 here)
   echo "== inference, two cases, ours only ($(date +%T))"
   CUBINFORGE_HOME=$PWD/.cubinforge timeout 60 python3 -m cubinforge.bench.inference --json $H/inference.json \
     --cases paged_decode_b64_k4096_p256,varlen_prefill_16seq_17850tok_h16_causal,e4m3_paged_decode_b64_k4096_p256 \
