@@ -1318,11 +1318,12 @@ def _short_h100_rows(dtype: str) -> list:
 
 SHORT_H100 = _short_h100_rows("bf16") + _short_h100_rows("fp16")
 # fp16 hd64, the grid's long cells at 0.96-0.98 of FA4 where bf16 ties it (check24/g1, H100;
-# check14 had the same on the H200). In the SASS (session 25) the one difference from bf16 is
-# ptxas's placement of the K/V waits' retry: inline in fp16's key-block loops, with the barrier
-# addresses in vector registers (436 / 446 instructions a block, non-causal / causal, against
-# bf16's 417 / 435); FA4, whose loops are the same in both dtypes, tries the wait once and
-# blocks only where that failed (FwdConfig.try_wait_first), and so does each candidate here.
+# check14 had the same on the H200). In the SASS (session 25) fp16's loops differ from bf16's in
+# two ways: ptxas places the K/V waits' retry inline in fp16's key-block loops, with the barrier
+# addresses in vector registers, and rebuilds K's and V's descriptors in 32-bit halves (FP16_PIN
+# below): 436 / 446 instructions a block, non-causal / causal, against bf16's 417 / 435. FA4,
+# whose loops are the same in both dtypes, tries the wait once and blocks only where that failed
+# (FwdConfig.try_wait_first), and so does each candidate here.
 # The bf16 rows check that it costs bf16 nothing. Each shipped form, then with the switch; fp16
 # also with the loop invariants pinned on top, whose loops then match bf16's shipped ones (417 /
 # 433; the pin alone lost 2-4% on bf16 hd64 in check9/n5, where it cut bf16's loop to 408).

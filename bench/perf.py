@@ -13,7 +13,7 @@ import math
 from .anchors import ANCHORS, BACKENDS, Unavailable, first_line, output_of
 from .correctness import _is_sticky
 from .flops import gbps, tflops
-from .timing import median, rounds_of, time_cuda, time_interleaved
+from .timing import interleaved_timer, median, rounds_of, time_cuda
 
 # Timing rounds per cell: the backends' order rotates a step a round, so drift within a cell is shared.
 ROUNDS = 3
@@ -153,12 +153,9 @@ def time_rounds(timed: dict, rec: dict, budget_s: float) -> dict:
 def time_rounds_interleaved(timed: dict, rec: dict, budget_s: float) -> dict:
     """time_rounds with each round's calls interleaved (A B C A B C ..., time_interleaved): a
     clock shift within a round hits every backend alike."""
-    def timer(group):
-        # budget_s is per backend (--time-budget), as in turns: the round holds all of them.
-        return time_interleaved(group, {n: timed[n][0].context for n in group},
-                                budget_s=budget_s / ROUNDS * len(group))
-
-    return _rounds(timer, timed, rec)
+    # budget_s is per backend (--time-budget), as in turns.
+    return _rounds(interleaved_timer({n: be.context for n, (be, _) in timed.items()}, budget_s=budget_s / ROUNDS),
+                   timed, rec)
 
 
 def _rounds(timer, timed: dict, rec: dict) -> dict:

@@ -164,13 +164,18 @@ def timed_rounds(timer, fns: dict, rounds: int = 3) -> tuple[dict, dict]:
     return {n: median([t.median_ms for t in ts]) for n, ts in samples.items()}, errors
 
 
+def interleaved_timer(contexts: dict | None = None, *, budget_s: float, **kw):
+    """A rounds_of timer: time_interleaved of a group, `budget_s` per function (the group's run
+    gets budget_s x its size, as each function had in turns)."""
+    return lambda group: time_interleaved(group, contexts, budget_s=budget_s * len(group), **kw)
+
+
 def interleaved_rounds(fns: dict, rounds: int = 3, contexts: dict | None = None, *, warmup: int = 3,
                        min_iters: int = 5, max_iters: int = 30, budget_s: float = 0.2) -> tuple[dict, dict]:
     """The benches' side-by-side timing: timed_rounds of time_interleaved. `budget_s` is per
     function per round, as each time_cuda call of the turn-based loops this replaced had."""
-    kw = dict(warmup=warmup, min_iters=min_iters, max_iters=max_iters)
-    return timed_rounds(lambda group: time_interleaved(group, contexts, budget_s=budget_s * len(group), **kw),
-                        fns, rounds)
+    timer = interleaved_timer(contexts, budget_s=budget_s, warmup=warmup, min_iters=min_iters, max_iters=max_iters)
+    return timed_rounds(timer, fns, rounds)
 
 
 # The method of the 2026-12-01 anchor scripts (../shared/measurements/2026-12-01-h200/

@@ -214,7 +214,7 @@ def test_grid_rounds_interleave_the_backends_and_name_one_that_fails(monkeypatch
 
     be = {n: types.SimpleNamespace(context=object()) for n in ("ours", "cudnn", "fa4")}
     timed = {n: (be[n], (lambda n=n: n)) for n in be}
-    monkeypatch.setattr(perf, "time_interleaved", fake_interleaved)
+    monkeypatch.setattr(timing, "time_interleaved", fake_interleaved)  # through timing.interleaved_timer
     rec = {"reasons": {}}
     samples = perf.time_rounds_interleaved(timed, rec, 0.3)
     # Round 0 whole; round 1 fails, each alone names fa4 and the rest run together again; round 2

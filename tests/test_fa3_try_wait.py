@@ -51,13 +51,11 @@ def test_fp16_pin_set_is_each_shipped_fp16_non_causal_form_then_pinned():
 
 
 def _loop_ops(cfg) -> Counter:
-    from loop_sass import loop_bodies
+    from loop_sass import cubin_and_metadata, loop_bodies
 
-    from cubinforge.generator.compile_worker import describe_build
-    from cubinforge.generator.kernels.fa3_fwd_sm90 import compile_variant
     from cubinforge.generator.sass import cuobjdump
 
-    sass = cuobjdump(["-sass"], describe_build("try-wait", cfg.arch, compile_variant(cfg)).cubin)
+    sass = cuobjdump(["-sass"], cubin_and_metadata("try-wait", cfg)[0])
     (_, body), = loop_bodies(sass)
     return Counter(op.split()[0] for op in body)
 
